@@ -1,0 +1,264 @@
+//! `cloud-controller-manager leader-migration …`: tools for operators planning a migration.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use leadermigration::rbac::{RbacRequest, migration_rbac};
+use leadermigration::{
+    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, ControllerSelection, DEFAULT_MIGRATION_LEASE, Lock,
+    MigrationConfig, PlanInput, Severity, plan,
+};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Check leader-migration configuration files. Exit 0 when all are valid, 1 when one is not.
+    Validate(ValidateArgs),
+    /// Show where each controller of this binary runs, for one component.
+    Plan(PlanArgs),
+    /// Print the built-in configuration (used when --leader-migration-config is not given).
+    Default(DefaultArgs),
+    /// Print the Roles and RoleBindings both controller managers need for the migration Leases.
+    Rbac(RbacArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// Files to check (YAML or JSON; several documents mean several migration locks).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PlanOutput {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PlanArgs {
+    /// The component to plan for, e.g. kube-controller-manager or cloud-controller-manager.
+    #[arg(long, value_name = "NAME")]
+    component: String,
+    /// Leader-migration configuration file; the built-in default when absent.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Controllers to enable, as the manager's --controllers (`*`, `name`, `-name`).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "*")]
+    controllers: Vec<String>,
+    /// Name of the component's main Lease; the component name when absent.
+    #[arg(long, value_name = "NAME")]
+    leader_elect_resource_name: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    output: PlanOutput,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DocumentOutput {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DefaultArgs {
+    #[arg(long, value_enum, default_value = "yaml")]
+    output: DocumentOutput,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RbacArgs {
+    /// Namespace of the Leases (the managers' --leader-elect-resource-namespace).
+    #[arg(long, value_name = "NS", default_value = "kube-system")]
+    namespace: String,
+    /// A migration Lease name; repeat for several. Default: the Leases of --config, else the default Lease.
+    #[arg(long = "lease", value_name = "NAME")]
+    leases: Vec<String>,
+    /// Take the Lease names from this leader-migration configuration.
+    #[arg(long, value_name = "FILE", conflicts_with = "leases")]
+    config: Option<PathBuf>,
+}
+
+impl Command {
+    pub(crate) fn run(self) -> Result<ExitCode> {
+        let catalog = ControllerCatalog::standard();
+        let mut stdout = std::io::stdout().lock();
+        match self {
+            Command::Validate(args) => validate(&args, &catalog, &mut stdout, &mut std::io::stderr().lock()),
+            Command::Plan(args) => print_plan(&args, &catalog, &mut stdout),
+            Command::Default(args) => print_default(&args, &mut stdout),
+            Command::Rbac(args) => print_rbac(&args, &catalog, &mut stdout),
+        }
+    }
+}
+
+/// Reads and validates one file; on failure the error lists every problem.
+fn load(path: &Path, catalog: &ControllerCatalog) -> Result<leadermigration::LoadedConfig> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read the file", path.display()))?;
+    Ok(MigrationConfig::load(
+        &path.display().to_string(),
+        &bytes,
+        catalog,
+    )?)
+}
+
+fn validate(
+    args: &ValidateArgs,
+    catalog: &ControllerCatalog,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<ExitCode> {
+    let mut all_valid = true;
+    for path in &args.files {
+        let name = path.display().to_string();
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                writeln!(err, "{name}: cannot read the file: {error}")?;
+                all_valid = false;
+                continue;
+            }
+        };
+        match MigrationConfig::load(&name, &bytes, catalog) {
+            Ok(loaded) => {
+                let locks: Vec<String> = loaded
+                    .config
+                    .locks()
+                    .iter()
+                    .map(|lock| {
+                        let count = lock.controllers.len();
+                        format!(
+                            "{} ({count} controller{})",
+                            lock.lease_name,
+                            if count == 1 { "" } else { "s" }
+                        )
+                    })
+                    .collect();
+                let noun = if locks.len() == 1 {
+                    "migration lock"
+                } else {
+                    "migration locks"
+                };
+                writeln!(out, "{name}: valid: {} {noun}: {}", locks.len(), locks.join(", "))?;
+                for warning in &loaded.warnings {
+                    writeln!(err, "{}", warning.render(&name))?;
+                }
+            }
+            Err(error) => {
+                all_valid = false;
+                let (errors, warnings): (Vec<_>, Vec<_>) =
+                    error.problems.iter().partition(|p| p.severity == Severity::Error);
+                for problem in errors.into_iter().chain(warnings) {
+                    writeln!(err, "{}", problem.render(&name))?;
+                }
+            }
+        }
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_plan(args: &PlanArgs, catalog: &ControllerCatalog, out: &mut impl Write) -> Result<ExitCode> {
+    let selection = ControllerSelection::parse(&args.controllers, catalog)?;
+    let migration = match &args.config {
+        Some(path) => load(path, catalog)?.config,
+        None => MigrationConfig::default_config(),
+    };
+    let main_lease = args
+        .leader_elect_resource_name
+        .as_deref()
+        .unwrap_or(&args.component);
+    let placements = plan(PlanInput {
+        component: &args.component,
+        main_lease,
+        migration: Some(&migration),
+        selection: &selection,
+        catalog,
+    });
+    match args.output {
+        PlanOutput::Json => {
+            let controllers: Vec<serde_json::Value> = placements
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "name": p.controller.as_str(),
+                        "lock": p.lock.as_str(),
+                        "lease": p.lease,
+                        "owner": p.owner,
+                    })
+                })
+                .collect();
+            let document = serde_json::json!({"component": args.component, "controllers": controllers});
+            writeln!(out, "{}", serde_json::to_string_pretty(&document)?)?;
+        }
+        PlanOutput::Text => {
+            let source = args
+                .config
+                .as_ref()
+                .map_or("built-in default".to_owned(), |p| p.display().to_string());
+            writeln!(
+                out,
+                "component {} (leader-migration configuration: {source})",
+                args.component
+            )?;
+            writeln!(out, "{:<34} {:<10} DETAIL", "CONTROLLER", "LOCK")?;
+            for p in &placements {
+                let detail = match p.lock {
+                    Lock::Main | Lock::Migration => {
+                        format!("lease {}", p.lease.as_deref().unwrap_or_default())
+                    }
+                    Lock::None => format!("runs in {}", p.owner.as_deref().unwrap_or_default()),
+                    Lock::Disabled => "off by --controllers".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "{:<34} {:<10} {detail}",
+                    p.controller.as_str(),
+                    p.lock.as_str()
+                )?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_default(args: &DefaultArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let default = MigrationConfig::default_config();
+    match args.output {
+        DocumentOutput::Yaml => write!(out, "{}", default.to_yaml())?,
+        DocumentOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&default.to_json())?)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rbac(args: &RbacArgs, catalog: &ControllerCatalog, out: &mut impl Write) -> Result<ExitCode> {
+    let leases = match (&args.config, args.leases.is_empty()) {
+        (Some(path), _) => load(path, catalog)?
+            .config
+            .locks()
+            .iter()
+            .map(|l| l.lease_name.clone())
+            .collect(),
+        (None, false) => args.leases.clone(),
+        (None, true) => vec![DEFAULT_MIGRATION_LEASE.to_owned()],
+    };
+    let objects = migration_rbac(&RbacRequest {
+        namespace: args.namespace.clone(),
+        leases: leases.clone(),
+    });
+    writeln!(
+        out,
+        "# RBAC for leader migration on Lease(s) {} in namespace {}: apply with `kubectl apply -f -`.\n# kube-controller-manager is bound as user system:kube-controller-manager and service account kube-system/kube-controller-manager;\n# {CLOUD_CONTROLLER_MANAGER} as service account kube-system/cloud-controller-manager.",
+        leases.join(", "),
+        args.namespace
+    )?;
+    for object in objects {
+        writeln!(out, "---")?;
+        write!(out, "{}", serde_saphyr::to_string(&object)?)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1 @@
+//! The CloudProvider trait (see issue 5).

@@ -1,0 +1,1 @@
+//! Controller manager runtime (see issues 4 and 5).

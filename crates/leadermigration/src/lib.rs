@@ -1,0 +1,73 @@
+//! Kubernetes Leader Migration (KEP-2436): moving controllers between controller managers of an HA control
+//! plane without any controller running in two processes at once.
+//!
+//! - [`ControllerCatalog`] and [`ControllerName`]: controller names as types, aliases resolved once.
+//! - [`MigrationConfig`]: `LeaderMigrationConfiguration` read strictly (v1alpha1, v1beta1, v1; YAML or JSON;
+//!   several documents for several migration locks), validated by upstream's rules and the ones upstream
+//!   misses, with errors that name file, line and field.
+//! - [`Filter`] and [`plan()`]: which lock each controller runs under, for one component.
+//! - [`ControllerSelection`] parses `--controllers`.
+//! - [`rbac`] generates the Roles both managers need for the migration Leases.
+//!
+//! Everything in this list is pure: no I/O beyond the bytes it is given, no async runtime.
+
+mod config;
+mod controller_name;
+mod filter;
+mod options;
+mod plan;
+pub mod rbac;
+mod selection;
+
+pub use config::{
+    ANY_COMPONENT, ApiVersion, CLOUD_CONTROLLER_MANAGER, Component, ConfigError,
+    ControllerLeaderConfiguration, DEFAULT_MIGRATION_LEASE, Document, FieldError, FieldErrorKind, GROUP,
+    KIND, KUBE_CONTROLLER_MANAGER, LEASES, LeaderMigrationConfiguration, LoadedConfig, MigratedController,
+    MigrationConfig, MigrationLock, Problem, Severity, decode, upstream_errors,
+};
+pub use controller_name::{
+    CatalogEntry, CatalogError, CloudController, ControllerCatalog, ControllerName, ControllerOrigin,
+    ExtraController, UnknownController,
+};
+pub use filter::{Filter, FilterResult};
+pub use options::{
+    MigrationOptionsError, ResourceLockError, apply_migration_options, validate_leader_elect_resource_lock,
+};
+pub use plan::{Lock, Placement, PlanInput, plan};
+pub use selection::{ControllerSelection, SelectionError, is_controller_enabled};
+
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use crate::{ControllerCatalog, MigrationConfig};
+
+    const HEADER: &str =
+        "apiVersion: controllermanager.config.k8s.io/v1\nkind: LeaderMigrationConfiguration\n";
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = MigrationConfig::load("fuzz", &bytes, &ControllerCatalog::standard());
+        }
+
+        #[test]
+        fn yaml_like_text_never_panics(body in "([a-zA-Z:*&!|>{}\\[\\],\"' #-]|\n|\t|  ){0,200}") {
+            let text = format!("{HEADER}{body}");
+            let _ = MigrationConfig::load("fuzz", text.as_bytes(), &ControllerCatalog::standard());
+        }
+
+        #[test]
+        fn errors_always_name_the_file(body in "[a-zA-Z:*{}\\[\\] \n-]{0,120}") {
+            let text = format!("{HEADER}{body}");
+            if let Err(error) = MigrationConfig::load("the-file.yaml", text.as_bytes(), &ControllerCatalog::standard()) {
+                prop_assert!(!error.problems.is_empty());
+                for line in error.to_string().lines().filter(|l| !l.starts_with("  ")) {
+                    prop_assert!(line.starts_with("the-file.yaml"), "{line}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Where each controller of a binary runs, for one component: the model behind `leader-migration plan`
+//! and the controller manager's start-up.
+
+use crate::config::MigrationConfig;
+use crate::controller_name::{ControllerCatalog, ControllerName};
+use crate::filter::{Filter, FilterResult};
+use crate::selection::ControllerSelection;
+
+/// The lock a controller runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lock {
+    /// The component's main leader-election lock.
+    Main,
+    /// A migration lock.
+    Migration,
+    /// Nowhere in this component: another component owns it.
+    None,
+    /// Nowhere: `--controllers` turns it off.
+    Disabled,
+}
+
+impl Lock {
+    /// The name used in `plan` output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Lock::Main => "main",
+            Lock::Migration => "migration",
+            Lock::None => "none",
+            Lock::Disabled => "disabled",
+        }
+    }
+}
+
+/// One controller's placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Canonical name.
+    pub controller: ControllerName,
+    /// The lock it runs under.
+    pub lock: Lock,
+    /// The Lease of that lock, for `Main` and `Migration`.
+    pub lease: Option<String>,
+    /// The component that runs it instead, for `None`.
+    pub owner: Option<String>,
+}
+
+/// What a placement depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    /// This manager's component name, e.g. `cloud-controller-manager`.
+    pub component: &'a str,
+    /// Name of the main Lease (`--leader-elect-resource-name`).
+    pub main_lease: &'a str,
+    /// The migration configuration, or `None` when leader migration is off.
+    pub migration: Option<&'a MigrationConfig>,
+    /// `--controllers`.
+    pub selection: &'a ControllerSelection,
+    /// Every controller name the binary knows.
+    pub catalog: &'a ControllerCatalog,
+}
+
+/// Places every controller the binary can run, in start order.
+///
+/// As upstream, the filter is applied first and `--controllers` second: a controller another component owns
+/// is `None` whatever `--controllers` says.
+pub fn plan(input: PlanInput<'_>) -> Vec<Placement> {
+    let filter = input
+        .migration
+        .map(|config| Filter::for_config(config, input.component, input.catalog));
+    input
+        .catalog
+        .runnable()
+        .map(|entry| {
+            let result = filter
+                .as_ref()
+                .map_or(FilterResult::NonMigrated, |f| f.classify(entry.name.as_str()));
+            let enabled = input.selection.is_enabled(entry);
+            let (lock, lease, owner) = match result {
+                FilterResult::Unowned { owner } => (Lock::None, None, Some(owner)),
+                _ if !enabled => (Lock::Disabled, None, None),
+                FilterResult::NonMigrated => (Lock::Main, Some(input.main_lease.to_owned()), None),
+                FilterResult::Migrated { lease } => (Lock::Migration, Some(lease), None),
+            };
+            Placement {
+                controller: entry.name,
+                lock,
+                lease,
+                owner,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MigrationConfig;
+
+    #[track_caller]
+    fn check(
+        component: &str,
+        config_yaml: Option<&str>,
+        controllers: &[&str],
+        expected: &[(&str, &str, Option<&str>)],
+    ) {
+        let catalog = ControllerCatalog::standard();
+        let config = config_yaml.map(|yaml| {
+            MigrationConfig::load("t", yaml.as_bytes(), &catalog)
+                .unwrap()
+                .config
+        });
+        let selection = ControllerSelection::parse(controllers, &catalog).unwrap();
+        let placements = plan(PlanInput {
+            component,
+            main_lease: component,
+            migration: config.as_ref(),
+            selection: &selection,
+            catalog: &catalog,
+        });
+        let actual: Vec<(&str, &str, Option<&str>)> = placements
+            .iter()
+            .map(|p| {
+                (
+                    p.controller.as_str(),
+                    p.lock.as_str(),
+                    p.lease.as_deref().or(p.owner.as_deref()),
+                )
+            })
+            .collect();
+        assert_eq!(actual, expected);
+    }
+
+    const TO_CCM: &str = "apiVersion: controllermanager.config.k8s.io/v1\nkind: LeaderMigrationConfiguration\nleaderName: m\ncontrollerLeaders:\n  - {name: route, component: cloud-controller-manager}\n  - {name: service, component: cloud-controller-manager}\n  - {name: cloud-node-lifecycle, component: cloud-controller-manager}\n";
+
+    #[test]
+    fn migrated_controllers_run_under_the_migration_lease_in_their_owner() {
+        check(
+            "cloud-controller-manager",
+            Some(TO_CCM),
+            &["*"],
+            &[
+                ("cloud-node-controller", "main", Some("cloud-controller-manager")),
+                ("cloud-node-lifecycle-controller", "migration", Some("m")),
+                ("service-lb-controller", "migration", Some("m")),
+                ("node-route-controller", "migration", Some("m")),
+                ("node-ipam-controller", "disabled", None),
+            ],
+        );
+    }
+
+    #[test]
+    fn other_components_see_them_as_owned_elsewhere_even_when_disabled() {
+        check(
+            "kube-controller-manager",
+            Some(TO_CCM),
+            &["*", "-route"],
+            &[
+                ("cloud-node-controller", "main", Some("kube-controller-manager")),
+                (
+                    "cloud-node-lifecycle-controller",
+                    "none",
+                    Some("cloud-controller-manager"),
+                ),
+                ("service-lb-controller", "none", Some("cloud-controller-manager")),
+                ("node-route-controller", "none", Some("cloud-controller-manager")),
+                ("node-ipam-controller", "disabled", None),
+            ],
+        );
+    }
+
+    #[test]
+    fn without_migration_everything_enabled_runs_under_the_main_lock() {
+        check(
+            "cloud-controller-manager",
+            None,
+            &["*", "-service", "nodeipam"],
+            &[
+                ("cloud-node-controller", "main", Some("cloud-controller-manager")),
+                (
+                    "cloud-node-lifecycle-controller",
+                    "main",
+                    Some("cloud-controller-manager"),
+                ),
+                ("service-lb-controller", "disabled", None),
+                ("node-route-controller", "main", Some("cloud-controller-manager")),
+                ("node-ipam-controller", "main", Some("cloud-controller-manager")),
+            ],
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! The fake cloud provider (see issue 5).

@@ -1,0 +1,1 @@
+//! GCE cloud provider: not implemented yet.

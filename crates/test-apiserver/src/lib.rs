@@ -1,0 +1,1 @@
+//! Test API server (see issue 3).

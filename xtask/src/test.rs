@@ -1,0 +1,76 @@
+//! `cargo xtask test [-p PACKAGE]`: the one command that runs every test on a fresh machine.
+//!
+//! Set-up: checks for `kubectl` (the test API server is checked against it). Then, for a full run:
+//! `cargo fmt --check`, `cargo clippy -D warnings`, and the tests (with cargo-nextest when installed).
+
+use anyhow::{Result, bail};
+
+use crate::shell::{cargo, exec, has};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Test only this package (set-up still runs; formatting and lints do not).
+    #[arg(short = 'p', long = "package", value_name = "PACKAGE")]
+    packages: Vec<String>,
+    /// Extra arguments for the test runner, after `--` (e.g. a test name filter).
+    #[arg(last = true)]
+    runner_args: Vec<String>,
+}
+
+pub(crate) fn run_setup() -> Result<()> {
+    if !has("kubectl", &["version", "--client"]) {
+        bail!(
+            "kubectl is not on PATH: the test API server's tests run the real kubectl against it. Install kubectl (any version ≥ 1.28) and run again"
+        );
+    }
+    Ok(())
+}
+
+pub(crate) fn run(args: &Args) -> Result<()> {
+    run_setup()?;
+    let full = args.packages.is_empty();
+    if full {
+        exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
+        exec(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
+    let selection: Vec<String> = if full {
+        vec!["--workspace".into()]
+    } else {
+        args.packages
+            .iter()
+            .flat_map(|p| ["-p".to_owned(), p.clone()])
+            .collect()
+    };
+    if has("cargo-nextest", &["nextest", "--version"]) {
+        let profile = if std::env::var_os("CI").is_some() {
+            "ci"
+        } else {
+            "default"
+        };
+        exec(
+            cargo()
+                .args(["nextest", "run", "--locked", "--profile", profile])
+                .args(&selection)
+                .args(&args.runner_args),
+        )?;
+        // nextest does not run doctests.
+        exec(cargo().args(["test", "--doc", "--locked"]).args(&selection))?;
+    } else {
+        exec(
+            cargo()
+                .args(["test", "--locked"])
+                .args(&selection)
+                .arg("--")
+                .args(&args.runner_args),
+        )?;
+    }
+    Ok(())
+}
