@@ -1,0 +1,160 @@
+//! The admin API under `/_admin/`, outside `/api` and `/apis`: see and break the server.
+//!
+//! | method and path | body | answer |
+//! |---|---|---|
+//! | `GET /_admin/requests?since=SEQ` | | request log, JSON lines |
+//! | `GET /_admin/leases?since=SEQ` | | Lease write history, JSON lines |
+//! | `GET /_admin/counters` | | `{"<verb> <resource>": count}` |
+//! | `GET /_admin/faults` | | active faults |
+//! | `POST /_admin/faults` | `FaultSpec` | `{"id": N}` (a partition also ends the client's open watches) |
+//! | `DELETE /_admin/faults[/ID]` | | removes one fault or all |
+//! | `POST /_admin/watches/close` | `{"user_agent": PATTERN?}` | ends open watches now |
+//! | `POST /_admin/compact` | | forgets watch history: older resourceVersions get 410 |
+//! | `PUT /_admin/rbac` | `{"enabled": bool}` | RBAC mode on or off |
+//! | `POST /_admin/tokens` | `UserInfo` | `{"token": …}` |
+//! | `POST /_admin/serviceaccounts/NS/NAME/token` | | `{"token": …}` for that service account |
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::auth::UserInfo;
+use crate::faults::{FaultAction, FaultSpec};
+use crate::server::{Query, Reply, State, lock};
+
+fn json_lines<T: Serialize>(records: impl Iterator<Item = T>) -> Reply {
+    let mut body = Vec::new();
+    for record in records {
+        serde_json::to_writer(&mut body, &record).expect("records serialise");
+        body.push(b'\n');
+    }
+    Reply::bytes(200, Bytes::from(body))
+}
+
+fn error(code: u16, message: &str) -> Reply {
+    Reply::json(code, &json!({"error": message}))
+}
+
+async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Reply> {
+    let bytes = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let bytes = if bytes.is_empty() {
+        Bytes::from_static(b"{}")
+    } else {
+        bytes
+    };
+    serde_json::from_slice(&bytes).map_err(|e| error(400, &format!("invalid body: {e}")))
+}
+
+/// Ends open watches of clients whose user agent contains `pattern` (all when None).
+pub(crate) fn close_watches(state: &State, pattern: Option<String>) {
+    state.close_watches.send_modify(|close| {
+        close.generation += 1;
+        close.user_agent = pattern;
+    });
+}
+
+pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Reply {
+    let path = request
+        .uri()
+        .path()
+        .trim_start_matches("/_admin/")
+        .trim_end_matches('/')
+        .to_owned();
+    let query = Query::parse(request.uri().query().unwrap_or_default());
+    let since = query
+        .get("since")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    let segments: Vec<&str> = path.split('/').collect();
+    match (request.method().clone(), segments.as_slice()) {
+        (Method::GET, ["healthz"]) => Reply::bytes(200, Bytes::from_static(b"ok")),
+        (Method::GET, ["requests"]) => {
+            let logs = lock(&state.logs);
+            json_lines(logs.requests.iter().filter(|r| r.seq > since))
+        }
+        (Method::GET, ["leases"]) => {
+            let logs = lock(&state.logs);
+            json_lines(logs.leases.iter().filter(|r| r.seq > since))
+        }
+        (Method::GET, ["counters"]) => Reply::json(200, &json!(lock(&state.logs).counters)),
+        (Method::GET, ["faults"]) => {
+            let faults: Vec<Value> = lock(&state.faults)
+                .list()
+                .into_iter()
+                .map(|(id, spec)| json!({"id": id, "spec": spec}))
+                .collect();
+            Reply::json(200, &Value::Array(faults))
+        }
+        (Method::POST, ["faults"]) => match body::<FaultSpec>(request).await {
+            Ok(spec) => {
+                let partition = (spec.action == FaultAction::Partition).then(|| spec.user_agent.clone());
+                let id = lock(&state.faults).add(spec);
+                if let Some(pattern) = partition {
+                    close_watches(state, pattern);
+                }
+                Reply::json(200, &json!({"id": id}))
+            }
+            Err(reply) => reply,
+        },
+        (Method::DELETE, ["faults"]) => {
+            lock(&state.faults).clear();
+            Reply::json(200, &json!({}))
+        }
+        (Method::DELETE, ["faults", id]) => match id.parse::<u64>() {
+            Ok(id) if lock(&state.faults).remove(id) => Reply::json(200, &json!({})),
+            _ => error(404, "no such fault"),
+        },
+        (Method::POST, ["watches", "close"]) => match body::<CloseRequest>(request).await {
+            Ok(close) => {
+                close_watches(state, close.user_agent);
+                Reply::json(200, &json!({}))
+            }
+            Err(reply) => reply,
+        },
+        (Method::POST, ["compact"]) => {
+            lock(&state.store).compact();
+            Reply::json(200, &json!({}))
+        }
+        (Method::PUT, ["rbac"]) => match body::<RbacRequest>(request).await {
+            Ok(rbac) => {
+                lock(&state.auth).rbac = rbac.enabled;
+                Reply::json(200, &json!({"enabled": rbac.enabled}))
+            }
+            Err(reply) => reply,
+        },
+        (Method::POST, ["tokens"]) => match body::<UserInfo>(request).await {
+            Ok(user) => Reply::json(200, &json!({"token": lock(&state.auth).mint(user)})),
+            Err(reply) => reply,
+        },
+        (Method::POST, ["serviceaccounts", namespace, name, "token"]) => {
+            let token = lock(&state.auth).mint(UserInfo::service_account(namespace, name));
+            Reply::json(200, &json!({"token": token}))
+        }
+        _ => error(
+            404,
+            &format!("no admin endpoint {} /_admin/{path}", request.method()),
+        ),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct CloseRequest {
+    #[serde(default)]
+    user_agent: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct RbacRequest {
+    enabled: bool,
+}
