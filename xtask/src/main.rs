@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod fuzz;
 mod shell;
 mod test;
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Set up what the tests need, then run formatting and lint checks and every test.
     Test(test::Args),
+    /// Run a benchmark in release mode: apiserver.
+    Bench(bench::Args),
     /// Fuzz the leader-migration configuration decoder (needs the nightly toolchain; installs cargo-fuzz).
     Fuzz(fuzz::Args),
 }
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Test(args) => test::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -195,6 +195,25 @@ fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, ApiError> {
     };
     let store = lock(&state.store);
     let resource_version = store.resource_version();
+    // The store never lags, so "not older than" is always the latest state; newer versions do not exist yet,
+    // and exact reads of past versions are not kept.
+    if let Some(requested) = request
+        .query
+        .get("resourceVersion")
+        .filter(|rv| !rv.is_empty() && *rv != "0")
+    {
+        let requested: u64 = requested
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {requested:?}")))?;
+        if requested > resource_version {
+            return Err(ApiError::too_large_resource_version(requested, resource_version));
+        }
+        if request.query.get("resourceVersionMatch") == Some("Exact") && requested != resource_version {
+            return Err(ApiError::gone(format!(
+                "resourceVersion {requested} is too old: exact reads of past versions are not kept"
+            )));
+        }
+    }
     let mut matching = store
         .list(target.id, target.namespace.as_deref())
         .into_iter()

@@ -80,7 +80,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             rbac: false,
             tls: false,
-            history_limit: 100_000,
+            history_limit: 20_000,
             bookmark_interval: Duration::from_secs(1),
             kubeconfig_out: None,
         }
@@ -226,8 +226,12 @@ impl TestApiServer {
     }
 
     /// A client with this bearer token and `User-Agent`.
+    ///
+    /// Unlike kube's default, it does not retry 429, 503 and 504 (kube retries them up to 15 times with
+    /// exponential backoff): a test sees exactly what the server answered.
     pub fn client_with(&self, token: &str, user_agent: &str) -> kube::Client {
         let mut config = kube::Config::new(self.url.parse().expect("the server URL is a URI"));
+        config.default_retry = false;
         config.auth_info.token = Some(token.to_owned().into());
         if let Some((_, der)) = &self.ca {
             config.root_cert = Some(vec![der.clone()]);

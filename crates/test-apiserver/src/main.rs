@@ -29,7 +29,7 @@ struct Args {
     #[arg(long)]
     tls: bool,
     /// Changes kept per resource type for resuming watches.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 20_000)]
     history_limit: usize,
     /// Milliseconds between watch bookmarks.
     #[arg(long, default_value_t = 1000)]

@@ -103,6 +103,19 @@ impl ApiError {
         ApiError::new(410, "Expired", message)
     }
 
+    pub(crate) fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut error = ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        );
+        error.details = Some(
+            json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+        );
+        error.retry_after_seconds = Some(1);
+        error
+    }
+
     pub(crate) fn forbidden(message: impl Into<String>) -> Self {
         ApiError::new(403, "Forbidden", message)
     }

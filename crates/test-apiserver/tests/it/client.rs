@@ -434,6 +434,23 @@ async fn selectors_pagination_and_watch_transitions() {
     assert_eq!(second_page.items[0].metadata.name.as_deref(), Some("m3"));
     assert_eq!(second_page.metadata.remaining_item_count, Some(1));
 
+    // List resourceVersion semantics: never older than asked; newer than the server is a 504, as upstream.
+    let current: u64 = first_page
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let not_older = ListParams::default().at(&current.to_string());
+    assert_eq!(maps.list(&not_older).await.unwrap().items.len(), 7);
+    let (code, reason) = api_error(
+        maps.list(&ListParams::default().at(&(current + 1000).to_string()))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (504, "Timeout"));
+
     // A watch with a selector sees an object enter (ADDED) and leave (DELETED) its view.
     let odd_watch = maps
         .watch(&kube::api::WatchParams::default().labels("parity=odd"), "0")

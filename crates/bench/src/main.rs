@@ -1,0 +1,52 @@
+//! `ccm-bench`: the project's benchmarks. Run through `cargo xtask bench <name>`, which builds this and the
+//! binaries it drives in release mode.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+mod apiserver;
+mod process;
+mod stats;
+
+#[derive(Debug, Parser)]
+#[command(name = "ccm-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Writes, reads and watch fan-out of the test API server.
+    Apiserver(apiserver::Args),
+}
+
+/// Where results go.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Output {
+    /// Write the JSON result here (it is always printed too).
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+impl Output {
+    pub(crate) fn write(&self, result: &serde_json::Value) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(result)?;
+        println!("{text}");
+        if let Some(path) = &self.output {
+            std::fs::write(path, format!("{text}\n"))
+                .map_err(|e| anyhow::anyhow!("--output {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Apiserver(args) => apiserver::run(args).await,
+    }
+}

@@ -1,0 +1,116 @@
+//! Starting the project's binaries for a benchmark.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// A binary built next to this one (`cargo xtask bench` builds them together).
+pub(crate) fn sibling(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe
+        .parent()
+        .context("the benchmark binary has a directory")?
+        .join(name);
+    if !path.exists() {
+        bail!(
+            "{} is missing: run the benchmark through `cargo xtask bench`, which builds it",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A running test API server process; killed on drop.
+pub(crate) struct ApiServer {
+    pub(crate) child: Child,
+    pub(crate) url: String,
+    pub(crate) kubeconfig: PathBuf,
+    _directory: TempDir,
+}
+
+impl ApiServer {
+    pub(crate) fn start(extra: &[&str]) -> Result<ApiServer> {
+        let directory = TempDir::new()?;
+        let kubeconfig = directory.0.join("kubeconfig");
+        let mut child = Command::new(sibling("test-apiserver")?)
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("start test-apiserver")?;
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().context("piped stdout")?).read_line(&mut first)?;
+        let url = first
+            .trim()
+            .strip_prefix("listening on ")
+            .context("test-apiserver's first line")?
+            .to_owned();
+        Ok(ApiServer {
+            child,
+            url,
+            kubeconfig,
+            _directory: directory,
+        })
+    }
+
+    /// A client as the administrator.
+    pub(crate) async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Resident memory of the server process, in MiB.
+    pub(crate) fn rss_mib(&self) -> Option<f64> {
+        rss_mib(self.child.id())
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Resident memory of a process, in MiB, from /proc.
+pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+/// A temporary directory removed on drop.
+pub(crate) struct TempDir(pub(crate) PathBuf);
+
+impl TempDir {
+    pub(crate) fn new() -> Result<TempDir> {
+        let path = std::env::temp_dir().join(format!("ccm-bench-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir(path))
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
