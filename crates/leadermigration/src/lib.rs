@@ -7,16 +7,26 @@
 //!   misses, with errors that name file, line and field.
 //! - [`Filter`] and [`plan()`]: which lock each controller runs under, for one component.
 //! - [`ControllerSelection`] parses `--controllers`.
+//! - [`audit`] checks, from the API server's logs, that no controller ran in two processes at once.
 //! - [`rbac`] generates the Roles both managers need for the migration Leases.
 //!
 //! Everything in this list is pure: no I/O beyond the bytes it is given, no async runtime.
+//!
+//! With the `elector` feature (on by default), the part that talks to the API server:
+//! - [`elector`]: a Lease elector that interoperates with client-go's `LeaseLock`.
+//! - [`scopes`]: the main and migration lock scopes, with upstream's ordering.
 
+pub mod audit;
 mod config;
 mod controller_name;
+#[cfg(feature = "elector")]
+pub mod elector;
 mod filter;
 mod options;
 mod plan;
 pub mod rbac;
+#[cfg(feature = "elector")]
+pub mod scopes;
 mod selection;
 
 pub use config::{

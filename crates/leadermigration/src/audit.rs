@@ -1,0 +1,565 @@
+//! Checking "no controller ever runs twice" from the API server's records, not from the processes.
+//!
+//! Inputs are the server's Lease write history and request log (the test API server's admin API gives both
+//! as JSON lines). A process's *tenure* of a lock runs from the write by which it acquired the Lease to the
+//! next write by which anyone else acquired it, or its own release. An **overlap** is:
+//! - a write by a controller outside its process's tenure of the lock that governs that controller in its
+//!   component (main or migration, derived from the components' configurations, not from the process);
+//! - a write by a controller its component does not own at all (the configuration gives it to another);
+//! - two processes holding tenures of one Lease name at once: impossible for one Lease, but it is what
+//!   happens when managers disagree on `--leader-elect-resource-namespace` (two Leases of one name are two
+//!   locks, both held, and the controllers run twice);
+//! - a takeover sooner than the previous record's lease duration after that holder's last write, without a
+//!   release in between (the protocol forbids it; it is the way two tenures would really overlap).
+//!
+//! Writes are ordered by resourceVersion (assigned by the server under one lock), falling back to time.
+//! Requests are attributed to processes by [`UserAgent`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::MigrationConfig;
+use crate::controller_name::ControllerCatalog;
+use crate::filter::{Filter, FilterResult};
+
+/// The controller name used in the `User-Agent` of leader-election requests.
+pub const LEADER_ELECTION: &str = "leader-election";
+
+/// The `User-Agent` of every request a controller manager makes:
+/// `<component>/<version> (<os>/<arch>) <identity>/<controller>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserAgent {
+    /// e.g. `cloud-controller-manager`.
+    pub component: String,
+    /// Binary version.
+    pub version: String,
+    /// `<hostname>_<uuid>`.
+    pub identity: String,
+    /// Canonical controller name, or [`LEADER_ELECTION`].
+    pub controller: String,
+}
+
+impl UserAgent {
+    /// The header value.
+    pub fn render(&self) -> String {
+        format!(
+            "{}/{} ({}/{}) {}/{}",
+            self.component,
+            self.version,
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            self.identity,
+            self.controller
+        )
+    }
+
+    /// Parses a header value written by [`UserAgent::render`]; other clients give `None`.
+    pub fn parse(text: &str) -> Option<UserAgent> {
+        let (head, rest) = text.split_once(" (")?;
+        let (_platform, tail) = rest.split_once(") ")?;
+        let (component, version) = head.split_once('/')?;
+        let (identity, controller) = tail.rsplit_once('/')?;
+        if component.is_empty() || identity.is_empty() || controller.is_empty() || identity.contains(' ') {
+            return None;
+        }
+        Some(UserAgent {
+            component: component.to_owned(),
+            version: version.to_owned(),
+            identity: identity.to_owned(),
+            controller: controller.to_owned(),
+        })
+    }
+}
+
+/// One Lease write from the server's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseWrite {
+    /// Server time, microseconds since the epoch.
+    pub time_us: i64,
+    /// resourceVersion the write produced.
+    pub resource_version: u64,
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+    /// `create`, `update`, `patch` or `delete`.
+    pub operation: String,
+    /// Holder after the write; `None` when cleared.
+    #[serde(default)]
+    pub holder_identity: Option<String>,
+    /// `leaseDurationSeconds` after the write.
+    #[serde(default)]
+    pub lease_duration_seconds: Option<i64>,
+    /// Writer's `User-Agent`.
+    #[serde(default)]
+    pub user_agent: String,
+}
+
+/// One request from the server's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestEntry {
+    /// Server time, microseconds since the epoch.
+    pub time_us: i64,
+    /// HTTP method.
+    pub method: String,
+    /// Path.
+    pub path: String,
+    /// `User-Agent`.
+    #[serde(default)]
+    pub user_agent: String,
+    /// Kubernetes verb.
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// HTTP status.
+    pub status: u16,
+    /// resourceVersion a successful write produced.
+    #[serde(default)]
+    pub resource_version: Option<u64>,
+}
+
+impl RequestEntry {
+    fn is_successful_write(&self) -> bool {
+        let write = matches!(self.verb.as_deref(), Some("create" | "update" | "patch" | "delete" | "deletecollection"))
+            || (self.verb.is_none() && matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
+        write && (200..300).contains(&self.status)
+    }
+}
+
+/// Which Lease governs each controller in each component.
+#[derive(Debug, Clone, Default)]
+pub struct Governance {
+    components: HashMap<String, ComponentRules>,
+}
+
+#[derive(Debug, Clone)]
+struct ComponentRules {
+    main_lease: String,
+    filter: Option<Filter>,
+}
+
+/// Where a controller's writes must fall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rule {
+    Lease(String),
+    Forbidden { owner: String },
+}
+
+impl Governance {
+    /// Adds a component: its main Lease and, when it runs leader migration, its configuration.
+    pub fn component(mut self, component: &str, main_lease: &str, migration: Option<&MigrationConfig>, catalog: &ControllerCatalog) -> Self {
+        let filter = migration.map(|config| Filter::for_config(config, component, catalog));
+        self.components.insert(component.to_owned(), ComponentRules { main_lease: main_lease.to_owned(), filter });
+        self
+    }
+
+    fn rule(&self, component: &str, controller: &str) -> Option<Rule> {
+        let rules = self.components.get(component)?;
+        Some(match rules.filter.as_ref().map_or(FilterResult::NonMigrated, |f| f.classify(controller)) {
+            FilterResult::NonMigrated => Rule::Lease(rules.main_lease.clone()),
+            FilterResult::Migrated { lease } => Rule::Lease(lease),
+            FilterResult::Unowned { owner } => Rule::Forbidden { owner },
+        })
+    }
+}
+
+/// A process's continuous hold on one Lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tenure {
+    /// Lease name.
+    pub lease: String,
+    /// Holder.
+    pub identity: String,
+    /// Acquisition: time and resourceVersion.
+    pub start_us: i64,
+    /// resourceVersion of the acquiring write.
+    pub start_rv: u64,
+    /// End (next acquisition by another, or own release); `None` while still held.
+    pub end_us: Option<i64>,
+    /// resourceVersion of the ending write.
+    pub end_rv: Option<u64>,
+}
+
+impl Tenure {
+    fn contains(&self, rv: Option<u64>, time_us: i64) -> bool {
+        match rv {
+            Some(rv) => self.start_rv < rv && self.end_rv.is_none_or(|end| rv < end),
+            None => self.start_us <= time_us && self.end_us.is_none_or(|end| time_us < end),
+        }
+    }
+
+    fn overlaps(&self, other: &Tenure) -> bool {
+        let ends_before = |a: &Tenure, b: &Tenure| a.end_rv.is_some_and(|end| end <= b.start_rv);
+        !ends_before(self, other) && !ends_before(other, self)
+    }
+}
+
+/// A change of holder.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Handoff {
+    /// Lease name.
+    pub lease: String,
+    /// Previous holder.
+    pub from: String,
+    /// New holder.
+    pub to: String,
+    /// From the previous holder's last write (its release, or its last renewal) to the acquisition.
+    pub gap_ms: f64,
+    /// Whether the previous holder released the Lease (a graceful hand-off).
+    pub released: bool,
+}
+
+/// A violation of "no controller runs twice".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Overlap {
+    /// A controller wrote while its process did not hold the governing Lease.
+    WriteOutsideTenure {
+        /// Component of the writer.
+        component: String,
+        /// Identity of the writer.
+        identity: String,
+        /// Controller.
+        controller: String,
+        /// Governing Lease.
+        lease: String,
+        /// The request.
+        method: String,
+        /// The request.
+        path: String,
+        /// Server time.
+        time_us: i64,
+    },
+    /// A controller wrote in a component that does not own it.
+    UnownedWrite {
+        /// Component of the writer.
+        component: String,
+        /// Identity of the writer.
+        identity: String,
+        /// Controller.
+        controller: String,
+        /// The component that owns it.
+        owner: String,
+        /// The request.
+        path: String,
+        /// Server time.
+        time_us: i64,
+    },
+    /// Two holders' tenures of one Lease intersect.
+    ConcurrentTenures {
+        /// Lease name.
+        lease: String,
+        /// One holder.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// A holder was replaced before its record could have expired.
+    PrematureTakeover {
+        /// Lease name.
+        lease: String,
+        /// Previous holder.
+        from: String,
+        /// New holder.
+        to: String,
+        /// Time since the previous holder's last write.
+        gap_ms: i64,
+        /// That holder's lease duration.
+        lease_duration_ms: i64,
+    },
+}
+
+/// The verdict on a set of logs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AuditReport {
+    /// Every tenure, per Lease in order.
+    pub tenures: Vec<Tenure>,
+    /// Every change of holder.
+    pub handoffs: Vec<Handoff>,
+    /// Every overlap found.
+    pub overlaps: Vec<Overlap>,
+    /// Controller writes checked.
+    pub writes_checked: usize,
+}
+
+/// Builds tenures and hand-offs from the Lease history.
+pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap>) {
+    let mut by_lease: BTreeMap<(String, String), Vec<&LeaseWrite>> = BTreeMap::new();
+    for write in leases {
+        by_lease.entry((write.namespace.clone(), write.name.clone())).or_default().push(write);
+    }
+    let (mut tenures, mut handoffs, mut overlaps) = (Vec::new(), Vec::new(), Vec::new());
+    for ((_, lease), mut writes) in by_lease {
+        writes.sort_by_key(|w| (w.resource_version, w.time_us));
+        let mut open: Option<Tenure> = None;
+        // The last write of the previous holder, for hand-off gaps and takeover checks.
+        let mut last: Option<(&LeaseWrite, bool)> = None;
+        for write in writes {
+            let holder = write.holder_identity.clone().filter(|h| !h.is_empty()).filter(|_| write.operation != "delete");
+            let current = open.as_ref().map(|t| t.identity.clone());
+            match (current, holder) {
+                (Some(current), Some(holder)) if current == holder => {
+                    last = Some((write, false));
+                }
+                (current, Some(holder)) => {
+                    if let Some(mut ending) = open.take() {
+                        ending.end_us = Some(write.time_us);
+                        ending.end_rv = Some(write.resource_version);
+                        tenures.push(ending);
+                    }
+                    if let Some((previous, released)) = last {
+                        let from = previous.holder_identity.clone().filter(|h| !h.is_empty());
+                        let from = from.or_else(|| UserAgent::parse(&previous.user_agent).map(|ua| ua.identity));
+                        if let Some(from) = from.filter(|f| *f != holder) {
+                            let gap_us = write.time_us - previous.time_us;
+                            handoffs.push(Handoff { lease: lease.clone(), from: from.clone(), to: holder.clone(), gap_ms: gap_us as f64 / 1000.0, released });
+                            let duration_ms = previous.lease_duration_seconds.unwrap_or(0) * 1000;
+                            if current.is_some() && !released && gap_us / 1000 < duration_ms {
+                                overlaps.push(Overlap::PrematureTakeover { lease: lease.clone(), from, to: holder.clone(), gap_ms: gap_us / 1000, lease_duration_ms: duration_ms });
+                            }
+                        }
+                    }
+                    open = Some(Tenure { lease: lease.clone(), identity: holder, start_us: write.time_us, start_rv: write.resource_version, end_us: None, end_rv: None });
+                    last = Some((write, false));
+                }
+                (Some(_), None) => {
+                    if let Some(mut ending) = open.take() {
+                        ending.end_us = Some(write.time_us);
+                        ending.end_rv = Some(write.resource_version);
+                        tenures.push(ending);
+                    }
+                    last = Some((write, true));
+                }
+                (None, None) => {}
+            }
+        }
+        tenures.extend(open);
+    }
+    // Two holders of one Lease name at once: Leases of that name in two namespaces.
+    for (index, tenure) in tenures.iter().enumerate() {
+        for other in &tenures[index + 1..] {
+            if tenure.lease == other.lease && tenure.identity != other.identity && tenure.overlaps(other) {
+                overlaps.push(Overlap::ConcurrentTenures { lease: tenure.lease.clone(), first: tenure.identity.clone(), second: other.identity.clone() });
+            }
+        }
+    }
+    (tenures, handoffs, overlaps)
+}
+
+/// Checks every controller write of the request log against the tenures of the Lease history.
+pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Governance) -> AuditReport {
+    let (tenures, handoffs, mut overlaps) = tenures(leases);
+    let mut writes_checked = 0;
+    for request in requests.iter().filter(|r| r.is_successful_write()) {
+        let Some(agent) = UserAgent::parse(&request.user_agent) else { continue };
+        if agent.controller == LEADER_ELECTION {
+            continue;
+        }
+        let Some(rule) = governance.rule(&agent.component, &agent.controller) else { continue };
+        writes_checked += 1;
+        match rule {
+            Rule::Forbidden { owner } => overlaps.push(Overlap::UnownedWrite {
+                component: agent.component,
+                identity: agent.identity,
+                controller: agent.controller,
+                owner,
+                path: request.path.clone(),
+                time_us: request.time_us,
+            }),
+            Rule::Lease(lease) => {
+                let held = tenures
+                    .iter()
+                    .any(|t| t.lease == lease && t.identity == agent.identity && t.contains(request.resource_version, request.time_us));
+                if !held {
+                    overlaps.push(Overlap::WriteOutsideTenure {
+                        component: agent.component,
+                        identity: agent.identity,
+                        controller: agent.controller,
+                        lease,
+                        method: request.method.clone(),
+                        path: request.path.clone(),
+                        time_us: request.time_us,
+                    });
+                }
+            }
+        }
+    }
+    AuditReport { tenures, handoffs, overlaps, writes_checked }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KCM: &str = "kube-controller-manager";
+    const CCM: &str = "cloud-controller-manager";
+    const MIGRATION: &str = "cloud-provider-extraction-migration";
+
+    fn ua(component: &str, identity: &str, controller: &str) -> String {
+        UserAgent { component: component.into(), version: "0.1.0".into(), identity: identity.into(), controller: controller.into() }.render()
+    }
+
+    fn lease(rv: u64, name: &str, holder: Option<&str>, writer: (&str, &str)) -> LeaseWrite {
+        LeaseWrite {
+            time_us: rv as i64 * 1_000_000,
+            resource_version: rv,
+            namespace: "kube-system".into(),
+            name: name.into(),
+            operation: "update".into(),
+            holder_identity: holder.map(str::to_owned),
+            lease_duration_seconds: Some(15),
+            user_agent: ua(writer.0, writer.1, LEADER_ELECTION),
+        }
+    }
+
+    fn write(rv: u64, component: &str, identity: &str, controller: &str) -> RequestEntry {
+        RequestEntry {
+            time_us: rv as i64 * 1_000_000,
+            method: "PATCH".into(),
+            path: "/api/v1/nodes/n1".into(),
+            user_agent: ua(component, identity, controller),
+            verb: Some("patch".into()),
+            status: 200,
+            resource_version: Some(rv),
+        }
+    }
+
+    fn governance() -> Governance {
+        let catalog = ControllerCatalog::standard();
+        let n = MigrationConfig::load("n", include_bytes!("../../../examples/leader-migration/n.yaml"), &catalog).unwrap().config;
+        let n1 = MigrationConfig::load("n+1", include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"), &catalog).unwrap().config;
+        Governance::default().component(KCM, KCM, Some(&n), &catalog).component(CCM, CCM, Some(&n1), &catalog)
+    }
+
+    fn kinds(report: &AuditReport) -> Vec<&'static str> {
+        report
+            .overlaps
+            .iter()
+            .map(|o| match o {
+                Overlap::WriteOutsideTenure { .. } => "outside",
+                Overlap::UnownedWrite { .. } => "unowned",
+                Overlap::ConcurrentTenures { .. } => "concurrent",
+                Overlap::PrematureTakeover { .. } => "premature",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn user_agents_round_trip_and_others_are_ignored() {
+        let text = ua(CCM, "host-1.example_7c9e", "service-lb-controller");
+        let parsed = UserAgent::parse(&text).unwrap();
+        assert_eq!((parsed.component.as_str(), parsed.identity.as_str(), parsed.controller.as_str()), (CCM, "host-1.example_7c9e", "service-lb-controller"));
+        assert_eq!(UserAgent::parse("kubectl/v1.33.1 (linux/amd64) kubernetes/4cb5f07"), Some(UserAgent {
+            component: "kubectl".into(), version: "v1.33.1".into(), identity: "kubernetes".into(), controller: "4cb5f07".into()
+        }));
+        assert_eq!(UserAgent::parse("curl/8.0"), None);
+    }
+
+    /// A clean migration: kcm-a holds both locks, releases, ccm-b takes the migration lock.
+    fn clean_history() -> (Vec<LeaseWrite>, Vec<RequestEntry>) {
+        let leases = vec![
+            lease(1, KCM, Some("kcm-a"), (KCM, "kcm-a")),
+            lease(2, MIGRATION, Some("kcm-a"), (KCM, "kcm-a")),
+            lease(3, CCM, Some("ccm-b"), (CCM, "ccm-b")),
+            lease(6, MIGRATION, None, (KCM, "kcm-a")),
+            lease(7, MIGRATION, Some("ccm-b"), (CCM, "ccm-b")),
+        ];
+        let requests = vec![
+            write(4, KCM, "kcm-a", "service-lb-controller"),
+            write(5, CCM, "ccm-b", "cloud-node-controller"),
+            write(8, CCM, "ccm-b", "service-lb-controller"),
+        ];
+        (leases, requests)
+    }
+
+    #[test]
+    fn a_clean_migration_has_no_overlap() {
+        let (leases, requests) = clean_history();
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(kinds(&report), Vec::<&str>::new());
+        assert_eq!(report.writes_checked, 3);
+        let handoffs: Vec<(&str, &str, &str, bool)> =
+            report.handoffs.iter().map(|h| (h.lease.as_str(), h.from.as_str(), h.to.as_str(), h.released)).collect();
+        assert_eq!(handoffs, [(MIGRATION, "kcm-a", "ccm-b", true)]);
+        assert_eq!(report.handoffs[0].gap_ms, 1000.0);
+    }
+
+    #[test]
+    fn a_write_after_the_lock_moved_on_is_an_overlap() {
+        let (leases, mut requests) = clean_history();
+        // kcm-a's service controller writes after its release.
+        requests.push(write(9, KCM, "kcm-a", "service-lb-controller"));
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(kinds(&report), ["outside"]);
+        assert!(matches!(&report.overlaps[0], Overlap::WriteOutsideTenure { lease, identity, .. } if lease == MIGRATION && identity == "kcm-a"));
+    }
+
+    #[test]
+    fn a_write_before_acquiring_is_an_overlap() {
+        let (leases, mut requests) = clean_history();
+        requests.push(write(5, CCM, "ccm-b", "node-route-controller"));
+        assert_eq!(kinds(&audit(&leases, &requests, &governance())), ["outside"]);
+    }
+
+    #[test]
+    fn the_main_lock_governs_non_migrated_controllers() {
+        let (leases, mut requests) = clean_history();
+        // ccm-c never held the main lease of the cloud-controller-manager.
+        requests.push(write(8, CCM, "ccm-c", "cloud-node-controller"));
+        assert_eq!(kinds(&audit(&leases, &requests, &governance())), ["outside"]);
+    }
+
+    #[test]
+    fn a_write_by_a_component_that_does_not_own_the_controller_is_an_overlap() {
+        let (leases, _) = clean_history();
+        // Under the N+1 configuration, kube-controller-manager owns none of the migrated controllers.
+        let catalog = ControllerCatalog::standard();
+        let n1 = MigrationConfig::load("n+1", include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"), &catalog).unwrap().config;
+        let governance = Governance::default().component(KCM, KCM, Some(&n1), &catalog).component(CCM, CCM, Some(&n1), &catalog);
+        let requests = [write(5, KCM, "kcm-a", "node-route-controller")];
+        assert_eq!(kinds(&audit(&leases, &requests, &governance)), ["unowned"]);
+    }
+
+    #[test]
+    fn failed_writes_and_other_clients_are_not_counted() {
+        let (leases, mut requests) = clean_history();
+        let mut refused = write(9, KCM, "kcm-a", "service-lb-controller");
+        refused.status = 409;
+        requests.push(refused);
+        requests.push(RequestEntry { user_agent: "kubectl/v1.33 (linux/amd64) kubernetes/abc".into(), ..write(9, KCM, "x", "y") });
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(kinds(&report), Vec::<&str>::new());
+        assert_eq!(report.writes_checked, 3);
+    }
+
+    #[test]
+    fn a_takeover_before_expiry_is_an_overlap() {
+        let mut leases = clean_history().0;
+        // ccm-b takes the main lease of kcm-a 2 s after kcm-a's last renewal (the lease lasts 15 s).
+        leases.push(lease(9, KCM, Some("kcm-a"), (KCM, "kcm-a")));
+        leases.push(lease(11, KCM, Some("kcm-z"), (KCM, "kcm-z")));
+        let report = audit(&leases, &[], &governance());
+        assert_eq!(kinds(&report), ["premature"]);
+        // After the full duration it is a normal crash fail-over.
+        let mut leases = clean_history().0;
+        leases.push(lease(9, KCM, Some("kcm-a"), (KCM, "kcm-a")));
+        leases.push(lease(24, KCM, Some("kcm-z"), (KCM, "kcm-z")));
+        let report = audit(&leases, &[], &governance());
+        assert_eq!(kinds(&report), Vec::<&str>::new());
+        assert_eq!(report.handoffs.last().unwrap().gap_ms, 15_000.0);
+    }
+
+    #[test]
+    fn one_lease_name_held_in_two_namespaces_is_caught() {
+        let tenure_a = Tenure { lease: "l".into(), identity: "a".into(), start_us: 0, start_rv: 1, end_us: Some(10), end_rv: Some(10) };
+        let tenure_b = Tenure { lease: "l".into(), identity: "b".into(), start_us: 5, start_rv: 5, end_us: None, end_rv: None };
+        assert!(tenure_a.overlaps(&tenure_b));
+        let tenure_c = Tenure { start_rv: 10, ..tenure_b.clone() };
+        assert!(!tenure_a.overlaps(&tenure_c));
+        // Managers configured with different lease namespaces each hold "their" lock.
+        let mut forged = vec![lease(1, "l", Some("a"), (KCM, "a"))];
+        forged.push(LeaseWrite { namespace: "other".into(), ..lease(2, "l", Some("b"), (KCM, "b")) });
+        let report = audit(&forged, &[], &governance());
+        assert_eq!(kinds(&report), ["concurrent"]);
+    }
+}

@@ -1,0 +1,357 @@
+//! Lock scopes: which controllers run under which Lease, and when.
+//!
+//! Upstream's ordering, kept exactly: the main lock is taken first; on acquiring it the non-migrated
+//! controllers start; only then does each migration lock campaign, and its migrated controllers start when
+//! it is held. A migration lock is never held without the main lock.
+//!
+//! When a lock is lost, its scope is told to stop and is awaited (at most `stop_grace`, which must end well
+//! before anyone else can take the lock). Then, by [`LossPolicy`], everything else stops, held locks are
+//! released and the error is returned (upstream exits), or the lock is contended for again. On shutdown
+//! every scope stops, then the migration locks are released, then the main lock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::controller_name::ControllerName;
+use crate::elector::{ElectorConfig, ElectorConfigError, Ended, LeaderElector, LeaderState, LossReason, Role};
+
+/// Which kind of lock governs a scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeKind {
+    /// The component's own leader-election lock.
+    Main,
+    /// A leader-migration lock.
+    Migration,
+}
+
+/// A lock and the controllers that run while it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeSpec {
+    /// Name of the Lease.
+    pub lease_name: String,
+    /// The controllers, in start order.
+    pub controllers: Vec<ControllerName>,
+}
+
+/// Election timings and identity, shared by all locks (as upstream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionSettings {
+    /// Namespace of the Leases.
+    pub namespace: String,
+    /// `<hostname>_<uuid>`.
+    pub identity: String,
+    /// `--leader-elect-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--leader-elect-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--leader-elect-retry-period`.
+    pub retry_period: Duration,
+    /// Release locks on shutdown (client-go's `ReleaseOnCancel`).
+    pub release_on_cancel: bool,
+}
+
+/// What to do when a lock is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossPolicy {
+    /// Stop everything and report the loss (the process then exits non-zero, as upstream).
+    Exit,
+    /// Stop that lock's scope (for the main lock: every scope) and campaign again.
+    Recontend,
+}
+
+/// Everything [`run_scopes`] needs.
+#[derive(Debug, Clone)]
+pub struct ScopesConfig {
+    /// The main lock.
+    pub main: ScopeSpec,
+    /// The migration locks (empty when leader migration is off).
+    pub migrations: Vec<ScopeSpec>,
+    /// Election settings.
+    pub election: ElectionSettings,
+    /// On loss.
+    pub on_loss: LossPolicy,
+    /// How long a scope may take to stop after its lock is lost.
+    pub stop_grace: Duration,
+}
+
+/// What a [`ScopeRunner`] is given for one scope.
+#[derive(Debug, Clone)]
+pub struct ScopeContext {
+    /// Main or migration.
+    pub kind: ScopeKind,
+    /// The Lease that governs the scope.
+    pub lease_name: String,
+    /// The controllers to run.
+    pub controllers: Vec<ControllerName>,
+    /// The lock's state; `valid_until` fences writes.
+    pub leadership: watch::Receiver<LeaderState>,
+    /// Fires when the scope must stop.
+    pub stop: CancellationToken,
+}
+
+/// Starts and stops controllers; implemented by the controller manager.
+#[async_trait]
+pub trait ScopeRunner: Send + Sync + 'static {
+    /// Runs the scope's controllers until `scope.stop` fires, then stops them and returns.
+    async fn run_scope(&self, scope: ScopeContext);
+
+    /// An elector started campaigning (for health checks and metrics). Called before it can lead.
+    fn elector_started(&self, _kind: ScopeKind, _lease_name: &str, _state: watch::Receiver<LeaderState>) {}
+}
+
+/// Why the scopes stopped, other than a requested shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum ScopesError {
+    /// The election settings cannot work.
+    #[error(transparent)]
+    Config(#[from] ElectorConfigError),
+    /// A lock was lost (policy [`LossPolicy::Exit`]).
+    #[error("leader election lost on lease {lease}: {reason}")]
+    Lost {
+        /// The Lease.
+        lease: String,
+        /// How.
+        reason: LossReason,
+    },
+    /// A scope did not stop within the grace period after its lock was lost.
+    #[error("the controllers of lease {lease} did not stop within {grace:?} after the lease was lost")]
+    StopTimeout {
+        /// The Lease.
+        lease: String,
+        /// The grace period.
+        grace: Duration,
+    },
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    fn start<R: ScopeRunner>(runner: &std::sync::Arc<R>, context: ScopeContext) -> Running {
+        let stop = context.stop.clone();
+        let runner = runner.clone();
+        Running { stop, task: tokio::spawn(async move { runner.run_scope(context).await }) }
+    }
+
+    /// Stops the scope and waits for it, at most `grace`.
+    async fn stop(self, grace: Duration) -> bool {
+        self.stop.cancel();
+        tokio::time::timeout(grace, self.task).await.is_ok()
+    }
+}
+
+struct Campaign {
+    spec: ScopeSpec,
+    cancel: CancellationToken,
+    state: watch::Receiver<LeaderState>,
+    task: JoinHandle<Ended>,
+}
+
+impl Campaign {
+    fn start<R: ScopeRunner>(
+        client: &kube::Client,
+        settings: &ElectionSettings,
+        spec: &ScopeSpec,
+        kind: ScopeKind,
+        runner: &R,
+    ) -> Result<Campaign, ElectorConfigError> {
+        let config = ElectorConfig {
+            namespace: settings.namespace.clone(),
+            lease_name: spec.lease_name.clone(),
+            identity: settings.identity.clone(),
+            lease_duration: settings.lease_duration,
+            renew_deadline: settings.renew_deadline,
+            retry_period: settings.retry_period,
+            release_on_cancel: settings.release_on_cancel,
+        };
+        let (mut elector, state) = LeaderElector::new(client.clone(), config)?;
+        runner.elector_started(kind, &spec.lease_name, state.clone());
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let task = tokio::spawn(async move { elector.run(&token).await });
+        Ok(Campaign { spec: spec.clone(), cancel, state, task })
+    }
+
+    /// Ends the campaign (releasing the lock if held) and waits for it.
+    async fn end(self) -> Ended {
+        self.cancel.cancel();
+        self.task.await.unwrap_or(Ended::Released)
+    }
+}
+
+/// A held lock with its running scope.
+struct Held {
+    campaign: Campaign,
+    scope: Running,
+}
+
+/// Runs the scopes until `shutdown` fires (`Ok`) or a lock is lost under [`LossPolicy::Exit`] (`Err`).
+pub async fn run_scopes<R: ScopeRunner>(
+    client: kube::Client,
+    config: ScopesConfig,
+    runner: std::sync::Arc<R>,
+    shutdown: CancellationToken,
+) -> Result<(), ScopesError> {
+    loop {
+        let main = Campaign::start(&client, &config.election, &config.main, ScopeKind::Main, runner.as_ref())?;
+        let mut main_state = main.state.clone();
+        // Campaign for the main lock.
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                main.end().await;
+                return Ok(());
+            }
+            leading = main_state.wait_for(|s| s.role == Role::Leading) => {
+                if leading.is_err() {
+                    // The elector ended without leading (it only does so when cancelled).
+                    continue;
+                }
+            }
+        }
+        let main_scope = Running::start(&runner, context(&main, ScopeKind::Main));
+        let mut main_held = Held { campaign: main, scope: main_scope };
+
+        // Only now do the migration locks campaign.
+        let mut waiting: Vec<Campaign> = Vec::new();
+        for spec in &config.migrations {
+            waiting.push(Campaign::start(&client, &config.election, spec, ScopeKind::Migration, runner.as_ref())?);
+        }
+        let mut held: Vec<Held> = Vec::new();
+
+        let outcome = loop {
+            let event = next_event(&mut main_held, &mut waiting, &mut held, &shutdown).await;
+            match event {
+                Event::Shutdown => break Outcome::Shutdown,
+                Event::MigrationAcquired(index) => {
+                    let campaign = waiting.remove(index);
+                    let scope = Running::start(&runner, context(&campaign, ScopeKind::Migration));
+                    held.push(Held { campaign, scope });
+                }
+                Event::MigrationEnded(index, ended) => {
+                    let lost = held.remove(index);
+                    let lease = lost.campaign.spec.lease_name.clone();
+                    let reason = match ended {
+                        Ended::Lost(reason) => reason,
+                        Ended::Released | Ended::CancelledBeforeLeading => LossReason::RenewDeadline,
+                    };
+                    tracing::error!(%lease, %reason, "migration leader election lost; stopping its controllers");
+                    if !lost.scope.stop(config.stop_grace).await {
+                        break Outcome::StopTimeout(lease);
+                    }
+                    match config.on_loss {
+                        LossPolicy::Exit => break Outcome::Lost(lease, reason),
+                        LossPolicy::Recontend => {
+                            waiting.push(Campaign::start(&client, &config.election, &lost.campaign.spec, ScopeKind::Migration, runner.as_ref())?);
+                        }
+                    }
+                }
+                Event::MainEnded(ended) => {
+                    let reason = match ended {
+                        Ended::Lost(reason) => reason,
+                        Ended::Released | Ended::CancelledBeforeLeading => LossReason::RenewDeadline,
+                    };
+                    tracing::error!(lease = %config.main.lease_name, %reason, "leader election lost; stopping every controller");
+                    break Outcome::MainLost(reason);
+                }
+            }
+        };
+
+        // Wind down: every scope stops first, then migration locks are released, then the main lock.
+        let grace = config.stop_grace;
+        let main_lost = matches!(outcome, Outcome::MainLost(_));
+        let Held { campaign: main_campaign, scope: main_scope } = main_held;
+        let (migrations, main_stopped) = tokio::join!(
+            futures::future::join_all(held.into_iter().map(|h| async move { (h.scope.stop(grace).await, h.campaign) })),
+            main_scope.stop(grace),
+        );
+        let mut stopped_in_time = main_stopped;
+        for (stopped, campaign) in migrations {
+            stopped_in_time &= stopped;
+            campaign.end().await;
+        }
+        for campaign in waiting {
+            campaign.end().await;
+        }
+        if !main_lost {
+            main_campaign.end().await;
+        }
+        if !stopped_in_time {
+            return Err(ScopesError::StopTimeout { lease: config.main.lease_name.clone(), grace });
+        }
+        match outcome {
+            Outcome::Shutdown => return Ok(()),
+            Outcome::StopTimeout(lease) => return Err(ScopesError::StopTimeout { lease, grace }),
+            Outcome::Lost(lease, reason) => return Err(ScopesError::Lost { lease, reason }),
+            Outcome::MainLost(reason) => {
+                if config.on_loss == LossPolicy::Exit {
+                    return Err(ScopesError::Lost { lease: config.main.lease_name.clone(), reason });
+                }
+                tracing::info!(lease = %config.main.lease_name, "campaigning again");
+            }
+        }
+    }
+}
+
+enum Outcome {
+    Shutdown,
+    MainLost(LossReason),
+    Lost(String, LossReason),
+    StopTimeout(String),
+}
+
+enum Event {
+    Shutdown,
+    MainEnded(Ended),
+    MigrationAcquired(usize),
+    MigrationEnded(usize, Ended),
+}
+
+fn context(campaign: &Campaign, kind: ScopeKind) -> ScopeContext {
+    ScopeContext {
+        kind,
+        lease_name: campaign.spec.lease_name.clone(),
+        controllers: campaign.spec.controllers.clone(),
+        leadership: campaign.state.clone(),
+        stop: CancellationToken::new(),
+    }
+}
+
+/// Waits for the next thing that changes what runs.
+async fn next_event(main: &mut Held, waiting: &mut [Campaign], held: &mut [Held], shutdown: &CancellationToken) -> Event {
+    let acquired = async {
+        if waiting.is_empty() {
+            return std::future::pending::<usize>().await;
+        }
+        let campaigns = waiting.iter_mut().enumerate().map(|(index, campaign)| {
+            Box::pin(async move {
+                // An elector ends without leading only when cancelled: treat that as never acquiring.
+                match campaign.state.wait_for(|s| s.role == Role::Leading).await {
+                    Ok(_) => index,
+                    Err(_) => std::future::pending().await,
+                }
+            })
+        });
+        futures::future::select_all(campaigns).await.0
+    };
+    let ended = async {
+        if held.is_empty() {
+            return std::future::pending::<(usize, Ended)>().await;
+        }
+        let elections = held.iter_mut().enumerate().map(|(index, h)| {
+            Box::pin(async move { (index, (&mut h.campaign.task).await.unwrap_or(Ended::Lost(LossReason::RenewDeadline))) })
+        });
+        futures::future::select_all(elections).await.0
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => Event::Shutdown,
+        result = &mut main.campaign.task => Event::MainEnded(result.unwrap_or(Ended::Lost(LossReason::RenewDeadline))),
+        index = acquired => Event::MigrationAcquired(index),
+        (index, ended) = ended => Event::MigrationEnded(index, ended),
+    }
+}
