@@ -1,1 +1,28 @@
-//! The CloudProvider trait (see issue 5).
+//! The contract between the framework and a cloud: implement [`CloudProvider`] (and the capabilities your
+//! cloud has) and the controller manager does the rest.
+//!
+//! - [`CloudProvider`]: identity, initialisation, and optional capability accessors. A controller whose
+//!   capability is missing is *skipped with a reason*, which is different from *failed*.
+//! - [`InstancesV2`], [`LoadBalancer`], [`Routes`], [`Zones`] (deprecated), [`Clusters`]: the capabilities.
+//!   Instance look-ups have batch forms with per-node defaults, so a cloud that can answer many nodes in
+//!   one call (EC2's DescribeInstances) overrides one method.
+//! - [`CloudError`]: `NotImplemented`, `InstanceNotFound`, `ImplementedElsewhere`, `Retry { after }`, and
+//!   the provider's own errors.
+//! - [`ProviderRegistry`]: name → factory, built explicitly by the binary; unknown and duplicate names are
+//!   errors.
+//! - [`names`]: well-known taints, labels, annotations and finalizers.
+
+mod error;
+mod instances;
+mod load_balancer;
+pub mod names;
+mod provider;
+mod registry;
+mod routes;
+
+pub use error::CloudError;
+pub use instances::{InstanceMetadata, InstancesV2};
+pub use load_balancer::{LoadBalancer, default_load_balancer_name};
+pub use provider::{CloudProvider, Clusters, InitializeContext, Zone, Zones};
+pub use registry::{ProviderFactory, ProviderRegistry, RegistryError};
+pub use routes::{Route, Routes};

@@ -120,8 +120,11 @@ pub struct RequestEntry {
 
 impl RequestEntry {
     fn is_successful_write(&self) -> bool {
-        let write = matches!(self.verb.as_deref(), Some("create" | "update" | "patch" | "delete" | "deletecollection"))
-            || (self.verb.is_none() && matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
+        let write = matches!(
+            self.verb.as_deref(),
+            Some("create" | "update" | "patch" | "delete" | "deletecollection")
+        ) || (self.verb.is_none()
+            && matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
         write && (200..300).contains(&self.status)
     }
 }
@@ -147,19 +150,37 @@ enum Rule {
 
 impl Governance {
     /// Adds a component: its main Lease and, when it runs leader migration, its configuration.
-    pub fn component(mut self, component: &str, main_lease: &str, migration: Option<&MigrationConfig>, catalog: &ControllerCatalog) -> Self {
+    pub fn component(
+        mut self,
+        component: &str,
+        main_lease: &str,
+        migration: Option<&MigrationConfig>,
+        catalog: &ControllerCatalog,
+    ) -> Self {
         let filter = migration.map(|config| Filter::for_config(config, component, catalog));
-        self.components.insert(component.to_owned(), ComponentRules { main_lease: main_lease.to_owned(), filter });
+        self.components.insert(
+            component.to_owned(),
+            ComponentRules {
+                main_lease: main_lease.to_owned(),
+                filter,
+            },
+        );
         self
     }
 
     fn rule(&self, component: &str, controller: &str) -> Option<Rule> {
         let rules = self.components.get(component)?;
-        Some(match rules.filter.as_ref().map_or(FilterResult::NonMigrated, |f| f.classify(controller)) {
-            FilterResult::NonMigrated => Rule::Lease(rules.main_lease.clone()),
-            FilterResult::Migrated { lease } => Rule::Lease(lease),
-            FilterResult::Unowned { owner } => Rule::Forbidden { owner },
-        })
+        Some(
+            match rules
+                .filter
+                .as_ref()
+                .map_or(FilterResult::NonMigrated, |f| f.classify(controller))
+            {
+                FilterResult::NonMigrated => Rule::Lease(rules.main_lease.clone()),
+                FilterResult::Migrated { lease } => Rule::Lease(lease),
+                FilterResult::Unowned { owner } => Rule::Forbidden { owner },
+            },
+        )
     }
 }
 
@@ -286,7 +307,10 @@ pub struct AuditReport {
 pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap>) {
     let mut by_lease: BTreeMap<(String, String), Vec<&LeaseWrite>> = BTreeMap::new();
     for write in leases {
-        by_lease.entry((write.namespace.clone(), write.name.clone())).or_default().push(write);
+        by_lease
+            .entry((write.namespace.clone(), write.name.clone()))
+            .or_default()
+            .push(write);
     }
     let (mut tenures, mut handoffs, mut overlaps) = (Vec::new(), Vec::new(), Vec::new());
     for ((_, lease), mut writes) in by_lease {
@@ -295,7 +319,11 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
         // The last write of the previous holder, for hand-off gaps and takeover checks.
         let mut last: Option<(&LeaseWrite, bool)> = None;
         for write in writes {
-            let holder = write.holder_identity.clone().filter(|h| !h.is_empty()).filter(|_| write.operation != "delete");
+            let holder = write
+                .holder_identity
+                .clone()
+                .filter(|h| !h.is_empty())
+                .filter(|_| write.operation != "delete");
             let current = open.as_ref().map(|t| t.identity.clone());
             match (current, holder) {
                 (Some(current), Some(holder)) if current == holder => {
@@ -309,17 +337,37 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
                     }
                     if let Some((previous, released)) = last {
                         let from = previous.holder_identity.clone().filter(|h| !h.is_empty());
-                        let from = from.or_else(|| UserAgent::parse(&previous.user_agent).map(|ua| ua.identity));
+                        let from =
+                            from.or_else(|| UserAgent::parse(&previous.user_agent).map(|ua| ua.identity));
                         if let Some(from) = from.filter(|f| *f != holder) {
                             let gap_us = write.time_us - previous.time_us;
-                            handoffs.push(Handoff { lease: lease.clone(), from: from.clone(), to: holder.clone(), gap_ms: gap_us as f64 / 1000.0, released });
+                            handoffs.push(Handoff {
+                                lease: lease.clone(),
+                                from: from.clone(),
+                                to: holder.clone(),
+                                gap_ms: gap_us as f64 / 1000.0,
+                                released,
+                            });
                             let duration_ms = previous.lease_duration_seconds.unwrap_or(0) * 1000;
                             if current.is_some() && !released && gap_us / 1000 < duration_ms {
-                                overlaps.push(Overlap::PrematureTakeover { lease: lease.clone(), from, to: holder.clone(), gap_ms: gap_us / 1000, lease_duration_ms: duration_ms });
+                                overlaps.push(Overlap::PrematureTakeover {
+                                    lease: lease.clone(),
+                                    from,
+                                    to: holder.clone(),
+                                    gap_ms: gap_us / 1000,
+                                    lease_duration_ms: duration_ms,
+                                });
                             }
                         }
                     }
-                    open = Some(Tenure { lease: lease.clone(), identity: holder, start_us: write.time_us, start_rv: write.resource_version, end_us: None, end_rv: None });
+                    open = Some(Tenure {
+                        lease: lease.clone(),
+                        identity: holder,
+                        start_us: write.time_us,
+                        start_rv: write.resource_version,
+                        end_us: None,
+                        end_rv: None,
+                    });
                     last = Some((write, false));
                 }
                 (Some(_), None) => {
@@ -339,7 +387,11 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
     for (index, tenure) in tenures.iter().enumerate() {
         for other in &tenures[index + 1..] {
             if tenure.lease == other.lease && tenure.identity != other.identity && tenure.overlaps(other) {
-                overlaps.push(Overlap::ConcurrentTenures { lease: tenure.lease.clone(), first: tenure.identity.clone(), second: other.identity.clone() });
+                overlaps.push(Overlap::ConcurrentTenures {
+                    lease: tenure.lease.clone(),
+                    first: tenure.identity.clone(),
+                    second: other.identity.clone(),
+                });
             }
         }
     }
@@ -351,11 +403,15 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
     let (tenures, handoffs, mut overlaps) = tenures(leases);
     let mut writes_checked = 0;
     for request in requests.iter().filter(|r| r.is_successful_write()) {
-        let Some(agent) = UserAgent::parse(&request.user_agent) else { continue };
+        let Some(agent) = UserAgent::parse(&request.user_agent) else {
+            continue;
+        };
         if agent.controller == LEADER_ELECTION {
             continue;
         }
-        let Some(rule) = governance.rule(&agent.component, &agent.controller) else { continue };
+        let Some(rule) = governance.rule(&agent.component, &agent.controller) else {
+            continue;
+        };
         writes_checked += 1;
         match rule {
             Rule::Forbidden { owner } => overlaps.push(Overlap::UnownedWrite {
@@ -367,9 +423,11 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
                 time_us: request.time_us,
             }),
             Rule::Lease(lease) => {
-                let held = tenures
-                    .iter()
-                    .any(|t| t.lease == lease && t.identity == agent.identity && t.contains(request.resource_version, request.time_us));
+                let held = tenures.iter().any(|t| {
+                    t.lease == lease
+                        && t.identity == agent.identity
+                        && t.contains(request.resource_version, request.time_us)
+                });
                 if !held {
                     overlaps.push(Overlap::WriteOutsideTenure {
                         component: agent.component,
@@ -384,7 +442,12 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
             }
         }
     }
-    AuditReport { tenures, handoffs, overlaps, writes_checked }
+    AuditReport {
+        tenures,
+        handoffs,
+        overlaps,
+        writes_checked,
+    }
 }
 
 #[cfg(test)]
@@ -396,7 +459,13 @@ mod tests {
     const MIGRATION: &str = "cloud-provider-extraction-migration";
 
     fn ua(component: &str, identity: &str, controller: &str) -> String {
-        UserAgent { component: component.into(), version: "0.1.0".into(), identity: identity.into(), controller: controller.into() }.render()
+        UserAgent {
+            component: component.into(),
+            version: "0.1.0".into(),
+            identity: identity.into(),
+            controller: controller.into(),
+        }
+        .render()
     }
 
     fn lease(rv: u64, name: &str, holder: Option<&str>, writer: (&str, &str)) -> LeaseWrite {
@@ -426,9 +495,23 @@ mod tests {
 
     fn governance() -> Governance {
         let catalog = ControllerCatalog::standard();
-        let n = MigrationConfig::load("n", include_bytes!("../../../examples/leader-migration/n.yaml"), &catalog).unwrap().config;
-        let n1 = MigrationConfig::load("n+1", include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"), &catalog).unwrap().config;
-        Governance::default().component(KCM, KCM, Some(&n), &catalog).component(CCM, CCM, Some(&n1), &catalog)
+        let n = MigrationConfig::load(
+            "n",
+            include_bytes!("../../../examples/leader-migration/n.yaml"),
+            &catalog,
+        )
+        .unwrap()
+        .config;
+        let n1 = MigrationConfig::load(
+            "n+1",
+            include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"),
+            &catalog,
+        )
+        .unwrap()
+        .config;
+        Governance::default()
+            .component(KCM, KCM, Some(&n), &catalog)
+            .component(CCM, CCM, Some(&n1), &catalog)
     }
 
     fn kinds(report: &AuditReport) -> Vec<&'static str> {
@@ -448,10 +531,23 @@ mod tests {
     fn user_agents_round_trip_and_others_are_ignored() {
         let text = ua(CCM, "host-1.example_7c9e", "service-lb-controller");
         let parsed = UserAgent::parse(&text).unwrap();
-        assert_eq!((parsed.component.as_str(), parsed.identity.as_str(), parsed.controller.as_str()), (CCM, "host-1.example_7c9e", "service-lb-controller"));
-        assert_eq!(UserAgent::parse("kubectl/v1.33.1 (linux/amd64) kubernetes/4cb5f07"), Some(UserAgent {
-            component: "kubectl".into(), version: "v1.33.1".into(), identity: "kubernetes".into(), controller: "4cb5f07".into()
-        }));
+        assert_eq!(
+            (
+                parsed.component.as_str(),
+                parsed.identity.as_str(),
+                parsed.controller.as_str()
+            ),
+            (CCM, "host-1.example_7c9e", "service-lb-controller")
+        );
+        assert_eq!(
+            UserAgent::parse("kubectl/v1.33.1 (linux/amd64) kubernetes/4cb5f07"),
+            Some(UserAgent {
+                component: "kubectl".into(),
+                version: "v1.33.1".into(),
+                identity: "kubernetes".into(),
+                controller: "4cb5f07".into()
+            })
+        );
         assert_eq!(UserAgent::parse("curl/8.0"), None);
     }
 
@@ -478,8 +574,11 @@ mod tests {
         let report = audit(&leases, &requests, &governance());
         assert_eq!(kinds(&report), Vec::<&str>::new());
         assert_eq!(report.writes_checked, 3);
-        let handoffs: Vec<(&str, &str, &str, bool)> =
-            report.handoffs.iter().map(|h| (h.lease.as_str(), h.from.as_str(), h.to.as_str(), h.released)).collect();
+        let handoffs: Vec<(&str, &str, &str, bool)> = report
+            .handoffs
+            .iter()
+            .map(|h| (h.lease.as_str(), h.from.as_str(), h.to.as_str(), h.released))
+            .collect();
         assert_eq!(handoffs, [(MIGRATION, "kcm-a", "ccm-b", true)]);
         assert_eq!(report.handoffs[0].gap_ms, 1000.0);
     }
@@ -491,7 +590,9 @@ mod tests {
         requests.push(write(9, KCM, "kcm-a", "service-lb-controller"));
         let report = audit(&leases, &requests, &governance());
         assert_eq!(kinds(&report), ["outside"]);
-        assert!(matches!(&report.overlaps[0], Overlap::WriteOutsideTenure { lease, identity, .. } if lease == MIGRATION && identity == "kcm-a"));
+        assert!(
+            matches!(&report.overlaps[0], Overlap::WriteOutsideTenure { lease, identity, .. } if lease == MIGRATION && identity == "kcm-a")
+        );
     }
 
     #[test]
@@ -514,8 +615,16 @@ mod tests {
         let (leases, _) = clean_history();
         // Under the N+1 configuration, kube-controller-manager owns none of the migrated controllers.
         let catalog = ControllerCatalog::standard();
-        let n1 = MigrationConfig::load("n+1", include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"), &catalog).unwrap().config;
-        let governance = Governance::default().component(KCM, KCM, Some(&n1), &catalog).component(CCM, CCM, Some(&n1), &catalog);
+        let n1 = MigrationConfig::load(
+            "n+1",
+            include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"),
+            &catalog,
+        )
+        .unwrap()
+        .config;
+        let governance = Governance::default()
+            .component(KCM, KCM, Some(&n1), &catalog)
+            .component(CCM, CCM, Some(&n1), &catalog);
         let requests = [write(5, KCM, "kcm-a", "node-route-controller")];
         assert_eq!(kinds(&audit(&leases, &requests, &governance)), ["unowned"]);
     }
@@ -526,7 +635,10 @@ mod tests {
         let mut refused = write(9, KCM, "kcm-a", "service-lb-controller");
         refused.status = 409;
         requests.push(refused);
-        requests.push(RequestEntry { user_agent: "kubectl/v1.33 (linux/amd64) kubernetes/abc".into(), ..write(9, KCM, "x", "y") });
+        requests.push(RequestEntry {
+            user_agent: "kubectl/v1.33 (linux/amd64) kubernetes/abc".into(),
+            ..write(9, KCM, "x", "y")
+        });
         let report = audit(&leases, &requests, &governance());
         assert_eq!(kinds(&report), Vec::<&str>::new());
         assert_eq!(report.writes_checked, 3);
@@ -551,14 +663,34 @@ mod tests {
 
     #[test]
     fn one_lease_name_held_in_two_namespaces_is_caught() {
-        let tenure_a = Tenure { lease: "l".into(), identity: "a".into(), start_us: 0, start_rv: 1, end_us: Some(10), end_rv: Some(10) };
-        let tenure_b = Tenure { lease: "l".into(), identity: "b".into(), start_us: 5, start_rv: 5, end_us: None, end_rv: None };
+        let tenure_a = Tenure {
+            lease: "l".into(),
+            identity: "a".into(),
+            start_us: 0,
+            start_rv: 1,
+            end_us: Some(10),
+            end_rv: Some(10),
+        };
+        let tenure_b = Tenure {
+            lease: "l".into(),
+            identity: "b".into(),
+            start_us: 5,
+            start_rv: 5,
+            end_us: None,
+            end_rv: None,
+        };
         assert!(tenure_a.overlaps(&tenure_b));
-        let tenure_c = Tenure { start_rv: 10, ..tenure_b.clone() };
+        let tenure_c = Tenure {
+            start_rv: 10,
+            ..tenure_b.clone()
+        };
         assert!(!tenure_a.overlaps(&tenure_c));
         // Managers configured with different lease namespaces each hold "their" lock.
         let mut forged = vec![lease(1, "l", Some("a"), (KCM, "a"))];
-        forged.push(LeaseWrite { namespace: "other".into(), ..lease(2, "l", Some("b"), (KCM, "b")) });
+        forged.push(LeaseWrite {
+            namespace: "other".into(),
+            ..lease(2, "l", Some("b"), (KCM, "b"))
+        });
         let report = audit(&forged, &[], &governance());
         assert_eq!(kinds(&report), ["concurrent"]);
     }

@@ -17,7 +17,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller_name::ControllerName;
-use crate::elector::{ElectorConfig, ElectorConfigError, Ended, LeaderElector, LeaderState, LossReason, Role};
+use crate::elector::{
+    ElectorConfig, ElectorConfigError, Ended, LeaderElector, LeaderState, LossReason, Role,
+};
 
 /// Which kind of lock governs a scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +138,10 @@ impl Running {
     fn start<R: ScopeRunner>(runner: &std::sync::Arc<R>, context: ScopeContext) -> Running {
         let stop = context.stop.clone();
         let runner = runner.clone();
-        Running { stop, task: tokio::spawn(async move { runner.run_scope(context).await }) }
+        Running {
+            stop,
+            task: tokio::spawn(async move { runner.run_scope(context).await }),
+        }
     }
 
     /// Stops the scope and waits for it, at most `grace`.
@@ -175,7 +180,12 @@ impl Campaign {
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let task = tokio::spawn(async move { elector.run(&token).await });
-        Ok(Campaign { spec: spec.clone(), cancel, state, task })
+        Ok(Campaign {
+            spec: spec.clone(),
+            cancel,
+            state,
+            task,
+        })
     }
 
     /// Ends the campaign (releasing the lock if held) and waits for it.
@@ -199,7 +209,13 @@ pub async fn run_scopes<R: ScopeRunner>(
     shutdown: CancellationToken,
 ) -> Result<(), ScopesError> {
     loop {
-        let main = Campaign::start(&client, &config.election, &config.main, ScopeKind::Main, runner.as_ref())?;
+        let main = Campaign::start(
+            &client,
+            &config.election,
+            &config.main,
+            ScopeKind::Main,
+            runner.as_ref(),
+        )?;
         let mut main_state = main.state.clone();
         // Campaign for the main lock.
         tokio::select! {
@@ -207,20 +223,29 @@ pub async fn run_scopes<R: ScopeRunner>(
                 main.end().await;
                 return Ok(());
             }
-            leading = main_state.wait_for(|s| s.role == Role::Leading) => {
-                if leading.is_err() {
+            leading = async { main_state.wait_for(|s| s.role == Role::Leading).await.is_ok() } => {
+                if !leading {
                     // The elector ended without leading (it only does so when cancelled).
                     continue;
                 }
             }
         }
         let main_scope = Running::start(&runner, context(&main, ScopeKind::Main));
-        let mut main_held = Held { campaign: main, scope: main_scope };
+        let mut main_held = Held {
+            campaign: main,
+            scope: main_scope,
+        };
 
         // Only now do the migration locks campaign.
         let mut waiting: Vec<Campaign> = Vec::new();
         for spec in &config.migrations {
-            waiting.push(Campaign::start(&client, &config.election, spec, ScopeKind::Migration, runner.as_ref())?);
+            waiting.push(Campaign::start(
+                &client,
+                &config.election,
+                spec,
+                ScopeKind::Migration,
+                runner.as_ref(),
+            )?);
         }
         let mut held: Vec<Held> = Vec::new();
 
@@ -247,7 +272,13 @@ pub async fn run_scopes<R: ScopeRunner>(
                     match config.on_loss {
                         LossPolicy::Exit => break Outcome::Lost(lease, reason),
                         LossPolicy::Recontend => {
-                            waiting.push(Campaign::start(&client, &config.election, &lost.campaign.spec, ScopeKind::Migration, runner.as_ref())?);
+                            waiting.push(Campaign::start(
+                                &client,
+                                &config.election,
+                                &lost.campaign.spec,
+                                ScopeKind::Migration,
+                                runner.as_ref(),
+                            )?);
                         }
                     }
                 }
@@ -265,9 +296,15 @@ pub async fn run_scopes<R: ScopeRunner>(
         // Wind down: every scope stops first, then migration locks are released, then the main lock.
         let grace = config.stop_grace;
         let main_lost = matches!(outcome, Outcome::MainLost(_));
-        let Held { campaign: main_campaign, scope: main_scope } = main_held;
+        let Held {
+            campaign: main_campaign,
+            scope: main_scope,
+        } = main_held;
         let (migrations, main_stopped) = tokio::join!(
-            futures::future::join_all(held.into_iter().map(|h| async move { (h.scope.stop(grace).await, h.campaign) })),
+            futures::future::join_all(
+                held.into_iter()
+                    .map(|h| async move { (h.scope.stop(grace).await, h.campaign) })
+            ),
             main_scope.stop(grace),
         );
         let mut stopped_in_time = main_stopped;
@@ -282,7 +319,10 @@ pub async fn run_scopes<R: ScopeRunner>(
             main_campaign.end().await;
         }
         if !stopped_in_time {
-            return Err(ScopesError::StopTimeout { lease: config.main.lease_name.clone(), grace });
+            return Err(ScopesError::StopTimeout {
+                lease: config.main.lease_name.clone(),
+                grace,
+            });
         }
         match outcome {
             Outcome::Shutdown => return Ok(()),
@@ -290,7 +330,10 @@ pub async fn run_scopes<R: ScopeRunner>(
             Outcome::Lost(lease, reason) => return Err(ScopesError::Lost { lease, reason }),
             Outcome::MainLost(reason) => {
                 if config.on_loss == LossPolicy::Exit {
-                    return Err(ScopesError::Lost { lease: config.main.lease_name.clone(), reason });
+                    return Err(ScopesError::Lost {
+                        lease: config.main.lease_name.clone(),
+                        reason,
+                    });
                 }
                 tracing::info!(lease = %config.main.lease_name, "campaigning again");
             }
@@ -323,7 +366,12 @@ fn context(campaign: &Campaign, kind: ScopeKind) -> ScopeContext {
 }
 
 /// Waits for the next thing that changes what runs.
-async fn next_event(main: &mut Held, waiting: &mut [Campaign], held: &mut [Held], shutdown: &CancellationToken) -> Event {
+async fn next_event(
+    main: &mut Held,
+    waiting: &mut [Campaign],
+    held: &mut [Held],
+    shutdown: &CancellationToken,
+) -> Event {
     let acquired = async {
         if waiting.is_empty() {
             return std::future::pending::<usize>().await;
@@ -331,9 +379,11 @@ async fn next_event(main: &mut Held, waiting: &mut [Campaign], held: &mut [Held]
         let campaigns = waiting.iter_mut().enumerate().map(|(index, campaign)| {
             Box::pin(async move {
                 // An elector ends without leading only when cancelled: treat that as never acquiring.
-                match campaign.state.wait_for(|s| s.role == Role::Leading).await {
-                    Ok(_) => index,
-                    Err(_) => std::future::pending().await,
+                let leads = campaign.state.wait_for(|s| s.role == Role::Leading).await.is_ok();
+                if leads {
+                    index
+                } else {
+                    std::future::pending().await
                 }
             })
         });
@@ -344,7 +394,14 @@ async fn next_event(main: &mut Held, waiting: &mut [Campaign], held: &mut [Held]
             return std::future::pending::<(usize, Ended)>().await;
         }
         let elections = held.iter_mut().enumerate().map(|(index, h)| {
-            Box::pin(async move { (index, (&mut h.campaign.task).await.unwrap_or(Ended::Lost(LossReason::RenewDeadline))) })
+            Box::pin(async move {
+                (
+                    index,
+                    (&mut h.campaign.task)
+                        .await
+                        .unwrap_or(Ended::Lost(LossReason::RenewDeadline)),
+                )
+            })
         });
         futures::future::select_all(elections).await.0
     };

@@ -46,10 +46,13 @@ impl Candidate {
     }
 
     async fn leads(&mut self) {
-        tokio::time::timeout(Duration::from_secs(10), self.state.wait_for(|s| s.role == Role::Leading))
-            .await
-            .expect("leads in time")
-            .expect("elector running");
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            self.state.wait_for(|s| s.role == Role::Leading),
+        )
+        .await
+        .expect("leads in time")
+        .expect("elector running");
     }
 
     async fn stop(self) -> Ended {
@@ -68,18 +71,32 @@ async fn acquires_renews_and_releases() {
     // Wait for two renewals.
     let mut state_changes = a.state.clone();
     for _ in 0..2 {
-        tokio::time::timeout(Duration::from_secs(5), state_changes.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), state_changes.changed())
+            .await
+            .unwrap()
+            .unwrap();
     }
     assert_eq!(a.stop().await, Ended::Released);
     let history = server.leases();
     let leases: Vec<_> = history.iter().filter(|r| r.name == LEASE).collect();
     assert_eq!(leases.first().unwrap().operation, "create");
     assert!(leases.len() >= 3, "created, renewed, released: {leases:?}");
-    assert!(leases.iter().all(|r| r.lease_transitions == Some(0) && r.lease_duration_seconds.is_some()));
+    assert!(
+        leases
+            .iter()
+            .all(|r| r.lease_transitions == Some(0) && r.lease_duration_seconds.is_some())
+    );
     let last = leases.last().unwrap();
-    assert_eq!((last.holder_identity.as_deref(), last.lease_duration_seconds), (None, Some(1)), "client-go's release record");
+    assert_eq!(
+        (last.holder_identity.as_deref(), last.lease_duration_seconds),
+        (None, Some(1)),
+        "client-go's release record"
+    );
     let renewals: Vec<&str> = leases.iter().filter_map(|r| r.renew_time.as_deref()).collect();
-    assert!(renewals.windows(2).all(|w| w[0] < w[1]), "renewTime advances: {renewals:?}");
+    assert!(
+        renewals.windows(2).all(|w| w[0] < w[1]),
+        "renewTime advances: {renewals:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,16 +106,29 @@ async fn a_release_hands_over_at_once() {
     a.leads().await;
     let mut b = Candidate::start(&server, "b");
     // b follows the lease with its watch; wait until it has seen a's record.
-    tokio::time::timeout(Duration::from_secs(5), b.state.wait_for(|s| s.holder.as_deref() == Some("a"))).await.unwrap().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.state.wait_for(|s| s.holder.as_deref() == Some("a")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(a.stop().await, Ended::Released);
     b.leads().await;
     let history: Vec<_> = server.leases().into_iter().filter(|r| r.name == LEASE).collect();
     let released = history.iter().rposition(|r| r.holder_identity.is_none()).unwrap();
     let taken = &history[released + 1];
     assert_eq!(taken.holder_identity.as_deref(), Some("b"));
-    assert_eq!(taken.lease_transitions, Some(1), "a created it (0); the release keeps the count; b's acquisition adds one");
+    assert_eq!(
+        taken.lease_transitions,
+        Some(1),
+        "a created it (0); the release keeps the count; b's acquisition adds one"
+    );
     let gap_ms = (taken.time_us - history[released].time_us) as f64 / 1000.0;
-    assert!(gap_ms < 500.0, "hand-over took {gap_ms} ms, far below the 1 s lease duration");
+    assert!(
+        gap_ms < 500.0,
+        "hand-over took {gap_ms} ms, far below the 1 s lease duration"
+    );
     b.stop().await;
 }
 
@@ -108,16 +138,28 @@ async fn a_crashed_leader_is_replaced_after_the_lease_duration() {
     let mut a = Candidate::start(&server, "a");
     a.leads().await;
     let mut b = Candidate::start(&server, "b");
-    tokio::time::timeout(Duration::from_secs(5), b.state.wait_for(|s| s.holder.as_deref() == Some("a"))).await.unwrap().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.state.wait_for(|s| s.holder.as_deref() == Some("a")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // A crash: the elector stops without releasing (its task is aborted mid-flight).
     a.task.abort();
     b.leads().await;
     let history: Vec<_> = server.leases().into_iter().filter(|r| r.name == LEASE).collect();
-    let taken = history.iter().position(|r| r.holder_identity.as_deref() == Some("b")).unwrap();
+    let taken = history
+        .iter()
+        .position(|r| r.holder_identity.as_deref() == Some("b"))
+        .unwrap();
     let last_a = &history[taken - 1];
     assert_eq!(last_a.holder_identity.as_deref(), Some("a"));
     let gap_ms = (history[taken].time_us - last_a.time_us) as f64 / 1000.0;
-    assert!((1000.0..1600.0).contains(&gap_ms), "took over {gap_ms} ms after a's last renewal; the lease lasts 1000 ms");
+    assert!(
+        (1000.0..1600.0).contains(&gap_ms),
+        "took over {gap_ms} ms after a's last renewal; the lease lasts 1000 ms"
+    );
     b.stop().await;
 }
 
@@ -127,16 +169,32 @@ async fn a_partitioned_leader_stops_before_anyone_takes_over() {
     let mut a = Candidate::start(&server, "a");
     a.leads().await;
     let mut b = Candidate::start(&server, "b");
-    tokio::time::timeout(Duration::from_secs(5), b.state.wait_for(|s| s.holder.as_deref() == Some("a"))).await.unwrap().unwrap();
-    server.add_fault(FaultSpec { user_agent: Some(" a/leader-election".into()), action: FaultAction::Partition, duration_ms: None });
-    let ended = tokio::time::timeout(Duration::from_secs(5), a.task).await.unwrap().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.state.wait_for(|s| s.holder.as_deref() == Some("a")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    server.add_fault(FaultSpec {
+        user_agent: Some(" a/leader-election".into()),
+        action: FaultAction::Partition,
+        duration_ms: None,
+    });
+    let ended = tokio::time::timeout(Duration::from_secs(5), a.task)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(ended, Ended::Lost(LossReason::RenewDeadline));
     let a_stopped = std::time::Instant::now();
     b.leads().await;
     assert!(a_stopped.elapsed() > Duration::ZERO);
     // From the server's point of view: b acquired at least a lease duration after a's last successful write.
     let history: Vec<_> = server.leases().into_iter().filter(|r| r.name == LEASE).collect();
-    let taken = history.iter().position(|r| r.holder_identity.as_deref() == Some("b")).unwrap();
+    let taken = history
+        .iter()
+        .position(|r| r.holder_identity.as_deref() == Some("b"))
+        .unwrap();
     assert!(history[taken].time_us - history[taken - 1].time_us >= 1_000_000);
     b.stop().await;
 }
@@ -160,10 +218,20 @@ async fn fields_it_does_not_own_survive() {
     assert_eq!(spec.strategy.as_deref(), Some("OldestEmulationVersion"));
     assert_eq!(spec.holder_identity.as_deref(), Some("a"));
     // A label change by someone else makes the cached version stale: renewals carry on after a re-read.
-    leases.patch(LEASE, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"extra": "1"}}}))).await.unwrap();
+    leases
+        .patch(
+            LEASE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"extra": "1"}}})),
+        )
+        .await
+        .unwrap();
     let mut renewals = a.state.clone();
     for _ in 0..3 {
-        tokio::time::timeout(Duration::from_secs(5), renewals.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), renewals.changed())
+            .await
+            .unwrap()
+            .unwrap();
     }
     assert_eq!(a.state.borrow().role, Role::Leading);
     a.stop().await;
@@ -174,16 +242,28 @@ async fn waits_for_a_client_go_holder_then_takes_over() {
     let server = TestApiServer::start().await.unwrap();
     let leases: Api<Lease> = Api::namespaced(server.client(), "kube-system");
     // A Go kube-controller-manager's record: written with a remote clock we must not compare with ours.
-    let go_record = |renew: &str| json!({"spec": {
-        "holderIdentity": "master-1_0b1c", "leaseDurationSeconds": 1, "leaseTransitions": 4,
-        "acquireTime": "2020-01-01T00:00:00.000000Z", "renewTime": renew,
-    }});
-    let lease: Lease = serde_json::from_value(json!({"metadata": {"name": LEASE}, "spec": go_record("2020-01-01T00:00:00.000000Z")["spec"]})).unwrap();
+    let go_record = |renew: &str| {
+        json!({"spec": {
+            "holderIdentity": "master-1_0b1c", "leaseDurationSeconds": 1, "leaseTransitions": 4,
+            "acquireTime": "2020-01-01T00:00:00.000000Z", "renewTime": renew,
+        }})
+    };
+    let lease: Lease = serde_json::from_value(
+        json!({"metadata": {"name": LEASE}, "spec": go_record("2020-01-01T00:00:00.000000Z")["spec"]}),
+    )
+    .unwrap();
     leases.create(&PostParams::default(), &lease).await.unwrap();
     let mut a = Candidate::start(&server, "a");
     // Although the renewTime is years old, the holder keeps renewing: a must wait.
     for second in 1..=4 {
-        leases.patch(LEASE, &PatchParams::default(), &Patch::Merge(go_record(&format!("2020-01-01T00:00:0{second}.000000Z")))).await.unwrap();
+        leases
+            .patch(
+                LEASE,
+                &PatchParams::default(),
+                &Patch::Merge(go_record(&format!("2020-01-01T00:00:0{second}.000000Z"))),
+            )
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(a.state.borrow().role, Role::Standby, "the Go holder still renews");
     }
@@ -196,7 +276,12 @@ async fn waits_for_a_client_go_holder_then_takes_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_watch_permission_it_polls() {
-    let server = TestApiServer::start_with(Config { rbac: true, ..Config::default() }).await.unwrap();
+    let server = TestApiServer::start_with(Config {
+        rbac: true,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
     // Upstream's default leader-locking roles grant get, create and update only.
     let rbac: [serde_json::Value; 2] = [
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "locking", "namespace": "kube-system"},
@@ -208,15 +293,28 @@ async fn without_watch_permission_it_polls() {
     let admin = server.client();
     for object in rbac {
         let kind = object["kind"].as_str().unwrap();
-        let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind));
-        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(admin.clone(), "kube-system", &resource);
-        api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
+        let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "rbac.authorization.k8s.io",
+            "v1",
+            kind,
+        ));
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(admin.clone(), "kube-system", &resource);
+        api.create(&PostParams::default(), &serde_json::from_value(object).unwrap())
+            .await
+            .unwrap();
     }
     let token = server.mint_token(UserInfo::service_account("kube-system", "ccm"));
     let mut a = Candidate::start_with(&server, &token, "a");
     a.leads().await;
     let mut b = Candidate::start_with(&server, &token, "b");
-    tokio::time::timeout(Duration::from_secs(5), b.state.wait_for(|s| s.holder.as_deref() == Some("a"))).await.unwrap().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.state.wait_for(|s| s.holder.as_deref() == Some("a")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     a.task.abort();
     b.leads().await;
     let forbidden_watches = server.requests().iter().filter(|r| r.status == 403).count();
@@ -230,22 +328,53 @@ async fn a_watching_standby_costs_almost_nothing() {
     let mut a = Candidate::start(&server, "a");
     a.leads().await;
     let mut b = Candidate::start(&server, "b");
-    tokio::time::timeout(Duration::from_secs(5), b.state.wait_for(|s| s.holder.as_deref() == Some("a"))).await.unwrap().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        b.state.wait_for(|s| s.holder.as_deref() == Some("a")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // The steady state starts once the standby's watch is open (its start-up costs a get, a list and the watch).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !server.requests().iter().any(|r| r.user_agent.contains(" b/") && r.verb.as_deref() == Some("watch")) {
-        assert!(tokio::time::Instant::now() < deadline, "the standby opened a watch");
+    while !server
+        .requests()
+        .iter()
+        .any(|r| r.user_agent.contains(" b/") && r.verb.as_deref() == Some("watch"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the standby opened a watch"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let before = server.requests().iter().filter(|r| r.user_agent.contains(" b/")).count();
+    let before = server
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent.contains(" b/"))
+        .count();
     // Measure a quiet period in which a renews about ten times.
     let mut renewals = a.state.clone();
     for _ in 0..10 {
-        tokio::time::timeout(Duration::from_secs(5), renewals.changed()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), renewals.changed())
+            .await
+            .unwrap()
+            .unwrap();
     }
-    let after = server.requests().iter().filter(|r| r.user_agent.contains(" b/")).count();
-    assert_eq!(after, before, "the standby made no requests while the leader renewed");
-    let leader = server.requests().iter().filter(|r| r.user_agent.contains(" a/") && r.verb.as_deref() == Some("update")).count();
+    let after = server
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent.contains(" b/"))
+        .count();
+    assert_eq!(
+        after, before,
+        "the standby made no requests while the leader renewed"
+    );
+    let leader = server
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent.contains(" a/") && r.verb.as_deref() == Some("update"))
+        .count();
     assert!(leader >= 10);
     a.stop().await;
     b.stop().await;

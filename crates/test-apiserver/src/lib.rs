@@ -230,17 +230,29 @@ impl TestApiServer {
     /// Unlike kube's default, it does not retry 429, 503 and 504 (kube retries them up to 15 times with
     /// exponential backoff): a test sees exactly what the server answered.
     pub fn client_with(&self, token: &str, user_agent: &str) -> kube::Client {
+        let mut config = self.config_with(token);
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(user_agent).expect("a valid User-Agent"),
+        ));
+        kube::Client::try_from(config).expect("a client for the server's URL")
+    }
+
+    /// A kube configuration for this server with the administrator's token (and the CA when serving TLS),
+    /// without kube's retries of 429/503/504.
+    pub fn config(&self) -> kube::Config {
+        self.config_with(&self.admin_token())
+    }
+
+    /// As [`TestApiServer::config`], with this bearer token.
+    pub fn config_with(&self, token: &str) -> kube::Config {
         let mut config = kube::Config::new(self.url.parse().expect("the server URL is a URI"));
         config.default_retry = false;
         config.auth_info.token = Some(token.to_owned().into());
         if let Some((_, der)) = &self.ca {
             config.root_cert = Some(vec![der.clone()]);
         }
-        config.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_str(user_agent).expect("a valid User-Agent"),
-        ));
-        kube::Client::try_from(config).expect("a client for the server's URL")
+        config
     }
 
     /// Writes a kubeconfig for this server and `token` (for example a service account's).

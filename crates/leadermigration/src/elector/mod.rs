@@ -60,7 +60,9 @@ pub enum ElectorConfigError {
     #[error("--leader-elect-lease-duration must be a whole number of seconds, at least 1s (got {0:?})")]
     LeaseDuration(Duration),
     /// Upstream's rule: the renew deadline must end before others may take over.
-    #[error("--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})")]
+    #[error(
+        "--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})"
+    )]
     RenewDeadline {
         /// Lease duration.
         lease: Duration,
@@ -68,7 +70,9 @@ pub enum ElectorConfigError {
         renew: Duration,
     },
     /// Upstream's rule: at least one jittered retry must fit in the renew deadline.
-    #[error("--leader-elect-renew-deadline ({renew:?}) must be greater than 1.2 × --leader-elect-retry-period ({retry:?})")]
+    #[error(
+        "--leader-elect-renew-deadline ({renew:?}) must be greater than 1.2 × --leader-elect-retry-period ({retry:?})"
+    )]
     RetryPeriod {
         /// Renew deadline.
         renew: Duration,
@@ -87,10 +91,18 @@ impl ElectorConfig {
             return Err(ElectorConfigError::LeaseDuration(self.lease_duration));
         }
         if self.lease_duration <= self.renew_deadline {
-            return Err(ElectorConfigError::RenewDeadline { lease: self.lease_duration, renew: self.renew_deadline });
+            return Err(ElectorConfigError::RenewDeadline {
+                lease: self.lease_duration,
+                renew: self.renew_deadline,
+            });
         }
-        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() || self.retry_period.is_zero() {
-            return Err(ElectorConfigError::RetryPeriod { renew: self.renew_deadline, retry: self.retry_period });
+        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64()
+            || self.retry_period.is_zero()
+        {
+            return Err(ElectorConfigError::RetryPeriod {
+                renew: self.renew_deadline,
+                retry: self.retry_period,
+            });
         }
         if self.identity.is_empty() {
             return Err(ElectorConfigError::Identity);
@@ -249,7 +261,10 @@ impl LeaderElector {
     ///
     /// The client should not retry on its own: kube's default retries 429/503/504 for minutes, while the
     /// elector must decide within the renew deadline. Every call here has a timeout either way.
-    pub fn new(client: kube::Client, config: ElectorConfig) -> Result<(LeaderElector, watch::Receiver<LeaderState>), ElectorConfigError> {
+    pub fn new(
+        client: kube::Client,
+        config: ElectorConfig,
+    ) -> Result<(LeaderElector, watch::Receiver<LeaderState>), ElectorConfigError> {
         config.validate()?;
         let api: Api<DynamicObject> = Api::namespaced_with(client, &config.namespace, &lease_resource());
         let (state, receiver) = watch::channel(LeaderState {
@@ -261,8 +276,16 @@ impl LeaderElector {
         });
         let (sender, updates) = mpsc::channel(64);
         let watch_task = tokio::spawn(follow(api.clone(), config.lease_name.clone(), sender));
-        let elector =
-            LeaderElector { api, config, state, observed: None, cached: None, updates, watch_healthy: false, watch_task };
+        let elector = LeaderElector {
+            api,
+            config,
+            state,
+            observed: None,
+            cached: None,
+            updates,
+            watch_healthy: false,
+            watch_task,
+        };
         Ok((elector, receiver))
     }
 
@@ -283,15 +306,28 @@ impl LeaderElector {
     }
 
     fn publish(&self, role: Role, renewed_at: Option<Instant>, valid_until: Option<Instant>) {
-        let holder = self.observed.as_ref().map(|o| o.record.holder_identity.clone()).filter(|h| !h.is_empty());
-        self.state.send_replace(LeaderState { lease: self.config.lease_name.clone(), role, holder, renewed_at, valid_until });
+        let holder = self
+            .observed
+            .as_ref()
+            .map(|o| o.record.holder_identity.clone())
+            .filter(|h| !h.is_empty());
+        self.state.send_replace(LeaderState {
+            lease: self.config.lease_name.clone(),
+            role,
+            holder,
+            renewed_at,
+            valid_until,
+        });
     }
 
     fn observe(&mut self, object: DynamicObject) {
         let record = LeaderRecord::from_lease(&to_value(&object));
         let changed = self.observed.as_ref().is_none_or(|o| o.record != record);
         if changed {
-            self.observed = Some(Observed { record, at: Instant::now() });
+            self.observed = Some(Observed {
+                record,
+                at: Instant::now(),
+            });
         }
         self.cached = Some(object);
         if changed && self.state.borrow().role == Role::Standby {
@@ -305,7 +341,9 @@ impl LeaderElector {
                 self.watch_healthy = true;
                 // A watch event older than what we wrote must not roll the cache back.
                 let newer = match (&self.cached, version(&object)) {
-                    (Some(cached), Some(incoming)) => version(cached).is_none_or(|current| incoming >= current),
+                    (Some(cached), Some(incoming)) => {
+                        version(cached).is_none_or(|current| incoming >= current)
+                    }
                     _ => true,
                 };
                 if newer {
@@ -322,7 +360,11 @@ impl LeaderElector {
     }
 
     /// Runs one API call, giving up at `deadline`.
-    async fn call<T>(&self, deadline: Instant, future: impl Future<Output = kube::Result<T>>) -> Result<T, CallError> {
+    async fn call<T>(
+        &self,
+        deadline: Instant,
+        future: impl Future<Output = kube::Result<T>>,
+    ) -> Result<T, CallError> {
         match tokio::time::timeout_at(deadline, future).await {
             Ok(result) => result.map_err(CallError::Api),
             Err(_) => Err(CallError::Timeout),
@@ -343,10 +385,21 @@ impl LeaderElector {
     }
 
     /// PUTs `record` over `current`; on success the result is cached and observed.
-    async fn put(&mut self, current: &DynamicObject, record: &LeaderRecord, deadline: Instant) -> Result<(), CallError> {
-        let body: DynamicObject = serde_json::from_value(record.write_into(&to_value(current))).expect("a Lease stays a Lease");
+    async fn put(
+        &mut self,
+        current: &DynamicObject,
+        record: &LeaderRecord,
+        deadline: Instant,
+    ) -> Result<(), CallError> {
+        let body: DynamicObject =
+            serde_json::from_value(record.write_into(&to_value(current))).expect("a Lease stays a Lease");
         let api = self.api.clone();
-        let written = self.call(deadline, api.replace(&self.config.lease_name, &PostParams::default(), &body)).await?;
+        let written = self
+            .call(
+                deadline,
+                api.replace(&self.config.lease_name, &PostParams::default(), &body),
+            )
+            .await?;
         self.observe(written);
         Ok(())
     }
@@ -365,7 +418,12 @@ impl LeaderElector {
         if !holder.is_empty() && *holder != self.config.identity && Instant::now() < observed.expires_at() {
             return Ok(Attempt::HeldByOther);
         }
-        let record = LeaderRecord::acquired_by(&observed.record, &self.config.identity, self.config.lease_duration_seconds(), &micro_time_now());
+        let record = LeaderRecord::acquired_by(
+            &observed.record,
+            &self.config.identity,
+            self.config.lease_duration_seconds(),
+            &micro_time_now(),
+        );
         let sent = Instant::now();
         match self.put(&current, &record, deadline).await {
             Ok(()) => Ok(Attempt::Acquired { sent }),
@@ -380,7 +438,11 @@ impl LeaderElector {
     }
 
     async fn try_create(&mut self, deadline: Instant) -> Result<Attempt, CallError> {
-        let record = LeaderRecord::created_by(&self.config.identity, self.config.lease_duration_seconds(), &micro_time_now());
+        let record = LeaderRecord::created_by(
+            &self.config.identity,
+            self.config.lease_duration_seconds(),
+            &micro_time_now(),
+        );
         let skeleton = serde_json::json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -389,7 +451,10 @@ impl LeaderElector {
         let body: DynamicObject = serde_json::from_value(record.write_into(&skeleton)).expect("a Lease");
         let sent = Instant::now();
         let api = self.api.clone();
-        match self.call(deadline, api.create(&PostParams::default(), &body)).await {
+        match self
+            .call(deadline, api.create(&PostParams::default(), &body))
+            .await
+        {
             Ok(created) => {
                 self.observe(created);
                 Ok(Attempt::Acquired { sent })
@@ -409,7 +474,9 @@ impl LeaderElector {
         loop {
             let now = Instant::now();
             let may_take = self.observed.as_ref().is_none_or(|o| {
-                o.record.holder_identity.is_empty() || o.record.holder_identity == self.config.identity || now >= o.expires_at()
+                o.record.holder_identity.is_empty()
+                    || o.record.holder_identity == self.config.identity
+                    || now >= o.expires_at()
             });
             let polling = !self.watch_healthy;
             if now >= retry_at && (may_take || (polling && now >= poll_at)) {
@@ -426,12 +493,20 @@ impl LeaderElector {
                 continue;
             }
             // Sleep until something can change the decision.
-            let expiry = self.observed.as_ref().map(Observed::expires_at).filter(|_| !may_take);
-            let mut wake = [expiry, polling.then_some(poll_at), (now < retry_at).then_some(retry_at)]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(now + self.config.lease_duration);
+            let expiry = self
+                .observed
+                .as_ref()
+                .map(Observed::expires_at)
+                .filter(|_| !may_take);
+            let mut wake = [
+                expiry,
+                polling.then_some(poll_at),
+                (now < retry_at).then_some(retry_at),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + self.config.lease_duration);
             if wake <= now {
                 wake = now + Duration::from_millis(1);
             }
@@ -450,7 +525,11 @@ impl LeaderElector {
     /// candidate is seen holding the Lease, or `cancel` fires.
     async fn lead(&mut self, acquired_sent: Instant, cancel: &CancellationToken) -> Ended {
         let mut last_sent = acquired_sent;
-        self.publish(Role::Leading, Some(last_sent), Some(last_sent + self.config.renew_deadline));
+        self.publish(
+            Role::Leading,
+            Some(last_sent),
+            Some(last_sent + self.config.renew_deadline),
+        );
         loop {
             let next = last_sent + self.config.retry_period;
             loop {
@@ -482,7 +561,11 @@ impl LeaderElector {
                 match self.renew(deadline).await {
                     Ok(()) => {
                         last_sent = sent;
-                        self.publish(Role::Leading, Some(last_sent), Some(last_sent + self.config.renew_deadline));
+                        self.publish(
+                            Role::Leading,
+                            Some(last_sent),
+                            Some(last_sent + self.config.renew_deadline),
+                        );
                         break;
                     }
                     Err(_) if self.foreign_holder().is_some() => {
@@ -510,7 +593,13 @@ impl LeaderElector {
             .as_ref()
             .map(|o| o.record.holder_identity.clone())
             .filter(|holder| *holder != self.config.identity)
-            .map(|holder| if holder.is_empty() { "nobody (released)".to_owned() } else { holder })
+            .map(|holder| {
+                if holder.is_empty() {
+                    "nobody (released)".to_owned()
+                } else {
+                    holder
+                }
+            })
     }
 
     async fn renew(&mut self, deadline: Instant) -> Result<(), CallError> {
@@ -531,7 +620,12 @@ impl LeaderElector {
         if observed.record.holder_identity != self.config.identity {
             return Err(CallError::NotHolder);
         }
-        let record = LeaderRecord::acquired_by(&observed.record, &self.config.identity, self.config.lease_duration_seconds(), &micro_time_now());
+        let record = LeaderRecord::acquired_by(
+            &observed.record,
+            &self.config.identity,
+            self.config.lease_duration_seconds(),
+            &micro_time_now(),
+        );
         match self.put(&current, &record, deadline).await {
             Err(error) if error.code() == Some(409) => {
                 // Our cached version is stale (a field we do not own changed, or someone else wrote): re-read.
@@ -556,11 +650,20 @@ impl LeaderElector {
                 }
                 continue;
             };
-            let Some(observed) = self.observed.clone() else { break };
+            let Some(observed) = self.observed.clone() else {
+                break;
+            };
             if observed.record.holder_identity != self.config.identity {
                 return;
             }
-            match self.put(&current, &LeaderRecord::released(&observed.record, &micro_time_now()), deadline).await {
+            match self
+                .put(
+                    &current,
+                    &LeaderRecord::released(&observed.record, &micro_time_now()),
+                    deadline,
+                )
+                .await
+            {
                 Ok(()) => {
                     tracing::info!(lease = %self.config.lease_name, "released the lease");
                     return;
@@ -580,7 +683,11 @@ fn to_value(object: &DynamicObject) -> Value {
 }
 
 fn version(object: &DynamicObject) -> Option<u64> {
-    object.metadata.resource_version.as_deref().and_then(|v| v.parse().ok())
+    object
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
 }
 
 /// Follows the Lease with a watch, sending what changes; stops when the elector is dropped.
@@ -637,16 +744,30 @@ mod tests {
             change(&mut c);
             c.validate().unwrap_err().to_string()
         };
-        assert!(check(|c| c.lease_duration = Duration::from_millis(1500)).contains("whole number of seconds"));
-        assert!(check(|c| c.renew_deadline = Duration::from_secs(15)).contains("must be greater than --leader-elect-renew-deadline"));
-        assert!(check(|c| c.retry_period = Duration::from_millis(8500)).contains("1.2 × --leader-elect-retry-period"));
+        assert!(
+            check(|c| c.lease_duration = Duration::from_millis(1500)).contains("whole number of seconds")
+        );
+        assert!(
+            check(|c| c.renew_deadline = Duration::from_secs(15))
+                .contains("must be greater than --leader-elect-renew-deadline")
+        );
+        assert!(
+            check(|c| c.retry_period = Duration::from_millis(8500))
+                .contains("1.2 × --leader-elect-retry-period")
+        );
         assert!(check(|c| c.identity.clear()).contains("identity"));
     }
 
     #[test]
     fn expiry_is_local_observation_time_plus_the_records_duration() {
         let at = Instant::now();
-        let observed = Observed { record: LeaderRecord { lease_duration_seconds: 7, ..LeaderRecord::default() }, at };
+        let observed = Observed {
+            record: LeaderRecord {
+                lease_duration_seconds: 7,
+                ..LeaderRecord::default()
+            },
+            at,
+        };
         assert_eq!(observed.expires_at(), at + Duration::from_secs(7));
     }
 }

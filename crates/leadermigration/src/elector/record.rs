@@ -43,9 +43,15 @@ impl LeaderRecord {
         }
         let spec = lease["spec"].as_object_mut().expect("made an object above");
         spec.insert("holderIdentity".to_owned(), json!(self.holder_identity));
-        spec.insert("leaseDurationSeconds".to_owned(), json!(self.lease_duration_seconds));
+        spec.insert(
+            "leaseDurationSeconds".to_owned(),
+            json!(self.lease_duration_seconds),
+        );
         spec.insert("leaseTransitions".to_owned(), json!(self.lease_transitions));
-        for (field, value) in [("acquireTime", &self.acquire_time), ("renewTime", &self.renew_time)] {
+        for (field, value) in [
+            ("acquireTime", &self.acquire_time),
+            ("renewTime", &self.renew_time),
+        ] {
             match value {
                 Some(time) => spec.insert(field.to_owned(), json!(time)),
                 None => spec.remove(field),
@@ -58,14 +64,27 @@ impl LeaderRecord {
     ///
     /// As client-go: acquiring counts a transition unless we already hold it; renewing keeps the acquire
     /// time and the transition count.
-    pub fn acquired_by(current: &LeaderRecord, identity: &str, lease_duration_seconds: i64, now: &str) -> LeaderRecord {
+    pub fn acquired_by(
+        current: &LeaderRecord,
+        identity: &str,
+        lease_duration_seconds: i64,
+        now: &str,
+    ) -> LeaderRecord {
         let already_ours = current.holder_identity == identity;
         LeaderRecord {
             holder_identity: identity.to_owned(),
             lease_duration_seconds,
-            acquire_time: if already_ours { current.acquire_time.clone() } else { Some(now.to_owned()) },
+            acquire_time: if already_ours {
+                current.acquire_time.clone()
+            } else {
+                Some(now.to_owned())
+            },
             renew_time: Some(now.to_owned()),
-            lease_transitions: if already_ours { current.lease_transitions } else { current.lease_transitions + 1 },
+            lease_transitions: if already_ours {
+                current.lease_transitions
+            } else {
+                current.lease_transitions + 1
+            },
         }
     }
 
@@ -103,10 +122,20 @@ mod tests {
 
     #[test]
     fn reading_missing_fields_gives_zero_values() {
-        assert_eq!(LeaderRecord::from_lease(&json!({"metadata": {"name": "l"}})), LeaderRecord::default());
+        assert_eq!(
+            LeaderRecord::from_lease(&json!({"metadata": {"name": "l"}})),
+            LeaderRecord::default()
+        );
         let lease = json!({"spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "leaseTransitions": 3, "renewTime": "t"}});
         let record = LeaderRecord::from_lease(&lease);
-        assert_eq!((record.holder_identity.as_str(), record.lease_duration_seconds, record.lease_transitions), ("a", 15, 3));
+        assert_eq!(
+            (
+                record.holder_identity.as_str(),
+                record.lease_duration_seconds,
+                record.lease_transitions
+            ),
+            ("a", 15, 3)
+        );
     }
 
     #[test]
@@ -120,7 +149,10 @@ mod tests {
         assert_eq!(written["spec"]["strategy"], "OldestEmulationVersion");
         assert_eq!(written["spec"]["futureField"], 1);
         assert_eq!(written["metadata"]["labels"]["x"], "y");
-        assert_eq!(written["metadata"]["resourceVersion"], "7", "the write is conditional on the version read");
+        assert_eq!(
+            written["metadata"]["resourceVersion"], "7",
+            "the write is conditional on the version read"
+        );
         assert_eq!(written["spec"]["holderIdentity"], "me");
     }
 
@@ -128,18 +160,41 @@ mod tests {
     fn transitions_count_changes_of_holder_only() {
         let held = LeaderRecord::created_by("a", 15, "t0");
         let renewed = LeaderRecord::acquired_by(&held, "a", 15, "t1");
-        assert_eq!((renewed.lease_transitions, renewed.acquire_time.as_deref(), renewed.renew_time.as_deref()), (0, Some("t0"), Some("t1")));
+        assert_eq!(
+            (
+                renewed.lease_transitions,
+                renewed.acquire_time.as_deref(),
+                renewed.renew_time.as_deref()
+            ),
+            (0, Some("t0"), Some("t1"))
+        );
         let taken = LeaderRecord::acquired_by(&renewed, "b", 15, "t2");
-        assert_eq!((taken.lease_transitions, taken.acquire_time.as_deref()), (1, Some("t2")));
+        assert_eq!(
+            (taken.lease_transitions, taken.acquire_time.as_deref()),
+            (1, Some("t2"))
+        );
         let released = LeaderRecord::released(&taken, "t3");
-        assert_eq!((released.holder_identity.as_str(), released.lease_duration_seconds, released.lease_transitions), ("", 1, 1));
+        assert_eq!(
+            (
+                released.holder_identity.as_str(),
+                released.lease_duration_seconds,
+                released.lease_transitions
+            ),
+            ("", 1, 1)
+        );
         let retaken = LeaderRecord::acquired_by(&released, "b", 15, "t4");
-        assert_eq!(retaken.lease_transitions, 2, "client-go counts a transition after a release too");
+        assert_eq!(
+            retaken.lease_transitions, 2,
+            "client-go counts a transition after a release too"
+        );
     }
 
     #[test]
     fn micro_time_has_six_digits() {
         let now = micro_time_now();
-        assert!(now.ends_with('Z') && now.len() == "2026-11-22T10:00:00.123456Z".len(), "{now}");
+        assert!(
+            now.ends_with('Z') && now.len() == "2026-11-22T10:00:00.123456Z".len(),
+            "{now}"
+        );
     }
 }

@@ -1,0 +1,118 @@
+//! IPv4 and IPv6 CIDRs: parsing and overlap, for `--cluster-cidr` and routes.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+/// A network, e.g. `10.244.0.0/16`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    address: IpAddr,
+    prefix: u8,
+}
+
+/// Not a CIDR.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CIDR address: {0}")]
+pub struct CidrError(pub String);
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(text: &str) -> Result<Cidr, CidrError> {
+        let invalid = || CidrError(text.to_owned());
+        let (address, prefix) = text.trim().split_once('/').ok_or_else(invalid)?;
+        let address: IpAddr = address.parse().map_err(|_| invalid())?;
+        let prefix: u8 = prefix.parse().map_err(|_| invalid())?;
+        let max = if address.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(invalid());
+        }
+        Ok(Cidr { address, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
+impl Cidr {
+    /// Whether IPv4.
+    pub fn is_ipv4(&self) -> bool {
+        self.address.is_ipv4()
+    }
+
+    fn bits(&self) -> u128 {
+        match self.address {
+            IpAddr::V4(v4) => u128::from(u32::from(v4)) << 96,
+            IpAddr::V6(v6) => u128::from(v6),
+        }
+    }
+
+    fn masked(&self, prefix: u8) -> u128 {
+        if prefix == 0 {
+            0
+        } else {
+            self.bits() & (u128::MAX << (128 - u32::from(prefix)))
+        }
+    }
+
+    /// Whether the two networks share any address.
+    pub fn overlaps(&self, other: &Cidr) -> bool {
+        if self.is_ipv4() != other.is_ipv4() {
+            return false;
+        }
+        let shortest = self.prefix.min(other.prefix);
+        self.masked(shortest) == other.masked(shortest)
+    }
+
+    /// Parses a comma-separated list (as `--cluster-cidr`): at most one per family.
+    pub fn parse_list(text: &str) -> Result<Vec<Cidr>, CidrError> {
+        let cidrs: Vec<Cidr> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        let dual_stack = cidrs.len() == 2 && cidrs[0].is_ipv4() != cidrs[1].is_ipv4();
+        if cidrs.len() > 2 || (cidrs.len() == 2 && !dual_stack) {
+            return Err(CidrError(format!("{text} (at most one IPv4 and one IPv6 CIDR)")));
+        }
+        Ok(cidrs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cidr(text: &str) -> Cidr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn overlap() {
+        assert!(cidr("10.244.0.0/16").overlaps(&cidr("10.244.3.0/24")));
+        assert!(cidr("10.244.3.0/24").overlaps(&cidr("10.244.0.0/16")));
+        assert!(!cidr("10.244.0.0/16").overlaps(&cidr("10.245.0.0/24")));
+        assert!(!cidr("10.0.0.0/8").overlaps(&cidr("fd00::/8")));
+        assert!(cidr("fd00:10::/56").overlaps(&cidr("fd00:10::/64")));
+        assert!(cidr("0.0.0.0/0").overlaps(&cidr("1.2.3.4/32")));
+    }
+
+    #[test]
+    fn parsing() {
+        assert_eq!(cidr("10.244.0.0/16").to_string(), "10.244.0.0/16");
+        for bad in ["10.0.0.0", "10.0.0.0/33", "x/8", "fd00::/129"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+        assert_eq!(Cidr::parse_list("10.244.0.0/16, fd00::/56").unwrap().len(), 2);
+        assert!(
+            Cidr::parse_list("10.0.0.0/16,10.1.0.0/16").is_err(),
+            "two IPv4 CIDRs are not dual-stack"
+        );
+        assert_eq!(Cidr::parse_list("").unwrap(), []);
+    }
+}

@@ -1,0 +1,184 @@
+//! Shared informers: one watch and one cache per resource type for all controllers of the process.
+//!
+//! They start when the first controller that needs them starts (a standby that leads nothing lists
+//! nothing) and run until shutdown. `managedFields` are dropped from cached objects to save memory.
+//!
+//! kube-runtime's shared stream applies back-pressure to every subscriber, so an idle subscriber would
+//! stall the others. Here one internal subscriber re-broadcasts on a lossy channel instead; a controller
+//! that falls behind gets every cached object again (a resync) rather than blocking anyone.
+//!
+//! Readiness is republished too: kube-runtime 5's `Store::wait_until_ready` wakes only the last of several
+//! concurrent waiters (its `DelayedInit` keeps one waker), so two controllers waiting at once would leave
+//! one waiting forever. Only the informer's own task waits on it; everyone else waits on a `watch`.
+
+use std::sync::{Arc, OnceLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+/// A watch, its cache, and a feed of changed objects.
+pub(crate) struct Informer<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    feed: broadcast::Sender<Arc<K>>,
+    ready: watch::Receiver<bool>,
+}
+
+impl<K> Informer<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + serde::de::DeserializeOwned
+        + 'static,
+{
+    fn start(api: Api<K>, shutdown: &CancellationToken) -> Informer<K> {
+        let (store, writer) = reflector::store_shared(1024);
+        let mut handle = writer.subscribe().expect("a shared writer has subscribers");
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|object: &mut K| {
+                object.managed_fields_mut().clear();
+            })
+            .reflect_shared(writer);
+        let (feed, _) = broadcast::channel(4096);
+        let forward = feed.clone();
+        let (ready_sender, ready) = watch::channel(false);
+        let readiness = store.clone();
+        tokio::spawn(async move {
+            if readiness.wait_until_ready().await.is_ok() {
+                ready_sender.send_replace(true);
+            }
+        });
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    event = stream.next() => {
+                        match event {
+                            Some(Err(error)) => tracing::warn!(kind = K::kind(&()).as_ref(), %error, "watch failed; retrying"),
+                            Some(Ok(_)) => {}
+                            None => return,
+                        }
+                    }
+                    object = handle.next() => match object {
+                        // Nobody listening is fine.
+                        Some(object) => { let _ = forward.send(object); }
+                        None => return,
+                    },
+                }
+            }
+        });
+        Informer { store, feed, ready }
+    }
+
+    /// The cache.
+    pub(crate) fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Waits until the initial list is in the cache (or forever, if the informer stopped first).
+    pub(crate) async fn ready(&self) {
+        let mut ready = self.ready.clone();
+        if ready.wait_for(|ready| *ready).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Objects as they change; after falling behind, every cached object again.
+    pub(crate) fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let receiver = self.feed.subscribe();
+        let store = self.store.clone();
+        futures::stream::unfold(
+            (receiver, Vec::<Arc<K>>::new()),
+            move |(mut receiver, mut backlog)| {
+                let store = store.clone();
+                async move {
+                    loop {
+                        if let Some(object) = backlog.pop() {
+                            return Some((object, (receiver, backlog)));
+                        }
+                        match receiver.recv().await {
+                            Ok(object) => return Some((object, (receiver, backlog))),
+                            Err(broadcast::error::RecvError::Lagged(_)) => backlog = store.state(),
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                        }
+                    }
+                }
+            },
+        )
+    }
+}
+
+/// The informers of one process.
+pub(crate) struct Informers {
+    client: kube::Client,
+    shutdown: CancellationToken,
+    nodes: OnceLock<Informer<Node>>,
+    services: OnceLock<Informer<Service>>,
+}
+
+impl Informers {
+    pub(crate) fn new(client: kube::Client, shutdown: CancellationToken) -> Arc<Informers> {
+        Arc::new(Informers {
+            client,
+            shutdown,
+            nodes: OnceLock::new(),
+            services: OnceLock::new(),
+        })
+    }
+
+    /// Nodes (started on first use).
+    pub(crate) fn nodes(&self) -> &Informer<Node> {
+        self.nodes
+            .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
+    }
+
+    /// Services in every namespace (started on first use).
+    pub(crate) fn services(&self) -> &Informer<Service> {
+        self.services
+            .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Regression: kube-runtime's `wait_until_ready` wakes only one of several concurrent waiters.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_concurrent_waiter_sees_the_informer_ready() {
+        let server = test_apiserver::TestApiServer::start().await.unwrap();
+        let nodes: Api<Node> = Api::all(server.client());
+        let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap();
+        nodes.create(&Default::default(), &node).await.unwrap();
+        for _ in 0..5 {
+            let informers = Informers::new(server.client(), CancellationToken::new());
+            let waiters: Vec<_> = (0..4)
+                .map(|_| {
+                    let informers = informers.clone();
+                    tokio::spawn(async move { informers.nodes().ready().await })
+                })
+                .collect();
+            for waiter in waiters {
+                tokio::time::timeout(Duration::from_secs(10), waiter)
+                    .await
+                    .expect("every waiter wakes")
+                    .unwrap();
+            }
+            assert_eq!(informers.nodes().store().state().len(), 1);
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Metrics, with upstream's names where upstream has them.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// `{name}`: a Lease.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LeaseLabels {
+    pub(crate) name: String,
+}
+
+/// `{name, manager}`: a controller in a manager.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ControllerLabels {
+    pub(crate) name: String,
+    pub(crate) manager: String,
+}
+
+/// `{controller, result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReconcileLabels {
+    pub(crate) controller: String,
+    pub(crate) result: String,
+}
+
+/// `{controller}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ControllerOnly {
+    pub(crate) controller: String,
+}
+
+/// `{request, result}`: a cloud API call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CloudLabels {
+    pub(crate) request: String,
+    pub(crate) result: String,
+}
+
+/// Every metric of the manager, and the registry that exposes them.
+pub struct Metrics {
+    registry: Registry,
+    pub(crate) leader_election_master_status: Family<LeaseLabels, Gauge>,
+    pub(crate) running_managed_controllers: Family<ControllerLabels, Gauge>,
+    pub(crate) reconciles: Family<ReconcileLabels, Counter>,
+    pub(crate) reconcile_duration: Family<ControllerOnly, Histogram>,
+    pub(crate) cloud_request_duration: Family<CloudLabels, Histogram>,
+    pub(crate) taint_removal_delay: Histogram,
+    pub(crate) initial_node_sync_delay: Histogram,
+    pub(crate) load_balancer_syncs: Counter,
+    pub(crate) route_syncs: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// All families, registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            leader_election_master_status.clone(),
+        );
+        let running_managed_controllers = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "running_managed_controllers",
+            "Indicates where instances of a controller are currently running",
+            running_managed_controllers.clone(),
+        );
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "controller_reconciles",
+            "Reconciliations by controller and result",
+            reconciles.clone(),
+        );
+        let reconcile_duration = Family::<ControllerOnly, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        registry.register(
+            "controller_reconcile_duration_seconds",
+            "Time to reconcile one object, by controller",
+            reconcile_duration.clone(),
+        );
+        let cloud_request_duration = Family::<CloudLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        registry.register(
+            "cloudprovider_api_request_duration_seconds",
+            "Latency of cloud provider calls, by request and result",
+            cloud_request_duration.clone(),
+        );
+        // Upstream: 1 s × 4^n, 6 buckets.
+        let taint_removal_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
+        registry.register(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node",
+            taint_removal_delay.clone(),
+        );
+        let initial_node_sync_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
+        registry.register(
+            "node_controller_initial_node_sync_delay_seconds",
+            "Number of seconds after node creation when NodeController finished the initial synchronization of a single node",
+            initial_node_sync_delay.clone(),
+        );
+        let load_balancer_syncs = Counter::default();
+        registry.register(
+            "service_controller_loadbalancer_sync",
+            "A metric counting the amount of times any load balancer has been configured",
+            load_balancer_syncs.clone(),
+        );
+        let route_syncs = Counter::default();
+        registry.register(
+            "route_controller_route_sync",
+            "A metric counting the amount of times routes have been synced with the cloud provider",
+            route_syncs.clone(),
+        );
+        Metrics {
+            registry,
+            leader_election_master_status,
+            running_managed_controllers,
+            reconciles,
+            reconcile_duration,
+            cloud_request_duration,
+            taint_removal_delay,
+            initial_node_sync_delay,
+            load_balancer_syncs,
+            route_syncs,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    pub(crate) fn reconciled(&self, controller: &str, ok: bool, seconds: f64) {
+        let result = if ok { "success" } else { "error" };
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: controller.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ControllerOnly {
+                controller: controller.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    pub(crate) fn cloud_call(&self, request: &str, ok: bool, seconds: f64) {
+        let result = if ok { "success" } else { "error" };
+        self.cloud_request_duration
+            .get_or_create(&CloudLabels {
+                request: request.to_owned(),
+                result: result.to_owned(),
+            })
+            .observe(seconds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_names_are_exposed() {
+        let metrics = Metrics::new();
+        metrics
+            .leader_election_master_status
+            .get_or_create(&LeaseLabels {
+                name: "cloud-controller-manager".into(),
+            })
+            .set(1);
+        metrics
+            .running_managed_controllers
+            .get_or_create(&ControllerLabels {
+                name: "service-lb-controller".into(),
+                manager: "cloud-controller-manager".into(),
+            })
+            .set(1);
+        metrics.reconciled("cloud-node-controller", true, 0.01);
+        let text = metrics.encode();
+        for needle in [
+            "leader_election_master_status{name=\"cloud-controller-manager\"} 1",
+            "running_managed_controllers{name=\"service-lb-controller\",manager=\"cloud-controller-manager\"} 1",
+            "controller_reconciles_total{controller=\"cloud-node-controller\",result=\"success\"} 1",
+            "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+            "service_controller_loadbalancer_sync_total 0",
+            "route_controller_route_sync_total 0",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from\n{text}");
+        }
+    }
+}

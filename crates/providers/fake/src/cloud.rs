@@ -1,0 +1,431 @@
+//! The cloud itself: instances, load balancers, routes, and the knobs.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
+
+/// An instance's power state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    /// Running.
+    #[default]
+    Running,
+    /// Stopped: it exists and is shut down (its node gets the shutdown taint).
+    Stopped,
+    /// Terminated: it no longer exists (its node is deleted).
+    Terminated,
+}
+
+/// An instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FakeInstance {
+    /// The node name it backs.
+    pub name: String,
+    /// `fake://<name>` when not given.
+    #[serde(default, rename = "providerID")]
+    pub provider_id: Option<String>,
+    /// Instance type.
+    #[serde(default = "default_instance_type")]
+    pub instance_type: String,
+    /// Zone.
+    #[serde(default = "default_zone")]
+    pub zone: String,
+    /// Region.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Addresses as `(type, address)`; an InternalIP and a Hostname are made up when empty.
+    #[serde(default)]
+    pub addresses: Vec<FakeAddress>,
+    /// Power state.
+    #[serde(default)]
+    pub state: InstanceState,
+    /// Labels the cloud adds to the node.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A node address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeAddress {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, …
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The address.
+    pub address: String,
+}
+
+fn default_instance_type() -> String {
+    "fake.medium".to_owned()
+}
+
+fn default_zone() -> String {
+    "fake-zone-a".to_owned()
+}
+
+fn default_region() -> String {
+    "fake-region-1".to_owned()
+}
+
+impl FakeInstance {
+    /// A running instance named `name` with made-up addresses derived from `index`.
+    pub fn running(name: &str, index: u32) -> FakeInstance {
+        FakeInstance {
+            name: name.to_owned(),
+            provider_id: None,
+            instance_type: default_instance_type(),
+            zone: default_zone(),
+            region: default_region(),
+            addresses: vec![
+                FakeAddress {
+                    type_: "InternalIP".into(),
+                    address: format!(
+                        "10.{}.{}.{}",
+                        (index >> 16) & 0xff,
+                        (index >> 8) & 0xff,
+                        index & 0xff
+                    ),
+                },
+                FakeAddress {
+                    type_: "Hostname".into(),
+                    address: name.to_owned(),
+                },
+            ],
+            state: InstanceState::Running,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// The provider ID.
+    pub fn provider_id(&self) -> String {
+        self.provider_id
+            .clone()
+            .unwrap_or_else(|| format!("fake://{}", self.name))
+    }
+}
+
+/// A load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FakeLoadBalancer {
+    /// Name (upstream's default: `a` + service UID).
+    pub name: String,
+    /// `namespace/name` of the service.
+    pub service: String,
+    /// Ports it forwards.
+    pub ports: Vec<i32>,
+    /// Nodes it sends traffic to, sorted.
+    pub nodes: Vec<String>,
+    /// Its address.
+    pub ip: String,
+}
+
+/// A route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FakeRoute {
+    /// Name.
+    pub name: String,
+    /// Node.
+    pub target_node: String,
+    /// Pod CIDR.
+    pub destination_cidr: String,
+}
+
+/// Latency added to every call and the fraction of calls that fail.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Knobs {
+    /// Milliseconds added to each call (once per call, however many instances it covers).
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// Probability that a call fails.
+    #[serde(default)]
+    pub error_rate: f64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    instances: BTreeMap<String, FakeInstance>,
+    load_balancers: BTreeMap<String, FakeLoadBalancer>,
+    routes: BTreeMap<String, FakeRoute>,
+    knobs: Knobs,
+    calls: u64,
+    next_ip: u32,
+}
+
+/// The cloud. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct FakeCloud {
+    state: Arc<Mutex<State>>,
+}
+
+impl FakeCloud {
+    /// A cloud with these instances and knobs.
+    pub fn new(instances: Vec<FakeInstance>, knobs: Knobs) -> FakeCloud {
+        let state = State {
+            instances: instances.into_iter().map(|i| (i.name.clone(), i)).collect(),
+            knobs,
+            ..State::default()
+        };
+        FakeCloud {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Handles one call: waits the configured latency, fails at the configured rate, then answers.
+    pub async fn handle(&self, request: CloudRequest) -> CloudResponse {
+        if let CloudRequest::Admin(admin) = request {
+            return self.admin(admin);
+        }
+        let knobs = {
+            let mut state = self.lock();
+            state.calls += 1;
+            state.knobs
+        };
+        if knobs.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(knobs.latency_ms)).await;
+        }
+        if knobs.error_rate > 0.0 && rand::random::<f64>() < knobs.error_rate {
+            return CloudResponse::Error {
+                message: "injected fake cloud error".into(),
+                not_found: false,
+            };
+        }
+        let mut state = self.lock();
+        match request {
+            CloudRequest::DescribeInstances { nodes } => {
+                let instances = nodes
+                    .iter()
+                    .map(|node| {
+                        find(&state, node)
+                            .filter(|i| i.state != InstanceState::Terminated)
+                            .cloned()
+                    })
+                    .collect();
+                CloudResponse::Instances { instances }
+            }
+            CloudRequest::GetLoadBalancer { name } => CloudResponse::LoadBalancer {
+                load_balancer: state.load_balancers.get(&name).cloned(),
+            },
+            CloudRequest::EnsureLoadBalancer {
+                name,
+                service,
+                ports,
+                mut nodes,
+            } => {
+                nodes.sort();
+                let ip = match state.load_balancers.get(&name) {
+                    Some(existing) => existing.ip.clone(),
+                    None => {
+                        state.next_ip += 1;
+                        let n = state.next_ip;
+                        format!("203.0.{}.{}", (n >> 8) & 0xff, n & 0xff)
+                    }
+                };
+                let load_balancer = FakeLoadBalancer {
+                    name: name.clone(),
+                    service,
+                    ports,
+                    nodes,
+                    ip,
+                };
+                state.load_balancers.insert(name, load_balancer.clone());
+                CloudResponse::LoadBalancer {
+                    load_balancer: Some(load_balancer),
+                }
+            }
+            CloudRequest::UpdateLoadBalancer { name, mut nodes } => match state.load_balancers.get_mut(&name)
+            {
+                Some(load_balancer) => {
+                    nodes.sort();
+                    load_balancer.nodes = nodes;
+                    CloudResponse::Done
+                }
+                None => CloudResponse::Error {
+                    message: format!("load balancer {name} not found"),
+                    not_found: true,
+                },
+            },
+            CloudRequest::DeleteLoadBalancer { name } => {
+                state.load_balancers.remove(&name);
+                CloudResponse::Done
+            }
+            CloudRequest::ListRoutes => CloudResponse::Routes {
+                routes: state.routes.values().cloned().collect(),
+            },
+            CloudRequest::CreateRoute {
+                name,
+                target_node,
+                destination_cidr,
+            } => {
+                state.routes.insert(
+                    name.clone(),
+                    FakeRoute {
+                        name,
+                        target_node,
+                        destination_cidr,
+                    },
+                );
+                CloudResponse::Done
+            }
+            CloudRequest::DeleteRoute { name } => {
+                state.routes.remove(&name);
+                CloudResponse::Done
+            }
+            CloudRequest::Admin(_) => unreachable!("handled above"),
+        }
+    }
+
+    fn admin(&self, request: AdminRequest) -> CloudResponse {
+        let mut state = self.lock();
+        match request {
+            AdminRequest::PutInstance(instance) => {
+                state.instances.insert(instance.name.clone(), instance);
+                CloudResponse::Done
+            }
+            AdminRequest::SetInstanceState { name, state: power } => match state.instances.get_mut(&name) {
+                Some(instance) => {
+                    instance.state = power;
+                    CloudResponse::Done
+                }
+                None => CloudResponse::Error {
+                    message: format!("instance {name} not found"),
+                    not_found: true,
+                },
+            },
+            AdminRequest::SetKnobs(knobs) => {
+                state.knobs = knobs;
+                CloudResponse::Done
+            }
+            AdminRequest::Snapshot => CloudResponse::Snapshot {
+                instances: state.instances.values().cloned().collect(),
+                load_balancers: state.load_balancers.values().cloned().collect(),
+                routes: state.routes.values().cloned().collect(),
+                calls: state.calls,
+            },
+        }
+    }
+}
+
+fn find<'s>(state: &'s State, node: &NodeRef) -> Option<&'s FakeInstance> {
+    if let Some(provider_id) = node.provider_id.as_deref().filter(|p| !p.is_empty()) {
+        return state.instances.values().find(|i| i.provider_id() == provider_id);
+    }
+    state.instances.get(&node.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> NodeRef {
+        NodeRef {
+            name: name.into(),
+            provider_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn instances_by_name_or_provider_id_and_terminated_ones_are_gone() {
+        let cloud = FakeCloud::new(
+            vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
+            Knobs::default(),
+        );
+        let by_id = NodeRef {
+            name: "whatever".into(),
+            provider_id: Some("fake://n2".into()),
+        };
+        let CloudResponse::Instances { instances } = cloud
+            .handle(CloudRequest::DescribeInstances {
+                nodes: vec![node("n1"), by_id, node("n3")],
+            })
+            .await
+        else {
+            panic!("instances")
+        };
+        let names: Vec<Option<&str>> = instances
+            .iter()
+            .map(|i| i.as_ref().map(|i| i.name.as_str()))
+            .collect();
+        assert_eq!(names, [Some("n1"), Some("n2"), None]);
+        cloud
+            .handle(CloudRequest::Admin(AdminRequest::SetInstanceState {
+                name: "n1".into(),
+                state: InstanceState::Terminated,
+            }))
+            .await;
+        let CloudResponse::Instances { instances } = cloud
+            .handle(CloudRequest::DescribeInstances {
+                nodes: vec![node("n1")],
+            })
+            .await
+        else {
+            panic!()
+        };
+        assert_eq!(instances, [None]);
+    }
+
+    #[tokio::test]
+    async fn load_balancers_keep_their_address() {
+        let cloud = FakeCloud::default();
+        let ensure = |nodes: Vec<&str>| CloudRequest::EnsureLoadBalancer {
+            name: "a1".into(),
+            service: "default/s".into(),
+            ports: vec![80],
+            nodes: nodes.into_iter().map(str::to_owned).collect(),
+        };
+        let CloudResponse::LoadBalancer {
+            load_balancer: Some(first),
+        } = cloud.handle(ensure(vec!["b", "a"])).await
+        else {
+            panic!()
+        };
+        assert_eq!(first.nodes, ["a", "b"]);
+        let CloudResponse::LoadBalancer {
+            load_balancer: Some(second),
+        } = cloud.handle(ensure(vec!["c"])).await
+        else {
+            panic!()
+        };
+        assert_eq!(first.ip, second.ip);
+        assert!(matches!(
+            cloud
+                .handle(CloudRequest::UpdateLoadBalancer {
+                    name: "zz".into(),
+                    nodes: vec![]
+                })
+                .await,
+            CloudResponse::Error { not_found: true, .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn every_call_can_fail() {
+        let cloud = FakeCloud::new(
+            vec![],
+            Knobs {
+                latency_ms: 0,
+                error_rate: 1.0,
+            },
+        );
+        assert!(matches!(
+            cloud.handle(CloudRequest::ListRoutes).await,
+            CloudResponse::Error { not_found: false, .. }
+        ));
+        assert!(matches!(
+            cloud.handle(CloudRequest::Admin(AdminRequest::Snapshot)).await,
+            CloudResponse::Snapshot { calls: 1, .. }
+        ));
+    }
+}

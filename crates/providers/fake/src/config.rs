@@ -1,0 +1,161 @@
+//! The fake provider's `--cloud-config`.
+//!
+//! ```yaml
+//! # Share one cloud between processes (a FakeCloudServer):
+//! endpoint: http://127.0.0.1:40123
+//! # …or hold a cloud in this process:
+//! instances:
+//!   - name: node-1
+//!     instanceType: fake.large
+//!     zone: fake-zone-b
+//!     addresses: [{type: InternalIP, address: 10.0.0.1}]
+//! latencyMs: 0
+//! errorRate: 0.0
+//! # Capabilities (both on by default), and the cluster ID (`has_cluster_id`).
+//! loadBalancers: true
+//! routes: true
+//! clusterID: fake-cluster
+//! ```
+
+use serde::Deserialize;
+
+use crate::cloud::FakeInstance;
+
+/// The cloud-config.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FakeCloudConfig {
+    /// URL of a shared fake cloud.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Instances of an in-process cloud.
+    #[serde(default)]
+    pub instances: Vec<FakeInstance>,
+    /// Latency of an in-process cloud.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// Error rate of an in-process cloud.
+    #[serde(default)]
+    pub error_rate: f64,
+    /// Offer load balancers.
+    #[serde(default = "yes")]
+    pub load_balancers: bool,
+    /// Offer routes.
+    #[serde(default = "yes")]
+    pub routes: bool,
+    /// The cluster ID; `has_cluster_id` is false without one.
+    #[serde(default = "cluster", rename = "clusterID")]
+    pub cluster_id: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[allow(clippy::unnecessary_wraps)]
+fn cluster() -> Option<String> {
+    Some("fake-cluster".to_owned())
+}
+
+impl Default for FakeCloudConfig {
+    fn default() -> Self {
+        FakeCloudConfig {
+            endpoint: None,
+            instances: Vec::new(),
+            latency_ms: 0,
+            error_rate: 0.0,
+            load_balancers: true,
+            routes: true,
+            cluster_id: cluster(),
+        }
+    }
+}
+
+/// A cloud-config that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--cloud-config: {message}")]
+pub struct ConfigError {
+    /// `line N: field: what` where known.
+    pub message: String,
+}
+
+impl FakeCloudConfig {
+    /// Parses the file's bytes (YAML or JSON), strictly.
+    pub fn parse(bytes: &[u8]) -> Result<FakeCloudConfig, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError {
+            message: "the file is not UTF-8 text".into(),
+        })?;
+        if text.trim().is_empty() {
+            return Ok(FakeCloudConfig::default());
+        }
+        let mut path = String::new();
+        let config: FakeCloudConfig = serde_saphyr::with_deserializer_from_str(text, |deserializer| {
+            serde_path_to_error::deserialize(deserializer).map_err(|error| {
+                path = error.path().to_string();
+                error.into_inner()
+            })
+        })
+        .map_err(|error| {
+            let location = error
+                .location()
+                .map(|l| format!("line {}: ", l.line()))
+                .unwrap_or_default();
+            let mut message = error.without_snippet().to_string();
+            if let Some(at) = message.rfind(" at line ") {
+                message.truncate(at);
+            }
+            let field = if path.is_empty() || path == "." {
+                String::new()
+            } else {
+                format!("{path}: ")
+            };
+            ConfigError {
+                message: format!("{location}{field}{message}"),
+            }
+        })?;
+        if config.endpoint.is_some() && !config.instances.is_empty() {
+            return Err(ConfigError {
+                message: "endpoint and instances are exclusive: a shared cloud has its own instances".into(),
+            });
+        }
+        if !(0.0..=1.0).contains(&config.error_rate) {
+            return Err(ConfigError {
+                message: format!("errorRate: {} is not between 0 and 1", config.error_rate),
+            });
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_forms_and_names_bad_fields() {
+        let shared = FakeCloudConfig::parse(b"endpoint: http://127.0.0.1:1\n").unwrap();
+        assert_eq!(shared.endpoint.as_deref(), Some("http://127.0.0.1:1"));
+        assert!(shared.load_balancers && shared.routes);
+        let local =
+            FakeCloudConfig::parse(b"instances:\n  - name: n1\n    zone: z\nloadBalancers: false\n").unwrap();
+        assert_eq!(
+            (local.instances[0].zone.as_str(), local.load_balancers),
+            ("z", false)
+        );
+        assert_eq!(FakeCloudConfig::parse(b"").unwrap(), FakeCloudConfig::default());
+        let error = FakeCloudConfig::parse(b"instances:\n  - name: n1\n    zoen: z\n").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("--cloud-config: line 3: instances[0].zoen: unknown field `zoen`"),
+            "{error}"
+        );
+        assert!(
+            FakeCloudConfig::parse(b"errorRate: 2\n")
+                .unwrap_err()
+                .to_string()
+                .contains("errorRate")
+        );
+        assert!(FakeCloudConfig::parse(b"endpoint: x\ninstances: [{name: a}]\n").is_err());
+    }
+}

@@ -1,0 +1,363 @@
+//! The provider: `CloudProvider` over a [`FakeCloud`], in-process or over HTTP.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, Route, Routes};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
+
+use crate::cloud::{FakeCloud, FakeInstance, InstanceState, Knobs};
+use crate::config::FakeCloudConfig;
+use crate::protocol::{CloudRequest, CloudResponse, NodeRef};
+use crate::server::FakeCloudClient;
+
+/// The provider name (`--cloud-provider=fake`) and provider-ID scheme.
+pub const PROVIDER_NAME: &str = "fake";
+
+enum Backend {
+    Local(FakeCloud),
+    Remote(Box<FakeCloudClient>),
+}
+
+/// The fake cloud provider.
+pub struct FakeProvider {
+    backend: Backend,
+    config: FakeCloudConfig,
+}
+
+/// The registry factory: builds the provider from `--cloud-config` bytes.
+pub async fn factory(
+    config: Option<Vec<u8>>,
+) -> Result<Arc<dyn CloudProvider>, Box<dyn std::error::Error + Send + Sync>> {
+    let config = match config {
+        Some(bytes) => FakeCloudConfig::parse(&bytes)?,
+        None => FakeCloudConfig::default(),
+    };
+    Ok(Arc::new(FakeProvider::new(config)))
+}
+
+impl FakeProvider {
+    /// A provider for this configuration.
+    pub fn new(config: FakeCloudConfig) -> FakeProvider {
+        let backend = match &config.endpoint {
+            Some(url) => Backend::Remote(Box::new(FakeCloudClient::new(url))),
+            None => Backend::Local(FakeCloud::new(
+                config.instances.clone(),
+                Knobs {
+                    latency_ms: config.latency_ms,
+                    error_rate: config.error_rate,
+                },
+            )),
+        };
+        FakeProvider { backend, config }
+    }
+
+    async fn call(&self, request: CloudRequest) -> Result<CloudResponse, CloudError> {
+        let response = match &self.backend {
+            Backend::Local(cloud) => cloud.handle(request).await,
+            Backend::Remote(client) => client.call(&request).await,
+        };
+        match response {
+            CloudResponse::Error {
+                message,
+                not_found: _,
+            } => Err(CloudError::provider(message)),
+            other => Ok(other),
+        }
+    }
+
+    async fn describe(&self, nodes: &[Arc<Node>]) -> Result<Vec<Option<FakeInstance>>, CloudError> {
+        let nodes = nodes
+            .iter()
+            .map(|n| NodeRef {
+                name: n.metadata.name.clone().unwrap_or_default(),
+                provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            })
+            .collect();
+        match self.call(CloudRequest::DescribeInstances { nodes }).await? {
+            CloudResponse::Instances { instances } => Ok(instances),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
+fn metadata(instance: &FakeInstance) -> InstanceMetadata {
+    InstanceMetadata {
+        provider_id: instance.provider_id(),
+        instance_type: instance.instance_type.clone(),
+        node_addresses: instance
+            .addresses
+            .iter()
+            .map(|a| NodeAddress {
+                type_: a.type_.clone(),
+                address: a.address.clone(),
+            })
+            .collect(),
+        zone: instance.zone.clone(),
+        region: instance.region.clone(),
+        additional_labels: instance.labels.clone().into_iter().collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn node_names(nodes: &[Arc<Node>]) -> Vec<String> {
+    nodes.iter().filter_map(|n| n.metadata.name.clone()).collect()
+}
+
+fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn status(ip: &str) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: Some(vec![LoadBalancerIngress {
+            ip: Some(ip.to_owned()),
+            ..LoadBalancerIngress::default()
+        }]),
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for FakeProvider {
+    async fn instance_exists(&self, node: &Node) -> Result<bool, CloudError> {
+        let mut answers = self.instance_exists_batch(&[Arc::new(node.clone())]).await;
+        answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> Result<bool, CloudError> {
+        let mut answers = self.instance_shutdown_batch(&[Arc::new(node.clone())]).await;
+        answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, CloudError> {
+        let mut answers = self.instance_metadata_batch(&[Arc::new(node.clone())]).await;
+        answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
+    }
+
+    async fn instance_exists_batch(&self, nodes: &[Arc<Node>]) -> Vec<Result<bool, CloudError>> {
+        match self.describe(nodes).await {
+            Ok(instances) => instances.iter().map(|i| Ok(i.is_some())).collect(),
+            Err(error) => nodes
+                .iter()
+                .map(|_| Err(CloudError::provider(error.to_string())))
+                .collect(),
+        }
+    }
+
+    async fn instance_shutdown_batch(&self, nodes: &[Arc<Node>]) -> Vec<Result<bool, CloudError>> {
+        match self.describe(nodes).await {
+            Ok(instances) => instances
+                .iter()
+                .map(|i| {
+                    i.as_ref()
+                        .map(|i| i.state == InstanceState::Stopped)
+                        .ok_or(CloudError::InstanceNotFound)
+                })
+                .collect(),
+            Err(error) => nodes
+                .iter()
+                .map(|_| Err(CloudError::provider(error.to_string())))
+                .collect(),
+        }
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<InstanceMetadata, CloudError>> {
+        match self.describe(nodes).await {
+            Ok(instances) => instances
+                .iter()
+                .map(|i| i.as_ref().map(metadata).ok_or(CloudError::InstanceNotFound))
+                .collect(),
+            Err(error) => nodes
+                .iter()
+                .map(|_| Err(CloudError::provider(error.to_string())))
+                .collect(),
+        }
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for FakeProvider {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, CloudError> {
+        let name = self.load_balancer_name(cluster_name, service);
+        match self.call(CloudRequest::GetLoadBalancer { name }).await? {
+            CloudResponse::LoadBalancer { load_balancer } => Ok(load_balancer.map(|lb| status(&lb.ip))),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<LoadBalancerStatus, CloudError> {
+        let ports = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .map(|ports| ports.iter().map(|p| p.port).collect())
+            .unwrap_or_default();
+        let request = CloudRequest::EnsureLoadBalancer {
+            name: self.load_balancer_name(cluster_name, service),
+            service: service_key(service),
+            ports,
+            nodes: node_names(nodes),
+        };
+        match self.call(request).await? {
+            CloudResponse::LoadBalancer {
+                load_balancer: Some(lb),
+            } => Ok(status(&lb.ip)),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<(), CloudError> {
+        let name = self.load_balancer_name(cluster_name, service);
+        self.call(CloudRequest::UpdateLoadBalancer {
+            name,
+            nodes: node_names(nodes),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), CloudError> {
+        let name = self.load_balancer_name(cluster_name, service);
+        self.call(CloudRequest::DeleteLoadBalancer { name })
+            .await
+            .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Routes for FakeProvider {
+    async fn list_routes(&self, _cluster_name: &str) -> Result<Vec<Route>, CloudError> {
+        match self.call(CloudRequest::ListRoutes).await? {
+            CloudResponse::Routes { routes } => Ok(routes
+                .into_iter()
+                .map(|r| Route {
+                    name: r.name,
+                    target_node: r.target_node,
+                    destination_cidr: r.destination_cidr,
+                    ..Route::default()
+                })
+                .collect()),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<(), CloudError> {
+        let name = format!("{cluster_name}-{name_hint}");
+        let request = CloudRequest::CreateRoute {
+            name,
+            target_node: route.target_node.clone(),
+            destination_cidr: route.destination_cidr.clone(),
+        };
+        self.call(request).await.map(|_| ())
+    }
+
+    async fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        self.call(CloudRequest::DeleteRoute {
+            name: route.name.clone(),
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl CloudProvider for FakeProvider {
+    fn provider_name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.config.load_balancers.then_some(self as &dyn LoadBalancer)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        self.config.routes.then_some(self as &dyn Routes)
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        self.config.cluster_id.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::FakeCloudServer;
+
+    fn node(name: &str) -> Arc<Node> {
+        Arc::new(serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_shared_cloud_over_http_answers_like_the_local_one() {
+        let server = FakeCloudServer::start(
+            FakeCloud::new(vec![FakeInstance::running("n1", 1)], Knobs::default()),
+            ([127, 0, 0, 1], 0).into(),
+        )
+        .await
+        .unwrap();
+        let config = FakeCloudConfig {
+            endpoint: Some(server.url().to_owned()),
+            ..FakeCloudConfig::default()
+        };
+        let provider = FakeProvider::new(config);
+        let instances = provider.instances_v2().unwrap();
+        let answers = instances.instance_metadata_batch(&[node("n1"), node("n2")]).await;
+        assert_eq!(answers[0].as_ref().unwrap().provider_id, "fake://n1");
+        assert!(matches!(answers[1], Err(CloudError::InstanceNotFound)));
+        server
+            .cloud()
+            .handle(CloudRequest::Admin(crate::AdminRequest::SetInstanceState {
+                name: "n1".into(),
+                state: InstanceState::Stopped,
+            }))
+            .await;
+        assert!(instances.instance_shutdown(&node("n1")).await.unwrap());
+        assert!(instances.instance_exists(&node("n1")).await.unwrap());
+        assert!(!instances.instance_exists(&node("n2")).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn capabilities_follow_the_config() {
+        let provider = factory(Some(b"loadBalancers: false\n".to_vec())).await.unwrap();
+        assert!(provider.load_balancer().is_none());
+        assert!(provider.routes().is_some());
+        assert!(provider.instances_v2().is_some());
+        let error = factory(Some(b"bogus: 1\n".to_vec())).await.err().unwrap();
+        assert!(error.to_string().contains("unknown field `bogus`"), "{error}");
+    }
+}
