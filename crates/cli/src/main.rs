@@ -1,42 +1,17 @@
-//! `cloud-controller-manager`: the manager and its operator tools.
+//! The `cloud-controller-manager` binary with this repository's providers.
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-
-mod leader_migration;
-
-/// A cloud-controller-manager with Kubernetes Leader Migration built in.
-#[derive(Debug, Parser)]
-#[command(name = "cloud-controller-manager", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Inspect, validate and generate leader-migration configuration.
-    #[command(subcommand)]
-    LeaderMigration(leader_migration::Command),
-}
+use cloud_provider::ProviderRegistry;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(error) => error.exit(),
-    };
-    let result = match cli.command {
-        Command::LeaderMigration(command) => command.run(),
-    };
-    match result {
-        Ok(code) => code,
-        Err(error) => {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("error: {error:#}");
-            }
-            ExitCode::FAILURE
+    let mut registry = ProviderRegistry::new();
+    if let Err(error) = registry.register(provider_fake::PROVIDER_NAME, provider_fake::factory) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("error: {error}");
         }
+        return ExitCode::FAILURE;
     }
+    cloud_controller_manager::main(registry)
 }

@@ -1,0 +1,112 @@
+//! Go-style durations (`15s`, `5m0s`, `1h30m`, `100ms`, `1.5s`), as upstream's flags take them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A duration written as Go writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct GoDuration(pub(crate) Duration);
+
+/// Not a Go duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {0:?} (use a number with a unit: ns, us, ms, s, m, h; e.g. 15s, 5m0s, 1h30m)")]
+pub(crate) struct DurationError(pub(crate) String);
+
+impl std::str::FromStr for GoDuration {
+    type Err = DurationError;
+
+    fn from_str(text: &str) -> Result<GoDuration, DurationError> {
+        let invalid = || DurationError(text.to_owned());
+        let trimmed = text.trim();
+        if trimmed == "0" {
+            return Ok(GoDuration(Duration::ZERO));
+        }
+        if trimmed.is_empty() || trimmed.starts_with('-') {
+            return Err(invalid());
+        }
+        let mut total = 0f64;
+        let mut rest = trimmed.strip_prefix('+').unwrap_or(trimmed);
+        while !rest.is_empty() {
+            let number_end = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .ok_or_else(invalid)?;
+            let number: f64 = rest[..number_end].parse().map_err(|_| invalid())?;
+            rest = &rest[number_end..];
+            let unit_end = rest
+                .find(|c: char| c.is_ascii_digit() || c == '.')
+                .unwrap_or(rest.len());
+            let seconds = match &rest[..unit_end] {
+                "ns" => 1e-9,
+                "us" | "µs" | "μs" => 1e-6,
+                "ms" => 1e-3,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => return Err(invalid()),
+            };
+            total += number * seconds;
+            rest = &rest[unit_end..];
+        }
+        Duration::try_from_secs_f64(total)
+            .map(GoDuration)
+            .map_err(|_| invalid())
+    }
+}
+
+impl fmt::Display for GoDuration {
+    /// As Go prints it: `15s`, `5m0s`, `1h0m0s`, `100ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let duration = self.0;
+        if duration.is_zero() {
+            return f.write_str("0s");
+        }
+        if duration < Duration::from_secs(1) {
+            let nanos = duration.as_nanos();
+            return if nanos.is_multiple_of(1_000_000) {
+                write!(f, "{}ms", nanos / 1_000_000)
+            } else if nanos.is_multiple_of(1_000) {
+                write!(f, "{}µs", nanos / 1_000)
+            } else {
+                write!(f, "{nanos}ns")
+            };
+        }
+        let seconds = duration.as_secs_f64();
+        let hours = (seconds / 3600.0).floor();
+        let minutes = ((seconds - hours * 3600.0) / 60.0).floor();
+        let rest = seconds - hours * 3600.0 - minutes * 60.0;
+        let rest = format!("{}", (rest * 1e9).round() / 1e9);
+        match (hours > 0.0, minutes > 0.0 || hours > 0.0) {
+            (true, _) => write!(f, "{hours}h{minutes}m{rest}s"),
+            (false, true) => write!(f, "{minutes}m{rest}s"),
+            (false, false) => write!(f, "{rest}s"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(text: &str, millis: u64, printed: &str) {
+        let parsed: GoDuration = text.parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed.0, Duration::from_millis(millis), "{text}");
+        assert_eq!(parsed.to_string(), printed, "{text}");
+    }
+
+    #[test]
+    fn go_durations() {
+        check("15s", 15_000, "15s");
+        check("5m0s", 300_000, "5m0s");
+        check("5m", 300_000, "5m0s");
+        check("12h0m0s", 43_200_000, "12h0m0s");
+        check("1h30m", 5_400_000, "1h30m0s");
+        check("100ms", 100, "100ms");
+        check("1.5s", 1_500, "1.5s");
+        check("0s", 0, "0s");
+        check("0", 0, "0s");
+        for bad in ["", "15", "s", "-1s", "1d", "1.2.3s", "ten seconds"] {
+            assert!(bad.parse::<GoDuration>().is_err(), "{bad}");
+        }
+    }
+}

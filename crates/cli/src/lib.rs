@@ -1,0 +1,94 @@
+//! `cloud-controller-manager`: the manager and its operator tools, as a library a provider's own binary
+//! calls with its registry:
+//!
+//! ```no_run
+//! use cloud_provider::ProviderRegistry;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     let mut registry = ProviderRegistry::new();
+//!     registry.register("fake", provider_fake::factory).expect("one provider of that name");
+//!     cloud_controller_manager::main(registry)
+//! }
+//! ```
+//!
+//! This crate is the only one that knows clap, figment, environment variables and files.
+
+#![allow(clippy::print_stderr)]
+
+use std::process::ExitCode;
+
+use clap::{Command, FromArgMatches, Subcommand};
+use cloud_provider::ProviderRegistry;
+
+mod duration;
+mod identity;
+mod leader_migration;
+mod lenient;
+mod run;
+mod serve;
+mod settings;
+mod telemetry;
+
+/// The whole command line.
+fn command() -> Command {
+    let root = Command::new("cloud-controller-manager")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("A cloud-controller-manager with Kubernetes Leader Migration built in.\n\nWithout a subcommand it runs the manager: --cloud-provider is required.")
+        .args_conflicts_with_subcommands(true)
+        .max_term_width(120);
+    let leader_migration = leader_migration::Command::augment_subcommands(
+        Command::new("leader-migration")
+            .about("Inspect, validate and generate leader-migration configuration")
+            .subcommand_required(true),
+    );
+    settings::add_flags(root).subcommand(leader_migration)
+}
+
+/// Parses the command line and runs it; the exit code is the process's.
+///
+/// Exit codes: 0 done; 1 failure at run time (including lost leadership, as upstream); 2 invalid
+/// command line or settings.
+pub fn main(registry: ProviderRegistry) -> ExitCode {
+    let matches = match command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => error.exit(),
+    };
+    match matches.subcommand() {
+        Some(("leader-migration", sub)) => match leader_migration::Command::from_arg_matches(sub) {
+            Ok(command) => report(command.run()),
+            Err(error) => error.exit(),
+        },
+        _ => run_manager(&matches, &registry),
+    }
+}
+
+fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
+}
+
+fn run_manager(matches: &clap::ArgMatches, registry: &ProviderRegistry) -> ExitCode {
+    let startup = match settings::layered(matches)
+        .map_err(|e| vec![e.to_string()])
+        .and_then(run::validate)
+    {
+        Ok(startup) => startup,
+        Err(problems) => {
+            for problem in problems.iter().flat_map(|p| p.lines()) {
+                eprintln!("error: {problem}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init(startup.settings.v, startup.settings.logging_format == "json");
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    report(runtime.block_on(run::run(startup, registry)))
+}

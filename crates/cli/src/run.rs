@@ -1,0 +1,317 @@
+//! Running the manager: settings → validated configuration → provider, manager, serving, signals.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use cloud_provider::ProviderRegistry;
+use controller_manager::{
+    Cidr, ClientFactory, ControllerSettings, LeaderElectionConfig, Manager, ManagerConfig,
+};
+use leadermigration::scopes::LossPolicy;
+use leadermigration::{
+    ControllerCatalog, ControllerSelection, MigrationConfig, apply_migration_options,
+    validate_leader_elect_resource_lock,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::serve::Serving;
+use crate::settings::Settings;
+
+/// What is started, once every setting is known to be valid.
+pub(crate) struct Startup {
+    pub(crate) settings: Settings,
+    pub(crate) selection: ControllerSelection,
+    pub(crate) catalog: ControllerCatalog,
+    pub(crate) migration: Option<MigrationConfig>,
+    pub(crate) cluster_cidrs: Vec<Cidr>,
+    pub(crate) on_loss: LossPolicy,
+    pub(crate) serving: Option<Serving>,
+}
+
+/// Checks every setting; all problems are reported together, each naming its flag.
+pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
+    let mut problems = Vec::new();
+    let catalog = ControllerCatalog::standard();
+    if settings.cloud_provider.is_empty() {
+        problems.push("--cloud-provider cannot be empty".to_owned());
+    }
+    if let Err(error) =
+        validate_leader_elect_resource_lock(settings.leader_elect, &settings.leader_elect_resource_lock)
+    {
+        problems.push(error.to_string());
+    }
+    if settings.leader_elect {
+        let election = leadermigration::elector::ElectorConfig {
+            namespace: settings.leader_elect_resource_namespace.clone(),
+            lease_name: settings.leader_elect_resource_name.clone(),
+            identity: "validation".to_owned(),
+            lease_duration: settings.leader_elect_lease_duration.0,
+            renew_deadline: settings.leader_elect_renew_deadline.0,
+            retry_period: settings.leader_elect_retry_period.0,
+            release_on_cancel: true,
+        };
+        if let Err(error) = election.validate() {
+            problems.push(error.to_string());
+        }
+    }
+    let on_loss = match settings.on_lost_leadership.as_str() {
+        "exit" => LossPolicy::Exit,
+        "recontend" => LossPolicy::Recontend,
+        other => {
+            problems.push(format!(
+                "--on-lost-leadership: {other:?} is neither exit nor recontend"
+            ));
+            LossPolicy::Exit
+        }
+    };
+    let selection = ControllerSelection::parse(&settings.controllers, &catalog).unwrap_or_else(|error| {
+        problems.push(error.to_string());
+        ControllerSelection::default()
+    });
+    let migration = match apply_migration_options(
+        settings.enable_leader_migration,
+        (!settings.leader_migration_config.is_empty()).then(|| Path::new(&settings.leader_migration_config)),
+        |path| std::fs::read(path),
+        &catalog,
+    ) {
+        Ok(loaded) => loaded.map(|loaded| {
+            for warning in &loaded.warnings {
+                tracing::warn!("{}", warning.render(&settings.leader_migration_config));
+            }
+            loaded.config
+        }),
+        Err(error) => {
+            problems.push(error.to_string());
+            None
+        }
+    };
+    if let Some(migration) = &migration {
+        if let Some(lock) = migration
+            .locks()
+            .iter()
+            .find(|l| l.lease_name == settings.leader_elect_resource_name)
+        {
+            problems.push(format!("--leader-migration-config: lease {:?} is also --leader-elect-resource-name; they must differ", lock.lease_name));
+        }
+        if settings.enable_leader_migration && !settings.leader_elect {
+            tracing::warn!(
+                "--enable-leader-migration has no effect with --leader-elect=false (as upstream): every enabled controller runs"
+            );
+        }
+    }
+    let cluster_cidrs = Cidr::parse_list(&settings.cluster_cidr).unwrap_or_else(|error| {
+        problems.push(format!("--cluster-cidr: {error}"));
+        Vec::new()
+    });
+    for (flag, value) in [
+        ("--concurrent-node-syncs", settings.concurrent_node_syncs),
+        ("--concurrent-service-syncs", settings.concurrent_service_syncs),
+    ] {
+        if value == 0 {
+            problems.push(format!("{flag} must be a positive number"));
+        }
+    }
+    for (flag, value) in [
+        ("--node-monitor-period", settings.node_monitor_period.0),
+        (
+            "--route-reconciliation-period",
+            settings.route_reconciliation_period.0,
+        ),
+        (
+            "--node-status-update-frequency",
+            settings.node_status_update_frequency.0,
+        ),
+    ] {
+        if value.is_zero() {
+            problems.push(format!("{flag} must be greater than 0"));
+        }
+    }
+    if !matches!(settings.logging_format.as_str(), "text" | "json") {
+        problems.push(format!(
+            "--logging-format: {:?} is not supported (text or json)",
+            settings.logging_format
+        ));
+    }
+    let serving = if settings.secure_port == 0 {
+        None
+    } else {
+        let address: Option<IpAddr> = settings.bind_address.parse().ok();
+        if address.is_none() {
+            problems.push(format!(
+                "--bind-address: {:?} is not an IP address",
+                settings.bind_address
+            ));
+        }
+        let files = (
+            !settings.tls_cert_file.is_empty(),
+            !settings.tls_private_key_file.is_empty(),
+        );
+        if files.0 != files.1 {
+            problems.push("--tls-cert-file and --tls-private-key-file must be given together".to_owned());
+        }
+        let tls13_only = match settings.tls_min_version.as_str() {
+            "" | "VersionTLS12" => false,
+            "VersionTLS13" => true,
+            other => {
+                problems.push(format!(
+                    "--tls-min-version: {other:?} is not supported (VersionTLS12 or VersionTLS13)"
+                ));
+                false
+            }
+        };
+        address.map(|ip| Serving {
+            address: SocketAddr::new(ip, settings.secure_port),
+            cert_file: files.0.then(|| settings.tls_cert_file.clone()),
+            key_file: files.1.then(|| settings.tls_private_key_file.clone()),
+            tls13_only,
+        })
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Startup {
+        settings,
+        selection,
+        catalog,
+        migration,
+        cluster_cidrs,
+        on_loss,
+        serving,
+    })
+}
+
+/// The client configuration: `--kubeconfig`, `--master`, in-cluster, or kube's default chain.
+async fn kube_config(settings: &Settings) -> Result<kube::Config> {
+    let mut config = if !settings.kubeconfig.is_empty() {
+        let file = kube::config::Kubeconfig::read_from(&settings.kubeconfig)
+            .with_context(|| format!("--kubeconfig: cannot read {}", settings.kubeconfig))?;
+        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("--kubeconfig: {} cannot be used", settings.kubeconfig))?
+    } else if !settings.master.is_empty() {
+        kube::Config::new(
+            settings
+                .master
+                .parse()
+                .with_context(|| format!("--master: {:?} is not a URL", settings.master))?,
+        )
+    } else {
+        kube::Config::infer().await.context("no --kubeconfig or --master, and neither in-cluster configuration nor a default kubeconfig was found")?
+    };
+    if !settings.master.is_empty() {
+        config.cluster_url = settings
+            .master
+            .parse()
+            .with_context(|| format!("--master: {:?} is not a URL", settings.master))?;
+    }
+    Ok(config)
+}
+
+/// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
+pub(crate) async fn run(startup: Startup, registry: &ProviderRegistry) -> Result<ExitCode> {
+    let Startup {
+        settings,
+        selection,
+        catalog,
+        migration,
+        cluster_cidrs,
+        on_loss,
+        serving,
+    } = startup;
+    let identity = crate::identity::identity();
+    let component = settings.leader_migration_component.clone();
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), %identity, %component, "starting");
+
+    let cloud_config = if settings.cloud_config.is_empty() {
+        None
+    } else {
+        Some(
+            std::fs::read(&settings.cloud_config)
+                .with_context(|| format!("--cloud-config: cannot read {}", settings.cloud_config))?,
+        )
+    };
+    let provider = registry.build(&settings.cloud_provider, cloud_config).await?;
+    if !settings.allow_untagged_cloud && !provider.has_cluster_id() {
+        anyhow::bail!(
+            "no ClusterID found. A ClusterID is required for the cloud provider to function properly. This check can be bypassed by setting the allow-untagged-cloud option"
+        );
+    }
+
+    let base = kube_config(&settings).await?;
+    let clients = ClientFactory::new(
+        base,
+        &component,
+        &identity,
+        settings.kube_api_qps,
+        settings.kube_api_burst,
+    );
+    let controllers = ControllerSettings {
+        cluster_name: settings.cluster_name.clone(),
+        cluster_cidrs,
+        configure_cloud_routes: settings.configure_cloud_routes,
+        node_monitor_period: settings.node_monitor_period.0,
+        node_status_update_frequency: settings.node_status_update_frequency.0,
+        route_reconciliation_period: settings.route_reconciliation_period.0,
+        concurrent_node_syncs: settings.concurrent_node_syncs,
+        concurrent_node_status_updates: settings.concurrent_node_status_updates,
+        concurrent_service_syncs: settings.concurrent_service_syncs,
+    };
+    let leader_election = settings.leader_elect.then(|| LeaderElectionConfig {
+        namespace: settings.leader_elect_resource_namespace.clone(),
+        main_lease: settings.leader_elect_resource_name.clone(),
+        lease_duration: settings.leader_elect_lease_duration.0,
+        renew_deadline: settings.leader_elect_renew_deadline.0,
+        retry_period: settings.leader_elect_retry_period.0,
+        release_on_cancel: true,
+        on_loss,
+    });
+    let config = ManagerConfig {
+        component,
+        clients,
+        leader_election,
+        migration,
+        selection,
+        catalog,
+        controllers,
+    };
+    let manager = Manager::new(config, provider)?;
+    for planned in manager.plan() {
+        let p = &planned.placement;
+        tracing::info!(controller = %p.controller, lock = p.lock.as_str(), lease = p.lease.as_deref().unwrap_or(""), skipped = planned.skipped.as_deref().unwrap_or(""), "plan");
+    }
+
+    let shutdown = CancellationToken::new();
+    if let Some(serving) = serving {
+        let address =
+            crate::serve::start(serving, manager.health(), manager.metrics(), shutdown.clone()).await?;
+        tracing::info!(%address, "serving healthz, livez, readyz and metrics over HTTPS");
+    }
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+        signals.cancel();
+    });
+    match manager.run(shutdown.clone()).await {
+        Ok(()) => {
+            tracing::info!("stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            shutdown.cancel();
+            tracing::error!(%error, "exiting");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
