@@ -21,6 +21,7 @@ use clap::{Command, FromArgMatches, Subcommand};
 use cloud_provider::ProviderRegistry;
 
 mod duration;
+pub mod harness;
 mod identity;
 mod leader_migration;
 mod lenient;
@@ -91,4 +92,18 @@ fn run_manager(matches: &clap::ArgMatches, registry: &ProviderRegistry) -> ExitC
         }
     };
     report(runtime.block_on(run::run(startup, registry)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn repeated_flags_on_the_real_command_take_the_last_value() {
+        let matches = super::command().try_get_matches_from([
+            "ccm",
+            "--enable-leader-migration",
+            "--enable-leader-migration=false",
+        ]);
+        let settings = super::settings::layered(&matches.unwrap()).unwrap();
+        assert!(!settings.enable_leader_migration);
+    }
 }

@@ -716,6 +716,10 @@ pub(crate) fn add_flags(mut command: Command) -> Command {
             .help(help)
             .help_heading(flag.heading)
             .global(false);
+        // As pflag, a repeated flag's last value wins (lists accumulate).
+        if flag.kind != Kind::List {
+            arg = arg.overrides_with(flag.name);
+        }
         arg = match flag.kind {
             Kind::Bool => arg
                 .num_args(0..=1)
@@ -903,6 +907,21 @@ mod tests {
                 .try_get_matches_from(["t", "--leader-elect", "false"])
                 .is_err(),
             "as pflag: false needs an equals sign"
+        );
+        let repeated = command()
+            .try_get_matches_from([
+                "t",
+                "--enable-leader-migration",
+                "--enable-leader-migration=false",
+                "--v=2",
+                "--v=3",
+            ])
+            .unwrap();
+        let settings = layered(&repeated).unwrap();
+        assert_eq!(
+            (settings.enable_leader_migration, settings.v),
+            (false, 3),
+            "the last occurrence wins"
         );
     }
 

@@ -2,4 +2,5 @@
 //! keeps link time down.
 
 mod leader_migration_cli;
+mod migration;
 mod support;
