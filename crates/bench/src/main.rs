@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod apiserver;
+mod leader;
 mod process;
 mod stats;
 
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Writes, reads and watch fan-out of the test API server.
     Apiserver(apiserver::Args),
+    /// Leader migration: graceful hand-off, crash fail-over, idle standby cost, overlaps.
+    Leader(leader::Args),
 }
 
 /// Where results go.
@@ -48,5 +51,6 @@ impl Output {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Apiserver(args) => apiserver::run(args).await,
+        Command::Leader(args) => leader::run(args).await,
     }
 }

@@ -159,12 +159,14 @@ struct Campaign {
 }
 
 impl Campaign {
+    /// Starts following the lock; it is contended for only while `permit` is true.
     fn start<R: ScopeRunner>(
         client: &kube::Client,
         settings: &ElectionSettings,
         spec: &ScopeSpec,
         kind: ScopeKind,
         runner: &R,
+        permit: watch::Receiver<bool>,
     ) -> Result<Campaign, ElectorConfigError> {
         let config = ElectorConfig {
             namespace: settings.namespace.clone(),
@@ -179,7 +181,7 @@ impl Campaign {
         runner.elector_started(kind, &spec.lease_name, state.clone());
         let cancel = CancellationToken::new();
         let token = cancel.clone();
-        let task = tokio::spawn(async move { elector.run(&token).await });
+        let task = tokio::spawn(async move { elector.run_when_permitted(permit, &token).await });
         Ok(Campaign {
             spec: spec.clone(),
             cancel,
@@ -209,23 +211,45 @@ pub async fn run_scopes<R: ScopeRunner>(
     shutdown: CancellationToken,
 ) -> Result<(), ScopesError> {
     loop {
+        let (_always, permitted) = watch::channel(true);
         let main = Campaign::start(
             &client,
             &config.election,
             &config.main,
             ScopeKind::Main,
             runner.as_ref(),
+            permitted.clone(),
         )?;
+        // The migration locks are followed from the start, so their expiry is judged from when this process
+        // first saw their record, but contended for only once the main lock is held.
+        let (allow_migrations, migration_permit) = watch::channel(false);
+        let mut waiting: Vec<Campaign> = Vec::new();
+        for spec in &config.migrations {
+            waiting.push(Campaign::start(
+                &client,
+                &config.election,
+                spec,
+                ScopeKind::Migration,
+                runner.as_ref(),
+                migration_permit.clone(),
+            )?);
+        }
         let mut main_state = main.state.clone();
         // Campaign for the main lock.
         tokio::select! {
-            () = shutdown.cancelled() => {
+                        () = shutdown.cancelled() => {
+                for campaign in waiting {
+                    campaign.end().await;
+                }
                 main.end().await;
                 return Ok(());
             }
             leading = async { main_state.wait_for(|s| s.role == Role::Leading).await.is_ok() } => {
-                if !leading {
+                                if !leading {
                     // The elector ended without leading (it only does so when cancelled).
+                    for campaign in waiting {
+                        campaign.end().await;
+                    }
                     continue;
                 }
             }
@@ -237,16 +261,7 @@ pub async fn run_scopes<R: ScopeRunner>(
         };
 
         // Only now do the migration locks campaign.
-        let mut waiting: Vec<Campaign> = Vec::new();
-        for spec in &config.migrations {
-            waiting.push(Campaign::start(
-                &client,
-                &config.election,
-                spec,
-                ScopeKind::Migration,
-                runner.as_ref(),
-            )?);
-        }
+        allow_migrations.send_replace(true);
         let mut held: Vec<Held> = Vec::new();
 
         let outcome = loop {
@@ -278,6 +293,7 @@ pub async fn run_scopes<R: ScopeRunner>(
                                 &lost.campaign.spec,
                                 ScopeKind::Migration,
                                 runner.as_ref(),
+                                permitted.clone(),
                             )?);
                         }
                     }

@@ -76,6 +76,31 @@ impl Plane {
         audit(&leases, &requests, &self.environment.governance().unwrap())
     }
 
+    /// Creates LoadBalancer service `web-<index>` and waits until whoever runs the service controller gives it
+    /// an ingress.
+    async fn serve_one_load_balancer(&self, index: u32) {
+        Workload::new(self.server.client(), self.cloud.url())
+            .add_service(index)
+            .await
+            .unwrap();
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::namespaced(self.server.client(), "default");
+        let name = format!("web-{index}");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while services
+            .get(&name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .is_none_or(|i| i.is_empty())
+        {
+            assert!(tokio::time::Instant::now() < deadline, "{name} got no ingress");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Audits and fails with the overlaps and the replicas' logs when there is any.
     async fn assert_no_overlap(&self, replicas: &[&Replica]) -> AuditReport {
         let report = self.audit().await;
@@ -113,6 +138,8 @@ async fn a_rolling_migration_from_three_kcm_to_three_ccm() {
     )
     .await
     .unwrap();
+    // The N side serves load balancers before the roll starts.
+    plane.serve_one_load_balancer(9000).await;
     let (stop, churn) = plane.workload();
 
     // Roll: add a cloud-controller-manager, then remove a kube-controller-manager, one at a time.
@@ -166,28 +193,7 @@ async fn a_rolling_migration_from_three_kcm_to_three_ccm() {
         "every kube-controller-manager released its lock"
     );
     // The new side serves load balancers: a service created now gets its ingress from a cloud-controller-manager.
-    Workload::new(plane.server.client(), plane.cloud.url())
-        .add_service(9999)
-        .await
-        .unwrap();
-    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
-        kube::Api::namespaced(plane.server.client(), "default");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while services
-        .get("web-9999")
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.load_balancer)
-        .and_then(|lb| lb.ingress)
-        .is_none_or(|i| i.is_empty())
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cloud-controller-manager serves load balancers"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    plane.serve_one_load_balancer(9999).await;
     stop.cancel();
     churn.await.unwrap().unwrap();
 

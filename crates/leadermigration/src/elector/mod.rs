@@ -296,7 +296,21 @@ impl LeaderElector {
 
     /// Campaigns until this process leads, then leads until leadership is lost or `cancel` fires.
     pub async fn run(&mut self, cancel: &CancellationToken) -> Ended {
-        let Some(sent) = self.acquire(cancel).await else {
+        let (_always, permitted) = watch::channel(true);
+        self.run_when_permitted(permitted, cancel).await
+    }
+
+    /// As [`LeaderElector::run`], but makes no attempt to take the Lease while `permit` is false; it still
+    /// follows the Lease meanwhile, so that once permitted it already knows how long the record has been
+    /// unchanged. (A migration lock may be taken only while the main lock is held; observing it before
+    /// then is what lets a new leader take over a crashed one's migration lock one lease duration after the
+    /// crash, not two.)
+    pub async fn run_when_permitted(
+        &mut self,
+        permit: watch::Receiver<bool>,
+        cancel: &CancellationToken,
+    ) -> Ended {
+        let Some(sent) = self.acquire(permit, cancel).await else {
             return Ended::CancelledBeforeLeading;
         };
         tracing::info!(lease = %self.config.lease_name, identity = %self.config.identity, "acquired the lease");
@@ -467,11 +481,27 @@ impl LeaderElector {
         }
     }
 
-    /// Campaigns until acquired (`Some(when the winning write was sent)`) or cancelled.
-    async fn acquire(&mut self, cancel: &CancellationToken) -> Option<Instant> {
+    /// Campaigns until acquired (`Some(when the winning write was sent)`) or cancelled; attempts only while
+    /// `permit` is true.
+    async fn acquire(
+        &mut self,
+        mut permit: watch::Receiver<bool>,
+        cancel: &CancellationToken,
+    ) -> Option<Instant> {
         let mut retry_at = Instant::now();
         let mut poll_at = Instant::now();
         loop {
+            if !*permit.borrow_and_update() {
+                tokio::select! {
+                    () = cancel.cancelled() => return None,
+                    changed = permit.changed() => if changed.is_err() { return None },
+                    update = self.updates.recv() => match update {
+                        Some(update) => self.apply_update(update),
+                        None => self.watch_healthy = false,
+                    },
+                }
+                continue;
+            }
             let now = Instant::now();
             let may_take = self.observed.as_ref().is_none_or(|o| {
                 o.record.holder_identity.is_empty()
