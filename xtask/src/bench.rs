@@ -1,5 +1,6 @@
-//! `cargo xtask bench <name> [--output FILE] [-- ARGS]`: builds the benchmark and the binaries it drives in
-//! release mode, then runs `ccm-bench <name>`.
+//! `cargo xtask bench <name> [ARGS]`: builds the benchmark and the binaries it drives (the manager as it ships,
+//! profile `dist`), then
+//! runs `ccm-bench <name> ARGS` (e.g. `--output FILE`; `ccm-bench <name> --help` lists them).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,13 +12,10 @@ use crate::shell::{cargo, exec, repo_root};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Which benchmark.
-    #[arg(value_parser = ["apiserver", "leader"])]
+    #[arg(value_parser = ["apiserver", "leader", "nodes"])]
     name: String,
-    /// Write the JSON result here.
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// More arguments for the benchmark (see `ccm-bench <name> --help`).
-    #[arg(last = true)]
+    /// The benchmark's arguments, e.g. `--output FILE` (see `ccm-bench <name> --help`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<String>,
 }
 
@@ -26,19 +24,32 @@ fn target_dir() -> PathBuf {
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
-    // The benchmark and every binary it drives, optimised.
-    let packages = ["bench", "test-apiserver", "cloud-controller-manager"];
+    // The manager as it ships (profile `dist`: fat LTO), and the benchmark and the API server optimised.
+    exec(cargo().args([
+        "build",
+        "--profile",
+        "dist",
+        "--locked",
+        "-p",
+        "cloud-controller-manager",
+    ]))?;
+    exec(cargo().args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "bench",
+        "-p",
+        "test-apiserver",
+    ]))?;
+    // Run where the user ran cargo, so that relative paths in the arguments mean what they expect.
     exec(
-        cargo()
-            .args(["build", "--release", "--locked"])
-            .args(packages.iter().flat_map(|p| ["-p", p])),
-    )?;
-    let mut command = Command::new(target_dir().join("release/ccm-bench"));
-    command.current_dir(repo_root()).arg(&args.name);
-    if let Some(output) = &args.output {
-        // Relative to where the user ran cargo, not to the repository root.
-        let output = std::env::current_dir()?.join(output);
-        command.arg("--output").arg(output);
-    }
-    exec(command.args(&args.rest))
+        Command::new(target_dir().join("release/ccm-bench"))
+            .env(
+                "BENCH_MANAGER_BINARY",
+                target_dir().join("dist/cloud-controller-manager"),
+            )
+            .arg(&args.name)
+            .args(&args.rest),
+    )
 }

@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Set up what the tests need, then run formatting and lint checks and every test.
     Test(test::Args),
-    /// Run a benchmark in release mode: apiserver, leader.
+    /// Run a benchmark in release mode: apiserver, leader, nodes.
     Bench(bench::Args),
     /// Fuzz the leader-migration configuration decoder (needs the nightly toolchain; installs cargo-fuzz).
     Fuzz(fuzz::Args),

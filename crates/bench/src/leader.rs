@@ -18,7 +18,7 @@ use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::process::{ApiServer, TempDir, sibling};
+use crate::process::{ApiServer, TempDir, manager_binary};
 use crate::stats::{round, summary};
 
 const CCM: &str = "cloud-controller-manager";
@@ -60,7 +60,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     };
     let environment = Environment::prepare(
         &directory.0,
-        sibling("cloud-controller-manager")?,
+        manager_binary()?,
         server.kubeconfig.clone(),
         cloud.url(),
         timings,

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod apiserver;
 mod leader;
+mod nodes;
 mod process;
 mod stats;
 
@@ -25,6 +26,8 @@ enum Command {
     Apiserver(apiserver::Args),
     /// Leader migration: graceful hand-off, crash fail-over, idle standby cost, overlaps.
     Leader(leader::Args),
+    /// Cloud-node initialisation of a burst of nodes: rate, API writes per node, controller-manager memory.
+    Nodes(nodes::Args),
 }
 
 /// Where results go.
@@ -52,5 +55,6 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Apiserver(args) => apiserver::run(args).await,
         Command::Leader(args) => leader::run(args).await,
+        Command::Nodes(args) => nodes::run(args).await,
     }
 }

@@ -22,6 +22,21 @@ pub(crate) fn sibling(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The `cloud-controller-manager` under test: `BENCH_MANAGER_BINARY` (`cargo xtask bench` sets it to the
+/// `dist` build, what ships), else the one next to this binary.
+pub(crate) fn manager_binary() -> Result<PathBuf> {
+    match std::env::var_os("BENCH_MANAGER_BINARY") {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            if !path.is_file() {
+                bail!("BENCH_MANAGER_BINARY: {} is not a file", path.display());
+            }
+            Ok(path)
+        }
+        None => sibling("cloud-controller-manager"),
+    }
+}
+
 /// A running test API server process; killed on drop.
 pub(crate) struct ApiServer {
     pub(crate) child: Child,
@@ -80,10 +95,19 @@ impl Drop for ApiServer {
 
 /// Resident memory of a process, in MiB, from /proc.
 pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
+    proc_status_mib(pid, "VmRSS:")
+}
+
+/// Peak resident memory of a process, in MiB, from /proc.
+pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
+    proc_status_mib(pid, "VmHWM:")
+}
+
+fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(field))?
         .trim()
         .trim_end_matches("kB")
         .trim()

@@ -41,7 +41,7 @@ impl ControllerSettings {
             node_monitor_period: Duration::from_secs(5),
             node_status_update_frequency: Duration::from_secs(300),
             route_reconciliation_period: Duration::from_secs(10),
-            concurrent_node_syncs: 64,
+            concurrent_node_syncs: 128,
             concurrent_node_status_updates: 0,
             concurrent_service_syncs: 8,
         }

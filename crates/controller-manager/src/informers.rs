@@ -1,7 +1,13 @@
 //! Shared informers: one watch and one cache per resource type for all controllers of the process.
 //!
 //! They start when the first controller that needs them starts (a standby that leads nothing lists
-//! nothing) and run until shutdown. `managedFields` are dropped from cached objects to save memory.
+//! nothing) and run until shutdown.
+//!
+//! The cache holds a projection: nodes as [`CachedNode`]s (what the controllers read, compactly: with
+//! 10k kubelet-shaped nodes they are most of the process's memory), services as the JSON of the Service
+//! without `managedFields` and the last-applied annotation ([`Compact`], [`Projected`]), as client-go's
+//! informer transforms do. It is safe because
+//! controllers only ever *patch* the fields they own; no cached object is written back whole.
 //!
 //! kube-runtime's shared stream applies back-pressure to every subscriber, so an idle subscriber would
 //! stall the others. Here one internal subscriber re-broadcasts on a lossy channel instead; a controller
@@ -14,13 +20,16 @@
 use std::sync::{Arc, OnceLock};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 
 use tokio::sync::{broadcast, watch};
+
+use crate::cached_node::CachedNode;
+use crate::compact::Compact;
 use tokio_util::sync::CancellationToken;
 
 /// A watch, its cache, and a feed of changed objects.
@@ -30,9 +39,37 @@ pub(crate) struct Informer<K: Resource<DynamicType = ()> + 'static> {
     ready: watch::Receiver<bool>,
 }
 
+/// Drops what no controller reads from an object about to be cached.
+pub(crate) trait Projected {
+    /// Clears the unread fields.
+    fn project(&mut self);
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+impl Projected for CachedNode {
+    /// Already compact.
+    fn project(&mut self) {}
+}
+
+impl<K> Projected for Compact<K> {
+    /// Projected when made.
+    fn project(&mut self) {}
+}
+
+impl Projected for Service {
+    fn project(&mut self) {
+        self.metadata.managed_fields = None;
+        if let Some(annotations) = self.metadata.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+    }
+}
+
 impl<K> Informer<K>
 where
     K: Resource<DynamicType = ()>
+        + Projected
         + Clone
         + std::fmt::Debug
         + Send
@@ -41,15 +78,13 @@ where
         + 'static,
 {
     fn start(api: Api<K>, shutdown: &CancellationToken) -> Informer<K> {
-        let (store, writer) = reflector::store_shared(1024);
+        let (store, writer) = reflector::store_shared(256);
         let mut handle = writer.subscribe().expect("a shared writer has subscribers");
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|object: &mut K| {
-                object.managed_fields_mut().clear();
-            })
+            .modify(K::project)
             .reflect_shared(writer);
-        let (feed, _) = broadcast::channel(4096);
+        let (feed, _) = broadcast::channel(256);
         let forward = feed.clone();
         let (ready_sender, ready) = watch::channel(false);
         let readiness = store.clone();
@@ -124,8 +159,8 @@ where
 pub(crate) struct Informers {
     client: kube::Client,
     shutdown: CancellationToken,
-    nodes: OnceLock<Informer<Node>>,
-    services: OnceLock<Informer<Service>>,
+    nodes: OnceLock<Informer<CachedNode>>,
+    services: OnceLock<Informer<Compact<Service>>>,
 }
 
 impl Informers {
@@ -139,13 +174,13 @@ impl Informers {
     }
 
     /// Nodes (started on first use).
-    pub(crate) fn nodes(&self) -> &Informer<Node> {
+    pub(crate) fn nodes(&self) -> &Informer<CachedNode> {
         self.nodes
             .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
     }
 
     /// Services in every namespace (started on first use).
-    pub(crate) fn services(&self) -> &Informer<Service> {
+    pub(crate) fn services(&self) -> &Informer<Compact<Service>> {
         self.services
             .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
     }
@@ -154,6 +189,8 @@ impl Informers {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Node;
 
     use super::*;
 

@@ -11,8 +11,10 @@
 //! - [`Health`] and [`Metrics`]: what the serving endpoints expose.
 
 mod batch;
+mod cached_node;
 mod cidr;
 mod client;
+mod compact;
 mod config;
 mod controllers;
 mod health;

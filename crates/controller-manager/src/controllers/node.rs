@@ -30,6 +30,7 @@ use serde_json::json;
 use super::node_addresses::{addresses_differ, desired_addresses};
 use super::{ControllerContext, age_seconds, has_taint, pause, reference, taints};
 use crate::batch::Batcher;
+use crate::cached_node::CachedNode;
 
 type MetadataBatcher = Batcher<Arc<Node>, Result<InstanceMetadata, CloudError>>;
 
@@ -110,7 +111,7 @@ pub(super) async fn run(controller: ControllerContext) {
     refresh.abort();
 }
 
-fn error_policy(_node: Arc<Node>, error: &NodeError, _context: Arc<NodeContext>) -> Action {
+fn error_policy(_node: Arc<CachedNode>, error: &NodeError, _context: Arc<NodeContext>) -> Action {
     match error {
         NodeError::Cloud(CloudError::Retry { after, .. }) => Action::requeue(*after),
         NodeError::NoProviderId(_) | NodeError::ProvidedIp(_) => Action::requeue(Duration::from_secs(30)),
@@ -118,8 +119,9 @@ fn error_policy(_node: Arc<Node>, error: &NodeError, _context: Arc<NodeContext>)
     }
 }
 
-async fn reconcile(node: Arc<Node>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
+async fn reconcile(cached: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
     let started = Instant::now();
+    let node = Arc::new(cached.to_node());
     let uid = node.metadata.uid.clone().unwrap_or_default();
     let result = if has_taint(&node, TAINT_UNINITIALIZED) {
         if context.initialized().contains(&uid) {
@@ -315,18 +317,19 @@ async fn refresh_addresses(context: Arc<NodeContext>) {
         n => n,
     };
     while pause(&controller.stop, period).await {
-        let nodes: Vec<Arc<Node>> = controller
+        let nodes: Vec<Arc<CachedNode>> = controller
             .informers
             .nodes()
             .store()
             .state()
             .into_iter()
-            .filter(|n| !has_taint(n, TAINT_UNINITIALIZED))
+            .filter(|n| !n.has_taint(TAINT_UNINITIALIZED))
             .collect();
         futures::stream::iter(nodes)
-            .for_each_concurrent(usize::from(workers.max(1)), |node| {
+            .for_each_concurrent(usize::from(workers.max(1)), |cached| {
                 let context = context.clone();
                 async move {
+                    let node = Arc::new(cached.to_node());
                     if let Err(error) = refresh_one(&node, &context).await {
                         tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "cannot refresh node addresses");
                     }

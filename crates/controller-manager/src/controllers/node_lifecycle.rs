@@ -17,14 +17,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 
 use super::{ControllerContext, has_taint, pause, reference, taints};
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|ready| ready.status == "True")
-}
+use crate::cached_node::CachedNode;
 
 pub(super) async fn run(controller: ControllerContext) {
     let informer = controller.informers.nodes();
@@ -56,11 +49,14 @@ async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), 
         return Ok(());
     };
     let nodes = controller.informers.nodes().store().state();
-    let (ready, not_ready): (Vec<Arc<Node>>, Vec<Arc<Node>>) = nodes.into_iter().partition(|n| is_ready(n));
+    let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) =
+        nodes.into_iter().partition(|n| n.is_ready());
 
-    for node in ready.iter().filter(|n| has_taint(n, TAINT_SHUTDOWN)) {
-        set_shutdown_taint(api, node, false).await;
+    for node in ready.iter().filter(|n| n.has_taint(TAINT_SHUTDOWN)) {
+        set_shutdown_taint(api, &Arc::new(node.to_node()), false).await;
     }
+    // Only the few NotReady nodes are materialised for the provider.
+    let not_ready: Vec<Arc<Node>> = not_ready.iter().map(|n| Arc::new(n.to_node())).collect();
     if not_ready.is_empty() {
         return Ok(());
     }

@@ -14,24 +14,16 @@ use std::time::{Duration, Instant};
 use cloud_provider::{CloudError, Route};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{ControllerContext, pause, reference};
+use crate::cached_node::CachedNode;
 use crate::cidr::Cidr;
 
 /// At most this many route calls at once (upstream: 200).
 const CONCURRENT_ROUTE_CALLS: usize = 32;
-
-fn pod_cidrs(node: &Node) -> Vec<String> {
-    let spec = node.spec.as_ref();
-    let plural = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
-    if plural.is_empty() {
-        spec.and_then(|s| s.pod_cidr.clone()).into_iter().collect()
-    } else {
-        plural
-    }
-}
 
 pub(super) async fn run(controller: ControllerContext) {
     let informer = controller.informers.nodes();
@@ -78,11 +70,7 @@ async fn reconcile(controller: &ControllerContext, api: &Api<Node>) -> Result<()
 
     let wanted: HashSet<(String, String)> = nodes
         .iter()
-        .flat_map(|n| {
-            pod_cidrs(n)
-                .into_iter()
-                .map(|c| (n.metadata.name.clone().unwrap_or_default(), c))
-        })
+        .flat_map(|n| n.pod_cidrs().map(|c| (n.name().to_owned(), c.to_owned())))
         .collect();
     let present: HashSet<(String, String)> = existing
         .iter()
@@ -118,15 +106,18 @@ async fn reconcile(controller: &ControllerContext, api: &Api<Node>) -> Result<()
         .await;
 
     // Missing routes, then the NetworkUnavailable condition per node.
-    let with_cidrs: Vec<Arc<Node>> = nodes.into_iter().filter(|n| !pod_cidrs(n).is_empty()).collect();
+    let with_cidrs: Vec<Arc<CachedNode>> = nodes
+        .into_iter()
+        .filter(|n| n.pod_cidrs().next().is_some())
+        .collect();
     let present = Arc::new(present);
     let outcomes = futures::stream::iter(with_cidrs)
-        .map(|node: Arc<Node>| {
+        .map(|node: Arc<CachedNode>| {
             let present = present.clone();
             async move {
-                let name = node.metadata.name.clone().unwrap_or_default();
+                let name = node.name().to_owned();
                 let mut all_created = true;
-                for cidr in pod_cidrs(&node) {
+                for cidr in node.pod_cidrs().map(str::to_owned) {
                     if present.contains(&(name.clone(), cidr.clone())) {
                         continue;
                     }
@@ -135,7 +126,7 @@ async fn reconcile(controller: &ControllerContext, api: &Api<Node>) -> Result<()
                         destination_cidr: cidr.clone(),
                         ..Route::default()
                     };
-                    let hint = node.metadata.uid.clone().unwrap_or_else(|| name.clone());
+                    let hint = node.meta().uid.clone().unwrap_or_else(|| name.clone());
                     if let Err(error) = routes.create_route(cluster, &hint, &route).await {
                         all_created = false;
                         let note = format!("Could not create route {hint} {cidr} for node {name}: {error}");
@@ -154,7 +145,7 @@ async fn reconcile(controller: &ControllerContext, api: &Api<Node>) -> Result<()
             }
         })
         .buffer_unordered(CONCURRENT_ROUTE_CALLS)
-        .collect::<Vec<(Arc<Node>, bool)>>()
+        .collect::<Vec<(Arc<CachedNode>, bool)>>()
         .await;
     for (node, all_created) in outcomes {
         update_condition(api, &node, all_created).await;
@@ -162,7 +153,7 @@ async fn reconcile(controller: &ControllerContext, api: &Api<Node>) -> Result<()
     Ok(())
 }
 
-async fn update_condition(api: &Api<Node>, node: &Node, routes_created: bool) {
+async fn update_condition(api: &Api<Node>, node: &CachedNode, routes_created: bool) {
     let (status, reason, message) = if routes_created {
         ("False", "RouteCreated", "RouteController created a route")
     } else {
@@ -172,12 +163,7 @@ async fn update_condition(api: &Api<Node>, node: &Node, routes_created: bool) {
             "RouteController failed to create a route",
         )
     };
-    let current = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "NetworkUnavailable"));
-    if current.is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason)) {
+    if node.condition("NetworkUnavailable") == Some((status, Some(reason))) {
         return;
     }
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
@@ -190,27 +176,12 @@ async fn update_condition(api: &Api<Node>, node: &Node, routes_created: bool) {
         ("lastHeartbeatTime", now.as_str()),
     ]
     .into();
-    let name = node.metadata.name.clone().unwrap_or_default();
+    let name = node.name().to_owned();
     let patch = json!({"status": {"conditions": [condition]}});
     if let Err(error) = api
         .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
     {
         tracing::warn!(node = %name, %error, "cannot set the NetworkUnavailable condition");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pod_cidrs_prefers_the_plural_field() {
-        let both: Node = serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": {"podCIDR": "10.0.1.0/24", "podCIDRs": ["10.0.1.0/24", "fd00::/64"]}})).unwrap();
-        assert_eq!(pod_cidrs(&both), ["10.0.1.0/24", "fd00::/64"]);
-        let single: Node =
-            serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": {"podCIDR": "10.0.1.0/24"}}))
-                .unwrap();
-        assert_eq!(pod_cidrs(&single), ["10.0.1.0/24"]);
     }
 }

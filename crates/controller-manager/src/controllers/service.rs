@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use cloud_provider::CloudError;
@@ -33,7 +33,9 @@ use kube::runtime::reflector::Store;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{ControllerContext, has_taint, pause, reference};
+use super::{ControllerContext, pause, reference};
+use crate::cached_node::CachedNode;
+use crate::compact::Compact;
 
 /// Why a service could not be synced (all are retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -53,12 +55,31 @@ struct Synced {
 
 struct ServiceContext {
     controller: ControllerContext,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
+    /// The last node set given to the provider, while some sync still uses it.
+    materialized: Mutex<(u64, Weak<[Arc<Node>]>)>,
     synced: Mutex<HashMap<String, Synced>>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl ServiceContext {
+    /// The node set as the provider takes it: materialised once, shared by the syncs that use it at the
+    /// same time (a pass over many services after a change of node set), and freed after them.
+    fn materialize(&self, set: &NodeSet) -> Arc<[Arc<Node>]> {
+        let mut memo = self
+            .materialized
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if memo.0 == set.hash
+            && let Some(nodes) = memo.1.upgrade()
+        {
+            return nodes;
+        }
+        let nodes: Arc<[Arc<Node>]> = set.nodes.iter().map(|n| Arc::new(n.to_node())).collect();
+        *memo = (set.hash, Arc::downgrade(&nodes));
+        nodes
+    }
+
     fn synced(&self) -> MutexGuard<'_, HashMap<String, Synced>> {
         self.synced
             .lock()
@@ -111,42 +132,39 @@ fn parse_bool(text: &str) -> Option<bool> {
 }
 
 /// Upstream's stable node-set predicates.
-fn in_load_balancer(node: &Node) -> bool {
-    if node.metadata.deletion_timestamp.is_some()
-        || has_taint(node, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
-    {
+fn in_load_balancer(node: &CachedNode) -> bool {
+    if node.deleting() || node.has_taint(TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER) {
         return false;
     }
     // An unparsable value excludes the node, as upstream.
-    node.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS))
+    node.label(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS)
         .is_none_or(|v| parse_bool(v) == Some(false))
 }
 
-/// The load balancers' node set, sorted by name.
-fn load_balancer_nodes(nodes: &Store<Node>) -> Vec<Arc<Node>> {
-    let mut selected: Vec<Arc<Node>> = nodes
+/// The load balancers' node set.
+struct NodeSet {
+    /// Sorted by name.
+    nodes: Vec<Arc<CachedNode>>,
+    /// Of the names and provider IDs (what a load balancer depends on).
+    hash: u64,
+}
+
+fn node_set(nodes: &Store<CachedNode>) -> NodeSet {
+    let mut selected: Vec<Arc<CachedNode>> = nodes
         .state()
         .into_iter()
         .filter(|n| in_load_balancer(n))
         .collect();
-    selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    selected
-}
-
-/// Identifies a node set by its names and provider IDs (what a load balancer depends on).
-fn node_set_hash(nodes: &[Arc<Node>]) -> u64 {
+    selected.sort_by(|a, b| a.name().cmp(b.name()));
     let mut hasher = DefaultHasher::new();
-    for node in nodes {
-        node.metadata.name.hash(&mut hasher);
-        node.spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
-            .hash(&mut hasher);
+    for node in &selected {
+        node.name().hash(&mut hasher);
+        node.provider_id().hash(&mut hasher);
     }
-    hasher.finish()
+    NodeSet {
+        nodes: selected,
+        hash: hasher.finish(),
+    }
 }
 
 /// Identifies what of a service a load balancer depends on (upstream's `needsUpdate` fields).
@@ -189,6 +207,7 @@ pub(super) async fn run(controller: ControllerContext) {
     let context = Arc::new(ServiceContext {
         controller: controller.clone(),
         nodes: nodes.store(),
+        materialized: Mutex::new((0, Weak::<[Arc<Node>; 0]>::new())),
         synced: Mutex::default(),
         failures: Mutex::default(),
     });
@@ -213,7 +232,7 @@ pub(super) async fn run(controller: ControllerContext) {
 /// second after node changes).
 async fn watch_node_set(context: Arc<ServiceContext>, trigger: mpsc::Sender<()>) {
     let mut changes = std::pin::pin!(context.controller.informers.nodes().subscribe());
-    let mut current = node_set_hash(&load_balancer_nodes(&context.nodes));
+    let mut current = node_set(&context.nodes).hash;
     loop {
         if changes.next().await.is_none() {
             return;
@@ -223,7 +242,7 @@ async fn watch_node_set(context: Arc<ServiceContext>, trigger: mpsc::Sender<()>)
         }
         // Drain what arrived meanwhile; one pass covers it all.
         while let Some(Some(_)) = futures::FutureExt::now_or_never(changes.next()) {}
-        let latest = node_set_hash(&load_balancer_nodes(&context.nodes));
+        let latest = node_set(&context.nodes).hash;
         if latest != current {
             current = latest;
             // A full channel already holds a pending pass.
@@ -232,19 +251,27 @@ async fn watch_node_set(context: Arc<ServiceContext>, trigger: mpsc::Sender<()>)
     }
 }
 
-fn error_policy(service: Arc<Service>, error: &ServiceError, context: Arc<ServiceContext>) -> Action {
+fn error_policy(
+    service: Arc<Compact<Service>>,
+    error: &ServiceError,
+    context: Arc<ServiceContext>,
+) -> Action {
     if let ServiceError::Cloud(CloudError::Retry { after, .. }) = error {
         return Action::requeue(*after);
     }
     // Upstream's per-service exponential back-off: 5 s doubling to 300 s.
     let mut failures = context.failures();
-    let count = failures.entry(key(&service)).or_insert(0);
+    let count = failures.entry(service.key()).or_insert(0);
     *count = (*count + 1).min(7);
     Action::requeue(Duration::from_secs(5 * 2u64.pow(*count - 1)).min(Duration::from_secs(300)))
 }
 
-async fn reconcile(service: Arc<Service>, context: Arc<ServiceContext>) -> Result<Action, ServiceError> {
+async fn reconcile(
+    cached: Arc<Compact<Service>>,
+    context: Arc<ServiceContext>,
+) -> Result<Action, ServiceError> {
     let started = Instant::now();
+    let service = Arc::new(cached.object());
     let result = sync(service.clone(), &context).await;
     let name = context.controller.controller.as_str();
     context
@@ -346,10 +373,10 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
         )
     };
 
-    let nodes = load_balancer_nodes(&context.nodes);
+    let set = node_set(&context.nodes);
     let current = Synced {
         spec: spec_hash(&service),
-        nodes: node_set_hash(&nodes),
+        nodes: set.hash,
     };
     let previous = context.synced().get(&service_key).copied();
     let has_ingress = ingress_of(&service).is_some();
@@ -357,6 +384,7 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
         Some(previous) if previous == current && has_ingress => return Ok(Action::await_change()),
         Some(previous) if previous.spec == current.spec && has_ingress => {
             // Only the node set changed.
+            let nodes = context.materialize(&set);
             return match load_balancers
                 .update_load_balancer(&cluster, &service, &nodes)
                 .await
@@ -407,6 +435,7 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
             "Ensuring load balancer".to_owned(),
         )
         .await;
+    let nodes = context.materialize(&set);
     if nodes.is_empty() {
         let note = "There are no available nodes for LoadBalancer".to_owned();
         controller
@@ -500,7 +529,7 @@ async fn remove_finalizer(api: &Api<Service>, service: &Service) -> Result<(), S
 mod tests {
     use super::*;
 
-    fn node(value: serde_json::Value) -> Node {
+    fn node(value: serde_json::Value) -> CachedNode {
         serde_json::from_value(value).unwrap()
     }
 

@@ -1,0 +1,343 @@
+//! `ccm-bench nodes`: how fast the cloud-node controller initialises a burst of new nodes, how many API
+//! writes each costs, and what the controller-manager's memory is with a large cluster cached.
+//!
+//! The test API server and the cloud-controller-manager run as their own processes; the fake cloud runs
+//! in this one, holding an instance for every node and answering each call after `--cloud-latency-ms`.
+//! The cluster first gets `--services` LoadBalancer services (owned by another load-balancer class, so
+//! they are cached but provision nothing: a load balancer fronting 10k nodes is not what this measures)
+//! and one warm-up node, initialised before the clock starts. Then `--nodes` kubelet-shaped nodes, each
+//! carrying the uninitialized taint, are created as fast as the API server takes them; the time runs from
+//! the first create to the last node seen without the taint. Writes are counted from the API server's
+//! request log (every write attempt by the controller-manager, failed ones included); memory is the
+//! controller-manager's resident set once every node is initialised.
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use provider_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
+use serde_json::json;
+
+use crate::process::{ApiServer, TempDir, manager_binary, peak_rss_mib, rss_mib};
+use crate::stats::round;
+
+const CCM_AGENT: &str = "cloud-controller-manager/";
+const WARM_UP: &str = "warm-up";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// New nodes in the burst.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: u32,
+    /// LoadBalancer services in the cluster (cached by the controller-manager).
+    #[arg(long, default_value_t = 5_000)]
+    services: u32,
+    /// Latency of every fake-cloud call, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    cloud_latency_ms: u64,
+    /// Creates in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_seconds: u64,
+    #[command(flatten)]
+    output: crate::Output,
+}
+
+/// A node as a kubelet registers it (conditions, capacity, node info, images), tainted uninitialized.
+fn kubelet_node(name: &str, index: u32) -> Result<Node> {
+    let images: Vec<serde_json::Value> = (0..10)
+        .map(|i| {
+            json!({
+                "names": [
+                    format!("registry.example.com/team-{i}/service@sha256:{:064x}", u64::from(index) * 16 + i),
+                    format!("registry.example.com/team-{i}/service:v1.{i}.0"),
+                ],
+                "sizeBytes": 50_000_000 + i * 1_000_000,
+            })
+        })
+        .collect();
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({
+            "type": type_, "status": status, "reason": reason, "message": format!("kubelet says {reason}"),
+            "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-22T10:00:00Z",
+        })
+    };
+    Ok(serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
+                "node-role.kubernetes.io/worker": "",
+            },
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": {
+            "podCIDR": format!("10.{}.{}.0/24", 64 + index / 256 % 64, index % 256),
+            "podCIDRs": [format!("10.{}.{}.0/24", 64 + index / 256 % 64, index % 256)],
+            "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+        },
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32857812Ki", "pods": "110", "ephemeral-storage": "101430960Ki"},
+            "allocatable": {"cpu": "7910m", "memory": "31706836Ki", "pods": "110", "ephemeral-storage": "93478772582"},
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+                condition("Ready", "True", "KubeletReady"),
+            ],
+            "addresses": [{"type": "Hostname", "address": name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": format!("{index:032x}"), "systemUUID": format!("ec2{index:029x}"),
+                "bootID": format!("{:032x}", u64::from(index) << 8), "kernelVersion": "6.1.0-27-cloud-amd64",
+                "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://1.7.24",
+                "kubeletVersion": "v1.33.2", "kubeProxyVersion": "v1.33.2", "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+            "images": images,
+        },
+    }))?)
+}
+
+fn service(index: u32) -> Result<Service> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": format!("web-{index}"), "labels": {"app": format!("web-{index}")}},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": "example.com/another-load-balancer",
+            "selector": {"app": format!("web-{index}")},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                      {"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"}],
+        },
+    }))?)
+}
+
+fn initialized(node: &Node) -> bool {
+    !node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == cloud_provider::names::TAINT_UNINITIALIZED)
+        })
+}
+
+/// The controller-manager process; killed on drop.
+struct Manager(Child);
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub(crate) async fn run(args: Args) -> Result<()> {
+    let server = ApiServer::start(&[])?;
+    let client = server.client().await?;
+    let instances: Vec<FakeInstance> = std::iter::once(FakeInstance::running(WARM_UP, 0))
+        .chain((0..args.nodes).map(|i| FakeInstance::running(&format!("node-{i}"), i + 1)))
+        .collect();
+    let cloud = FakeCloudServer::start(
+        FakeCloud::new(
+            instances,
+            Knobs {
+                latency_ms: args.cloud_latency_ms,
+                error_rate: 0.0,
+            },
+        ),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .await?;
+    let directory = TempDir::new()?;
+    let cloud_config = directory.0.join("cloud.yaml");
+    std::fs::write(&cloud_config, format!("endpoint: {}\n", cloud.url()))?;
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    futures::stream::iter(0..args.services)
+        .map(|i| {
+            let services = services.clone();
+            async move {
+                services
+                    .create(&PostParams::default(), &service(i)?)
+                    .await
+                    .map(drop)
+                    .map_err(anyhow::Error::from)
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .await
+        .context("create the services")?;
+    eprintln!("nodes: {} services created", args.services);
+
+    let log_path = directory.0.join("cloud-controller-manager.log");
+    let log = std::fs::File::create(&log_path)?;
+    // A profiler may wrap the controller-manager, e.g. BENCH_CCM_WRAPPER="valgrind --tool=massif".
+    let wrapper = std::env::var("BENCH_CCM_WRAPPER").unwrap_or_default();
+    let mut wrapper = wrapper.split_whitespace();
+    let binary = manager_binary()?;
+    let mut command = match wrapper.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(wrapper).arg(&binary);
+            command
+        }
+        None => Command::new(&binary),
+    };
+    let mut manager = Manager(
+        command
+            .arg("--cloud-provider=fake")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--kubeconfig={}", server.kubeconfig.display()))
+            .args([
+                "--leader-elect=false",
+                "--secure-port=0",
+                // The burst is bounded by the client-side rate limit otherwise (upstream's default: 20/s).
+                "--kube-api-qps=10000",
+                "--kube-api-burst=10000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("start cloud-controller-manager")?,
+    );
+    let pid = manager.0.id();
+
+    // Follow every node; `done` counts the burst's initialised nodes.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (progress, seen) = tokio::sync::watch::channel((false, 0_u32));
+    let follower = tokio::spawn({
+        let nodes = nodes.clone();
+        async move {
+            let mut done: HashSet<String> = HashSet::new();
+            let mut warm = false;
+            let mut stream = std::pin::pin!(watcher::watcher(nodes, watcher::Config::default()));
+            while let Some(event) = stream.try_next().await? {
+                let objects = match event {
+                    watcher::Event::Apply(node) | watcher::Event::InitApply(node) => vec![node],
+                    _ => Vec::new(),
+                };
+                for node in objects.iter().filter(|n| initialized(n)) {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    if name == WARM_UP {
+                        warm = true;
+                    } else {
+                        done.insert(name);
+                    }
+                }
+                progress.send_replace((warm, u32::try_from(done.len())?));
+            }
+            anyhow::Ok(())
+        }
+    });
+
+    let deadline = Duration::from_secs(args.timeout_seconds);
+
+    nodes
+        .create(&PostParams::default(), &kubelet_node(WARM_UP, 0)?)
+        .await?;
+    wait_for(seen.clone(), deadline, "the warm-up node", |s| s.0)
+        .await
+        .with_context(|| log_tail(&log_path))?;
+    if let Some(status) = manager.0.try_wait()? {
+        bail!("cloud-controller-manager exited: {status}");
+    }
+    eprintln!("nodes: warm-up node initialised; creating {} nodes", args.nodes);
+
+    let started = Instant::now();
+    let creating = futures::stream::iter(0..args.nodes)
+        .map(|i| {
+            let nodes = nodes.clone();
+            async move {
+                nodes
+                    .create(
+                        &PostParams::default(),
+                        &kubelet_node(&format!("node-{i}"), i + 1)?,
+                    )
+                    .await
+                    .map(drop)
+                    .map_err(anyhow::Error::from)
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .inspect(|_| {
+            eprintln!(
+                "nodes: all created after {:.1} s",
+                started.elapsed().as_secs_f64()
+            )
+        });
+    let total = args.nodes;
+    let (created, all) = tokio::join!(
+        creating,
+        wait_for(seen, deadline, "every node initialised", |s| s.1 >= total)
+    );
+    created.context("create the nodes")?;
+    all?;
+    let seconds = started.elapsed().as_secs_f64();
+    let rss = rss_mib(pid).context("the controller-manager's memory")?;
+    let peak = peak_rss_mib(pid).context("the controller-manager's peak memory")?;
+    follower.abort();
+
+    let admin = cloud_controller_manager::harness::Admin::new(client.clone());
+    let writes = admin
+        .requests()
+        .await?
+        .iter()
+        .filter(|r| {
+            r.user_agent.starts_with(CCM_AGENT)
+                && matches!(r.verb.as_deref(), Some("create" | "update" | "patch" | "delete"))
+        })
+        .count();
+    let initialised = f64::from(args.nodes + 1);
+    drop(manager);
+
+    let result = json!({
+        "nodes": args.nodes,
+        "services": args.services,
+        "cloud_latency_ms": args.cloud_latency_ms,
+        "seconds": round(seconds),
+        "nodes_per_sec": round(f64::from(args.nodes) / seconds),
+        "api_writes_per_node": round(writes as f64 / initialised),
+        "rss_mb": round(rss),
+        "peak_rss_mb": round(peak),
+    });
+    args.output.write(&result)
+}
+
+/// Waits until the node follower's progress passes `check`.
+async fn wait_for(
+    mut seen: tokio::sync::watch::Receiver<(bool, u32)>,
+    deadline: Duration,
+    what: &str,
+    check: impl Fn(&(bool, u32)) -> bool,
+) -> Result<()> {
+    tokio::time::timeout(deadline, seen.wait_for(|s| check(s)))
+        .await
+        .with_context(|| format!("timed out after {deadline:?} waiting for {what}"))?
+        .with_context(|| format!("the node watch ended before {what}"))?;
+    Ok(())
+}
+
+/// The end of the controller-manager's log, for an error message.
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    format!(
+        "the controller-manager's log ends:\n{}",
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    )
+}

@@ -1,0 +1,499 @@
+//! The node cache's own form of a Node: what the controllers read, compactly.
+//!
+//! A kubelet-registered `k8s_openapi` Node takes ≈ 5.4 KB of heap even without its images and machine
+//! inventory (two `BTreeMap`s, a 1.5 KB struct, a string per field); 10k of them would be most of the
+//! process. [`CachedNode`] keeps metadata identity, labels, annotations, the spec fields and the
+//! addresses and conditions (type, status, reason): strings packed into one allocation per field, the
+//! conditions' few distinct strings interned; ≈ 1 KB. Controllers read it directly where they scan every node (route, lifecycle,
+//! load-balancer node sets) and [`CachedNode::to_node`] it where a `Node` goes to the cloud provider or
+//! through a controller's per-node logic.
+//!
+//! What a provider receives is therefore the node *as cached*: metadata (name, uid, resourceVersion,
+//! timestamps, labels, annotations), spec (providerID, podCIDR(s), taints, unschedulable), status
+//! addresses, and conditions without messages or heartbeats. Kubelet's inventory (images, capacity, node
+//! info, volumes) is not kept.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+/// Interned strings stop being added beyond this many (condition types, statuses and reasons are few;
+/// this bounds the table should a cluster use unusual ones).
+const INTERNED_MAX: usize = 4_096;
+
+static INTERNED: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
+
+/// One shared copy of a string that many nodes repeat.
+fn intern(text: &str) -> Arc<str> {
+    let mut table = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = table.get(text) {
+        return found.clone();
+    }
+    let new: Arc<str> = Arc::from(text);
+    if table.len() < INTERNED_MAX {
+        table.insert(new.clone());
+    }
+    new
+}
+
+/// Strings in one allocation, each preceded by its length (LEB128): a dozen labels cost one allocation of
+/// their bytes instead of two dozen small ones.
+#[derive(Clone, PartialEq, Eq, Default)]
+struct Packed(Box<[u8]>);
+
+impl Packed {
+    fn new<'a>(items: impl IntoIterator<Item = &'a str>) -> Packed {
+        let mut bytes = Vec::new();
+        for item in items {
+            let mut length = item.len();
+            loop {
+                let low = (length & 0x7f) as u8;
+                length >>= 7;
+                if length == 0 {
+                    bytes.push(low);
+                    break;
+                }
+                bytes.push(low | 0x80);
+            }
+            bytes.extend_from_slice(item.as_bytes());
+        }
+        Packed(bytes.into_boxed_slice())
+    }
+
+    /// From a map, as alternating keys and values (in the map's order: sorted by key).
+    fn pairs(map: Option<&BTreeMap<String, String>>) -> Packed {
+        Packed::new(
+            map.into_iter()
+                .flatten()
+                .flat_map(|(k, v)| [k.as_str(), v.as_str()]),
+        )
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        let mut rest: &[u8] = &self.0;
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let mut length = 0_usize;
+            let mut shift = 0;
+            loop {
+                let byte = rest[0];
+                rest = &rest[1..];
+                length |= usize::from(byte & 0x7f) << shift;
+                shift += 7;
+                if byte & 0x80 == 0 {
+                    break;
+                }
+            }
+            let (item, after) = rest.split_at(length);
+            rest = after;
+            Some(std::str::from_utf8(item).expect("packed from strings"))
+        })
+    }
+
+    fn iter_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut items = self.iter();
+        std::iter::from_fn(move || Some((items.next()?, items.next()?)))
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.iter_pairs().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.0.is_empty()).then(|| {
+            self.iter_pairs()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+    }
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// A condition as the controllers read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Condition {
+    type_: Arc<str>,
+    status: Arc<str>,
+    reason: Option<Arc<str>>,
+}
+
+/// A Node, compactly (see the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CachedNode {
+    /// Name, uid, resourceVersion, creation and deletion timestamps only.
+    meta: ObjectMeta,
+    /// Keys and values, alternating.
+    labels: Packed,
+    /// Keys and values, alternating.
+    annotations: Packed,
+    provider_id: Option<Box<str>>,
+    pod_cidrs: Packed,
+    taints: Box<[Taint]>,
+    unschedulable: bool,
+    /// Types and addresses, alternating.
+    addresses: Packed,
+    conditions: Box<[Condition]>,
+}
+
+/// The wire form, reduced to what is kept: serde skips every other field without allocating, so a
+/// kubelet's images and machine inventory never reach the heap.
+#[derive(serde::Deserialize)]
+struct Wire {
+    #[serde(default)]
+    metadata: WireMeta,
+    #[serde(default)]
+    spec: Option<WireSpec>,
+    #[serde(default)]
+    status: Option<WireStatus>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct WireSpec {
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+    #[serde(rename = "podCIDR")]
+    pod_cidr: Option<String>,
+    #[serde(rename = "podCIDRs")]
+    pod_cidrs: Option<Vec<String>>,
+    taints: Option<Vec<Taint>>,
+    unschedulable: Option<bool>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct WireStatus {
+    addresses: Option<Vec<NodeAddress>>,
+    conditions: Option<Vec<WireCondition>>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: Option<String>,
+}
+
+impl From<Wire> for CachedNode {
+    fn from(wire: Wire) -> CachedNode {
+        let Wire {
+            metadata,
+            spec,
+            status,
+        } = wire;
+        let spec = spec.unwrap_or_default();
+        let status = status.unwrap_or_default();
+        let plural = spec.pod_cidrs.unwrap_or_default();
+        let pod_cidrs = if plural.is_empty() {
+            Packed::new(spec.pod_cidr.as_deref().filter(|c| !c.is_empty()))
+        } else {
+            Packed::new(plural.iter().map(String::as_str))
+        };
+        CachedNode {
+            labels: Packed::pairs(metadata.labels.as_ref()),
+            annotations: Packed::pairs(metadata.annotations.as_ref()),
+            meta: ObjectMeta {
+                name: metadata.name,
+                uid: metadata.uid,
+                resource_version: metadata.resource_version,
+                creation_timestamp: metadata.creation_timestamp,
+                deletion_timestamp: metadata.deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+            provider_id: spec
+                .provider_id
+                .filter(|p| !p.is_empty())
+                .map(String::into_boxed_str),
+            pod_cidrs,
+            taints: spec.taints.unwrap_or_default().into_boxed_slice(),
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            addresses: Packed::new(
+                status
+                    .addresses
+                    .iter()
+                    .flatten()
+                    .flat_map(|a| [a.type_.as_str(), a.address.as_str()]),
+            ),
+            conditions: status
+                .conditions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| Condition {
+                    type_: intern(&c.type_),
+                    status: intern(&c.status),
+                    reason: c.reason.as_deref().map(intern),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CachedNode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<CachedNode, D::Error> {
+        Wire::deserialize(deserializer).map(CachedNode::from)
+    }
+}
+
+impl kube::Resource for CachedNode {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Node::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        Node::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        Node::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Node::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+impl CachedNode {
+    /// The node's name.
+    pub(crate) fn name(&self) -> &str {
+        self.meta.name.as_deref().unwrap_or_default()
+    }
+
+    /// A label's value.
+    pub(crate) fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+
+    /// `spec.providerID`, when set and not empty.
+    pub(crate) fn provider_id(&self) -> Option<&str> {
+        self.provider_id.as_deref()
+    }
+
+    /// `spec.podCIDRs` (or the single `spec.podCIDR` of an older node).
+    pub(crate) fn pod_cidrs(&self) -> impl Iterator<Item = &str> {
+        self.pod_cidrs.iter()
+    }
+
+    /// Whether the node has a taint with this key.
+    pub(crate) fn has_taint(&self, key: &str) -> bool {
+        self.taints.iter().any(|t| t.key == key)
+    }
+
+    /// Whether the node is being deleted.
+    pub(crate) fn deleting(&self) -> bool {
+        self.meta.deletion_timestamp.is_some()
+    }
+
+    /// A condition's status and reason.
+    pub(crate) fn condition(&self, type_: &str) -> Option<(&str, Option<&str>)> {
+        self.conditions
+            .iter()
+            .find(|c| c.type_.as_ref() == type_)
+            .map(|c| (c.status.as_ref(), c.reason.as_deref()))
+    }
+
+    /// Whether the Ready condition is True.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.condition("Ready")
+            .is_some_and(|(status, _)| status == "True")
+    }
+
+    /// The Node as cached (see the module documentation for what that leaves out).
+    pub(crate) fn to_node(&self) -> Node {
+        let pod_cidrs: Vec<String> = self.pod_cidrs().map(str::to_owned).collect();
+        Node {
+            metadata: ObjectMeta {
+                labels: self.labels.to_map(),
+                annotations: self.annotations.to_map(),
+                ..self.meta.clone()
+            },
+            spec: Some(NodeSpec {
+                provider_id: self.provider_id.as_deref().map(str::to_owned),
+                pod_cidr: pod_cidrs.first().cloned(),
+                pod_cidrs: (!pod_cidrs.is_empty()).then_some(pod_cidrs),
+                taints: (!self.taints.is_empty()).then(|| self.taints.to_vec()),
+                unschedulable: self.unschedulable.then_some(true),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: (!self.addresses.0.is_empty()).then(|| {
+                    self.addresses
+                        .iter_pairs()
+                        .map(|(type_, address)| NodeAddress {
+                            type_: type_.to_owned(),
+                            address: address.to_owned(),
+                        })
+                        .collect()
+                }),
+                conditions: (!self.conditions.is_empty()).then(|| {
+                    self.conditions
+                        .iter()
+                        .map(|c| NodeCondition {
+                            type_: c.type_.to_string(),
+                            status: c.status.to_string(),
+                            reason: c.reason.as_deref().map(str::to_owned),
+                            ..NodeCondition::default()
+                        })
+                        .collect()
+                }),
+                ..NodeStatus::default()
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn recache(node: &Node) -> CachedNode {
+        serde_json::from_value(serde_json::to_value(node).unwrap()).unwrap()
+    }
+
+    fn kubelet_node() -> serde_json::Value {
+        json!({
+            "metadata": {
+                "name": "n1", "uid": "u1", "resourceVersion": "7", "creationTimestamp": "2026-11-22T10:00:00Z",
+                "labels": {"kubernetes.io/hostname": "n1", "topology.kubernetes.io/zone": "z1"},
+                "annotations": {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+            },
+            "spec": {
+                "providerID": "fake://z1/n1", "podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00::/64"],
+                "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}],
+            },
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "n1"}],
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready",
+                     "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-22T10:00:00Z"},
+                    {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
+                ],
+                "images": [{"names": ["img"], "sizeBytes": 1}],
+                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
+                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v", "kubeProxyVersion": "",
+                    "operatingSystem": "linux", "architecture": "amd64"},
+            },
+        })
+    }
+
+    #[test]
+    fn keeps_what_controllers_read_and_drops_the_inventory() {
+        let cached: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
+        assert_eq!(cached.name(), "n1");
+        assert_eq!(cached.label("topology.kubernetes.io/zone"), Some("z1"));
+        assert_eq!(cached.label("missing"), None);
+        assert_eq!(cached.provider_id(), Some("fake://z1/n1"));
+        assert_eq!(
+            cached.pod_cidrs().collect::<Vec<_>>(),
+            ["10.244.1.0/24", "fd00::/64"]
+        );
+        assert!(cached.has_taint("node.cloudprovider.kubernetes.io/uninitialized"));
+        assert!(cached.is_ready());
+        assert_eq!(
+            cached.condition("NetworkUnavailable"),
+            Some(("False", Some("RouteCreated")))
+        );
+        assert!(!cached.deleting());
+
+        let expected: Node = serde_json::from_value(json!({
+            "metadata": {
+                "name": "n1", "uid": "u1", "resourceVersion": "7", "creationTimestamp": "2026-11-22T10:00:00Z",
+                "labels": {"kubernetes.io/hostname": "n1", "topology.kubernetes.io/zone": "z1"},
+                "annotations": {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"},
+            },
+            "spec": {
+                "providerID": "fake://z1/n1", "podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00::/64"],
+                "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}],
+            },
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "n1"}],
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                    {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
+                ],
+            },
+        }))
+        .unwrap();
+        assert_eq!(cached.to_node(), expected);
+        // Caching the materialised node again changes nothing.
+        assert_eq!(recache(&cached.to_node()), cached);
+    }
+
+    #[test]
+    fn an_empty_node_round_trips() {
+        let cached: CachedNode = serde_json::from_value(json!({"metadata": {"name": "bare"}})).unwrap();
+        assert_eq!(cached.pod_cidrs().count(), 0);
+        assert!(!cached.is_ready());
+        let node = cached.to_node();
+        assert_eq!(node.metadata.name.as_deref(), Some("bare"));
+        assert_eq!(node.metadata.labels, None);
+        assert_eq!(recache(&node), cached);
+    }
+
+    #[test]
+    fn an_old_node_with_only_pod_cidr() {
+        let cached: CachedNode =
+            serde_json::from_value(json!({"metadata": {"name": "old"}, "spec": {"podCIDR": "10.1.0.0/24"}}))
+                .unwrap();
+        assert_eq!(cached.pod_cidrs().collect::<Vec<_>>(), ["10.1.0.0/24"]);
+    }
+
+    #[test]
+    fn repeated_strings_are_shared() {
+        let a: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
+        let b: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
+        assert!(Arc::ptr_eq(&a.conditions[0].type_, &b.conditions[0].type_));
+    }
+
+    #[test]
+    fn packed_strings_of_every_length_and_content() {
+        let long = "x".repeat(300);
+        let items = ["", "a", "ключ", long.as_str(), "with\0nul and = signs"];
+        let packed = Packed::new(items);
+        assert_eq!(packed.iter().collect::<Vec<_>>(), items);
+        let map: BTreeMap<String, String> = [("b", "2"), ("a", ""), ("c", long.as_str())]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let pairs = Packed::pairs(Some(&map));
+        assert_eq!(pairs.get("a"), Some(""));
+        assert_eq!(pairs.get("c"), Some(long.as_str()));
+        assert_eq!(pairs.get("d"), None);
+        assert_eq!(pairs.to_map(), Some(map));
+        assert_eq!(Packed::pairs(None).to_map(), None);
+    }
+}

@@ -1,0 +1,155 @@
+//! Objects cached as their JSON, decoded when a controller works on one.
+//!
+//! A `k8s_openapi` Service takes ≈ 2.7 KB of heap; its JSON ≈ 0.7 KB. A controller that reads each
+//! object only when it reconciles it (the service controller) loses nothing by decoding it then, and a
+//! cluster with thousands of services keeps a fraction of the memory. The identity (name, namespace, uid,
+//! resourceVersion, timestamps) stays decoded, for the cache's keys and for events.
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::informers::Projected;
+
+/// An object of type `K`, kept as the JSON of its projection (see [`Projected`]).
+#[derive(Debug)]
+pub(crate) struct Compact<K> {
+    meta: ObjectMeta,
+    json: Box<[u8]>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Compact<K> {
+    fn clone(&self) -> Self {
+        Compact {
+            meta: self.meta.clone(),
+            json: self.json.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Compact<K>
+where
+    K: kube::Resource + Projected + Serialize + DeserializeOwned,
+{
+    /// Keeps `object`, projected.
+    pub(crate) fn new(mut object: K) -> Compact<K> {
+        object.project();
+        let json = serde_json::to_vec(&object)
+            .expect("a Kubernetes object serialises")
+            .into_boxed_slice();
+        let meta = object.meta();
+        Compact {
+            meta: ObjectMeta {
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+                creation_timestamp: meta.creation_timestamp.clone(),
+                deletion_timestamp: meta.deletion_timestamp.clone(),
+                ..ObjectMeta::default()
+            },
+            json,
+            kind: PhantomData,
+        }
+    }
+
+    /// The object (as projected).
+    pub(crate) fn object(&self) -> K {
+        serde_json::from_slice(&self.json).expect("the cache holds JSON it wrote itself")
+    }
+
+    /// `namespace/name`.
+    pub(crate) fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.meta.namespace.as_deref().unwrap_or_default(),
+            self.meta.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+impl<'de, K> serde::Deserialize<'de> for Compact<K>
+where
+    K: kube::Resource + Projected + Serialize + DeserializeOwned,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Compact<K>, D::Error> {
+        K::deserialize(deserializer).map(Compact::new)
+    }
+}
+
+impl<K> kube::Resource for Compact<K>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::Resource;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn keeps_the_projected_object_and_its_identity() {
+        let text = json!({
+            "metadata": {
+                "name": "web", "namespace": "shop", "uid": "u", "resourceVersion": "3",
+                "annotations": {
+                    "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+                },
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+                "finalizers": ["service.kubernetes.io/load-balancer-cleanup"],
+            },
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}},
+        });
+        let compact: Compact<Service> = serde_json::from_value(text.clone()).unwrap();
+        assert_eq!(compact.key(), "shop/web");
+        assert_eq!(compact.meta().resource_version.as_deref(), Some("3"));
+        assert_eq!(Compact::<Service>::kind(&()), "Service");
+
+        let mut expected: Service = serde_json::from_value(text).unwrap();
+        expected.metadata.managed_fields = None;
+        expected
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove("kubectl.kubernetes.io/last-applied-configuration");
+        assert_eq!(compact.object(), expected);
+    }
+}
