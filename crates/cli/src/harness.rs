@@ -19,7 +19,7 @@ use leadermigration::{
 };
 
 /// The two sides of a migration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
     /// kube-controller-manager of version N: runs the migrated controllers under the N configuration.
     Kcm,

@@ -20,6 +20,8 @@ use std::process::ExitCode;
 use clap::{Command, FromArgMatches, Subcommand};
 use cloud_provider::ProviderRegistry;
 
+#[cfg(feature = "demo")]
+mod demo;
 mod duration;
 pub mod harness;
 mod identity;
@@ -42,7 +44,14 @@ fn command() -> Command {
             .about("Inspect, validate and generate leader-migration configuration")
             .subcommand_required(true),
     );
-    settings::add_flags(root).subcommand(leader_migration)
+    let root = settings::add_flags(root).subcommand(leader_migration);
+    #[cfg(feature = "demo")]
+    let root = root.subcommand(<demo::Args as clap::Args>::augment_args(
+        Command::new("demo").about(
+            "Run a leader migration on this machine: a test API server, a fake cloud, and replicas of this binary rolled from kube-controller-manager to cloud-controller-manager",
+        ),
+    ));
+    root
 }
 
 /// Parses the command line and runs it; the exit code is the process's.
@@ -57,6 +66,11 @@ pub fn main(registry: ProviderRegistry) -> ExitCode {
     match matches.subcommand() {
         Some(("leader-migration", sub)) => match leader_migration::Command::from_arg_matches(sub) {
             Ok(command) => report(command.run()),
+            Err(error) => error.exit(),
+        },
+        #[cfg(feature = "demo")]
+        Some(("demo", sub)) => match <demo::Args as FromArgMatches>::from_arg_matches(sub) {
+            Ok(args) => report(demo::run(&args)),
             Err(error) => error.exit(),
         },
         _ => run_manager(&matches, &registry),
@@ -83,7 +97,6 @@ fn run_manager(matches: &clap::ArgMatches, registry: &ProviderRegistry) -> ExitC
             return ExitCode::from(2);
         }
     };
-    telemetry::init(startup.settings.v, startup.settings.logging_format == "json");
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -91,19 +104,27 @@ fn run_manager(matches: &clap::ArgMatches, registry: &ProviderRegistry) -> ExitC
             return ExitCode::FAILURE;
         }
     };
-    report(runtime.block_on(run::run(startup, registry)))
+    let telemetry = {
+        let _inside = runtime.enter();
+        telemetry::init(startup.settings.v, startup.settings.logging_format == "json")
+    };
+    let code = report(runtime.block_on(run::run(startup, registry)));
+    telemetry.shutdown();
+    code
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn repeated_flags_on_the_real_command_take_the_last_value() {
-        let matches = super::command().try_get_matches_from([
-            "ccm",
-            "--enable-leader-migration",
-            "--enable-leader-migration=false",
-        ]);
-        let settings = super::settings::layered(&matches.unwrap()).unwrap();
-        assert!(!settings.enable_leader_migration);
+        super::settings::tests::hermetic(|| {
+            let matches = super::command().try_get_matches_from([
+                "ccm",
+                "--enable-leader-migration",
+                "--enable-leader-migration=false",
+            ]);
+            let settings = super::settings::layered(&matches.unwrap()).unwrap();
+            assert!(!settings.enable_leader_migration);
+        });
     }
 }

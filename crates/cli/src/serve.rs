@@ -92,7 +92,9 @@ pub(crate) async fn start(
                 let service = hyper::service::service_fn(move |request| {
                     handle(request, health.clone(), metrics.clone())
                 });
+                // The read timeout needs a timer; without one hyper drops every connection.
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(std::time::Duration::from_secs(5))
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;

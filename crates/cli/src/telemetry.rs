@@ -1,24 +1,103 @@
-//! Logs (tracing: `-v`, `--logging-format text|json`, `RUST_LOG`).
+//! Logs (tracing: `-v`, `--logging-format text|json`, `RUST_LOG`) and, when `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, traces exported with OpenTelemetry over OTLP/HTTP
+//! (protobuf). Nothing is exported otherwise.
+//!
+//! The spans are the ones the code already has: each reconcile (kube-runtime's `reconciling object`, with
+//! the object), cloud calls, elections. The exporter speaks plain HTTP (as an in-cluster collector on
+//! port 4318 does); the standard `OTEL_*` variables configure it (endpoint, headers, timeout,
+//! `OTEL_SERVICE_NAME`).
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
-/// Sets up logging on stderr. `RUST_LOG`, when set, overrides `-v`.
-pub(crate) fn init(verbosity: u8, json: bool) {
+/// What must be flushed at exit.
+pub(crate) struct Telemetry {
+    traces: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports the spans still buffered. Call it outside the runtime's `block_on`, with the runtime alive.
+    pub(crate) fn shutdown(self) {
+        if let Some(provider) = self.traces
+            && let Err(error) = provider.shutdown()
+        {
+            tracing::warn!(%error, "cannot flush the last traces");
+        }
+    }
+}
+
+/// Whether the environment asks for OTLP traces.
+fn otlp_requested() -> bool {
+    [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+}
+
+/// The OTLP trace pipeline; must run inside the tokio runtime (its batch processor is a task of it).
+fn otlp() -> Result<SdkTracerProvider, String> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let processor = opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+        exporter,
+        opentelemetry_sdk::runtime::Tokio,
+    )
+    .build();
+    let service = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "cloud-controller-manager".to_owned());
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(service)
+                .build(),
+        )
+        .build())
+}
+
+/// Sets up logging on stderr, and trace export when asked for. `RUST_LOG`, when set, overrides `-v`.
+/// Call it inside the tokio runtime.
+pub(crate) fn init(verbosity: u8, json: bool) -> Telemetry {
     let level = match verbosity {
         0 | 1 => "info",
         2..=5 => "info,controller_manager=debug,leadermigration=debug,cloud_controller_manager=debug",
         _ => "debug,controller_manager=trace,leadermigration=trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    // A second initialisation (tests) is harmless.
-    let _ = if json {
-        builder.json().try_init()
+    let fmt = if json { fmt.json().boxed() } else { fmt.boxed() };
+    let (traces, problem) = if otlp_requested() {
+        match otlp() {
+            Ok(provider) => (Some(provider), None),
+            Err(error) => (None, Some(error)),
+        }
     } else {
-        builder.try_init()
+        (None, None)
     };
+    let otel = traces.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("cloud-controller-manager"))
+            .with_filter(filter())
+    });
+    // A second initialisation (tests) is harmless.
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter()))
+        .with(otel)
+        .try_init();
+    if let Some(error) = problem {
+        tracing::warn!(%error, "OTEL_EXPORTER_OTLP_ENDPOINT is set but traces cannot be exported");
+    }
+    Telemetry { traces }
 }

@@ -1,6 +1,8 @@
 //! Integration tests of the `cloud-controller-manager` binary, one module per area. A single test binary
 //! keeps link time down.
 
+mod demo;
 mod leader_migration_cli;
+mod manager;
 mod migration;
 mod support;

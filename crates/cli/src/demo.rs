@@ -1,0 +1,638 @@
+//! `cloud-controller-manager demo`: a leader migration on one machine, with no cluster and no cloud.
+//!
+//! The test API server and the fake cloud run in this process; every replica is a process of this same
+//! binary. N replicas play kube-controller-manager with the N configuration; nodes (tainted uninitialized)
+//! and LoadBalancer services are registered; then the control plane is rolled to N
+//! cloud-controller-managers with the N+1 configuration, one replica at a time (a new one joins, an old one
+//! leaves), as the seed guide does it. The timeline shows who holds which Lease and what it runs; the
+//! verdict comes from the API server's own records (Lease history and request log), audited by
+//! `leadermigration::audit`, never from what the replicas say.
+
+// The timeline and the verdict on stdout are what this command is for.
+#![allow(clippy::print_stdout)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::Api;
+use kube::runtime::watcher;
+use leadermigration::audit::{AuditReport, audit};
+use leadermigration::{
+    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, ControllerSelection, KUBE_CONTROLLER_MANAGER, Lock,
+    MigrationConfig, PlanInput, plan,
+};
+use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
+use serde_json::json;
+use test_apiserver::TestApiServer;
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{Admin, Created, Environment, Replica, Side, Timings, Workload};
+
+const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
+const LEASES: [&str; 3] = [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER, MIGRATION_LEASE];
+/// The N side's `--controllers` (kube-controller-manager never had the cloud-node controller).
+const KCM_CONTROLLERS: [&str; 2] = ["*", "-cloud-node-controller"];
+
+/// `demo`'s flags.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Control-plane replicas on each side of the migration.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
+    replicas: u32,
+    /// Nodes to register (each with a cloud instance and the uninitialized taint).
+    #[arg(long, default_value_t = 6)]
+    nodes: u32,
+    /// LoadBalancer services to create.
+    #[arg(long, default_value_t = 2)]
+    services: u32,
+    /// Stop the old replicas with SIGKILL (a crash) instead of SIGTERM.
+    #[arg(long)]
+    crash: bool,
+    /// How long each configuration of the control plane runs before the next step, while new nodes and
+    /// services keep arriving.
+    #[arg(long, default_value_t = 1.0)]
+    dwell_seconds: f64,
+    /// Lease duration in whole seconds (renew deadline: half; retry period: a tenth). Short, so the demo
+    /// is quick.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
+    lease_seconds: u64,
+    /// `text`: a live timeline, then the verdict; `json`: only the result, as JSON.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    output: String,
+}
+
+/// Runs the demo; exit 0 on an "ok" verdict, 1 on "fail".
+pub(crate) fn run(args: &Args) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    runtime.block_on(demo(args))
+}
+
+/// Prints timeline lines (text mode), each stamped with the time since the start.
+#[derive(Clone)]
+struct Timeline {
+    started: Instant,
+    live: bool,
+}
+
+impl Timeline {
+    fn say(&self, line: &str) {
+        if self.live {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{:>7.2}s  {line}", self.started.elapsed().as_secs_f64());
+            let _ = out.flush();
+        }
+    }
+}
+
+/// Replica names by identity, filled in as replicas report theirs.
+#[derive(Clone, Default)]
+struct Names(Arc<Mutex<HashMap<String, (String, Side)>>>);
+
+impl Names {
+    fn add(&self, replica: &mut Replica, timeout: Duration) -> Result<String> {
+        let identity = replica.identity(timeout)?;
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(identity.clone(), (replica.name.clone(), replica.side));
+        Ok(identity)
+    }
+
+    fn get(&self, identity: &str) -> Option<(String, Side)> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(identity)
+            .cloned()
+    }
+
+    fn name(&self, identity: &str) -> String {
+        self.get(identity)
+            .map_or_else(|| identity.to_owned(), |(name, _)| name)
+    }
+}
+
+/// Which controllers each side runs under each Lease (from the same plan the manager starts with).
+struct Roles {
+    by_side_and_lease: HashMap<(Side, String), Vec<String>>,
+}
+
+impl Roles {
+    fn new(environment: &Environment) -> Result<Roles> {
+        let catalog = ControllerCatalog::standard();
+        let load = |path: &std::path::Path| -> Result<MigrationConfig> {
+            let bytes = std::fs::read(path)?;
+            Ok(MigrationConfig::load(&path.display().to_string(), &bytes, &catalog)?.config)
+        };
+        let mut by_side_and_lease: HashMap<(Side, String), Vec<String>> = HashMap::new();
+        for (side, config, controllers) in [
+            (Side::Kcm, load(&environment.kcm_config)?, &KCM_CONTROLLERS[..]),
+            (Side::Ccm, load(&environment.ccm_config)?, &["*"][..]),
+        ] {
+            let selection = ControllerSelection::parse(controllers, &catalog)?;
+            let placements = plan(PlanInput {
+                component: side.component(),
+                main_lease: side.component(),
+                migration: Some(&config),
+                selection: &selection,
+                catalog: &catalog,
+            });
+            for placement in placements {
+                if let (Lock::Main | Lock::Migration, Some(lease)) = (placement.lock, placement.lease) {
+                    by_side_and_lease
+                        .entry((side, lease))
+                        .or_default()
+                        .push(placement.controller.as_str().to_owned());
+                }
+            }
+        }
+        Ok(Roles { by_side_and_lease })
+    }
+
+    fn runs(&self, side: Side, lease: &str) -> String {
+        self.by_side_and_lease
+            .get(&(side, lease.to_owned()))
+            .map_or_else(|| "no cloud controller".to_owned(), |c| c.join(", "))
+    }
+}
+
+/// What the cluster shows: initialised nodes and services with an ingress.
+async fn progress(client: &kube::Client) -> Result<(usize, usize)> {
+    let nodes: Vec<Node> = Api::all(client.clone()).list(&Default::default()).await?.items;
+    let initialized = nodes
+        .iter()
+        .filter(|n| {
+            !n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| {
+                t.iter()
+                    .any(|t| t.key == cloud_provider::names::TAINT_UNINITIALIZED)
+            })
+        })
+        .count();
+    let services: Vec<Service> = Api::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await?
+        .items;
+    let with_ingress = services
+        .iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty())
+        })
+        .count();
+    Ok((initialized, with_ingress))
+}
+
+/// Reports every change of Lease holder (from a watch) and of progress (polled) on the timeline until
+/// `stop`.
+fn follow(
+    client: kube::Client,
+    timeline: Timeline,
+    names: Names,
+    roles: Arc<Roles>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        let mut changes = std::pin::pin!(watcher(leases, watcher::Config::default()));
+        let mut holders: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut last_progress = (usize::MAX, usize::MAX);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {
+                    if let Ok(now) = progress(&client).await
+                        && now != last_progress
+                    {
+                        last_progress = now;
+                        timeline.say(&format!(
+                            "cluster: {} node(s) initialised, {} service(s) with a load balancer",
+                            now.0, now.1
+                        ));
+                    }
+                }
+                event = changes.next() => {
+                    let Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) = event else {
+                        continue;
+                    };
+                    let name = lease.metadata.name.clone().unwrap_or_default();
+                    let holder = lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .filter(|h| !h.is_empty());
+                    if holders.get(&name) == Some(&holder) {
+                        continue;
+                    }
+                    match &holder {
+                        Some(identity) => {
+                            let (who, runs) = names.get(identity).map_or_else(
+                                || (identity.clone(), String::new()),
+                                |(who, side)| (who, roles.runs(side, &name)),
+                            );
+                            timeline.say(&format!("lease {name:<36} → {who:<6} runs {runs}"));
+                        }
+                        None => timeline.say(&format!("lease {name:<36} → released")),
+                    }
+                    holders.insert(name, holder);
+                }
+            }
+        }
+    })
+}
+
+async fn demo(args: &Args) -> Result<ExitCode> {
+    let timeline = Timeline {
+        started: Instant::now(),
+        live: args.output == "text",
+    };
+    let stop_how = if args.crash { "SIGKILL" } else { "SIGTERM" };
+    timeline.say(&format!(
+        "leader migration demo: {n} kube-controller-manager (N) → {n} cloud-controller-manager (N+1), old replicas stopped with {stop_how}",
+        n = args.replicas
+    ));
+
+    let server = TestApiServer::start()
+        .await
+        .context("start the test API server")?;
+    let cloud = FakeCloudServer::start(
+        FakeCloud::new(Vec::new(), Knobs::default()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .await
+    .context("start the fake cloud")?;
+    let directory = tempfile::Builder::new()
+        .prefix("ccm-demo-")
+        .tempdir()
+        .context("create a working directory")?;
+    let lease = Duration::from_secs(args.lease_seconds);
+    let environment = Environment::prepare(
+        directory.path(),
+        std::env::current_exe().context("find this binary")?,
+        server.kubeconfig_path().to_owned(),
+        cloud.url(),
+        Timings {
+            lease_duration: lease,
+            renew_deadline: lease / 2,
+            retry_period: lease / 10,
+        },
+    )?;
+    timeline.say(&format!(
+        "test API server {} · fake cloud {} · replica logs in {}",
+        server.url(),
+        cloud.url(),
+        environment.log_dir.display()
+    ));
+    let roles = Arc::new(Roles::new(&environment)?);
+    let client = server.client();
+    let names = Names::default();
+    let wait = lease * 15;
+
+    let stop_following = CancellationToken::new();
+    let follower = follow(
+        client.clone(),
+        timeline.clone(),
+        names.clone(),
+        roles.clone(),
+        stop_following.clone(),
+    );
+    let outcome = migrate(args, &environment, &client, &cloud, &names, &timeline, wait).await;
+    stop_following.cancel();
+    let _ = follower.await;
+
+    let Migrated {
+        mut kcms,
+        mut ccms,
+        registered,
+    } = match outcome {
+        Ok(migrated) => migrated,
+        Err(error) => {
+            let kept = directory.keep();
+            bail!(
+                "{error:#}\n(replica logs kept in {})",
+                kept.join("logs").display()
+            );
+        }
+    };
+    // Stop the new side too, so the audit sees every tenure end.
+    for replica in &ccms {
+        replica.terminate()?;
+    }
+    for replica in kcms.iter_mut().chain(ccms.iter_mut()) {
+        replica.wait(wait)?;
+    }
+
+    let admin = Admin::new(client.clone());
+    let report = audit(
+        &admin.leases().await?,
+        &admin.requests().await?,
+        &environment.governance()?,
+    );
+    let (nodes_initialized, services_with_ingress) = progress(&client).await?;
+    let outcome = Outcome {
+        migrated: report.handoffs.iter().any(|h| {
+            h.lease == MIGRATION_LEASE && names.get(&h.to).is_some_and(|(_, side)| side == Side::Ccm)
+        }),
+        report,
+        registered,
+        nodes_initialized,
+        services_with_ingress,
+    };
+    show(args, &timeline, &names, &outcome);
+    Ok(if outcome.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What the demo found.
+struct Outcome {
+    report: AuditReport,
+    /// A cloud-controller-manager took the migration lock over.
+    migrated: bool,
+    registered: Created,
+    nodes_initialized: usize,
+    services_with_ingress: usize,
+}
+
+impl Outcome {
+    /// The verdict: no overlap in a run that had writes to judge, the migration done, the work finished.
+    fn ok(&self) -> bool {
+        self.report.overlaps.is_empty()
+            && self.report.writes_checked > 0
+            && self.migrated
+            && (self.nodes_initialized, self.services_with_ingress)
+                == (self.registered.nodes as usize, self.registered.services as usize)
+    }
+}
+
+/// What the migration leaves: both sides' replicas (the old ones stopped), and the nodes and services
+/// registered in all.
+struct Migrated {
+    kcms: Vec<Replica>,
+    ccms: Vec<Replica>,
+    registered: Created,
+}
+
+/// The migration itself.
+async fn migrate(
+    args: &Args,
+    environment: &Environment,
+    client: &kube::Client,
+    cloud: &FakeCloudServer,
+    names: &Names,
+    timeline: &Timeline,
+    wait: Duration,
+) -> Result<Migrated> {
+    let mut kcms = Vec::new();
+    let mut kcm_ids = Vec::new();
+    for index in 1..=args.replicas {
+        let mut replica = Replica::start(environment, &format!("kcm-{index}"), Side::Kcm)?;
+        kcm_ids.push(names.add(&mut replica, wait)?);
+        kcms.push(replica);
+    }
+    timeline.say(&format!(
+        "started {} as kube-controller-manager with the N configuration",
+        kcms.iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    crate::harness::wait_for_holders(client, &LEASES, wait, "a kube-controller-manager leader", |h| {
+        h[KUBE_CONTROLLER_MANAGER].is_some() && h[KUBE_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
+    })
+    .await?;
+
+    let workload = Workload::new(client.clone(), cloud.url());
+    for index in 0..args.nodes {
+        workload.add_node(index).await?;
+    }
+    for index in 0..args.services {
+        workload.add_service(index).await?;
+    }
+    timeline.say(&format!(
+        "registered {} node(s) tainted uninitialized and {} LoadBalancer service(s); more keep arriving",
+        args.nodes, args.services
+    ));
+    // Work for the controllers throughout the roll: a node and a service every half second.
+    let stop_churn = CancellationToken::new();
+    let churn = workload.clone().churn(
+        Duration::from_millis(500),
+        args.nodes.max(args.services),
+        stop_churn.clone(),
+    );
+    let dwell = Duration::from_secs_f64(args.dwell_seconds.max(0.0));
+    tokio::time::sleep(dwell).await;
+
+    let mut ccms: Vec<Replica> = Vec::new();
+    let mut ccm_ids: Vec<String> = Vec::new();
+    for (step, kcm) in kcms.iter_mut().enumerate() {
+        let mut ccm = Replica::start(environment, &format!("ccm-{}", step + 1), Side::Ccm)?;
+        ccm_ids.push(names.add(&mut ccm, wait)?);
+        timeline.say(&format!(
+            "step {}/{}: {} joins as cloud-controller-manager (N+1); {} leaves ({})",
+            step + 1,
+            args.replicas,
+            ccm.name,
+            kcm.name,
+            if args.crash { "SIGKILL" } else { "SIGTERM" }
+        ));
+        ccms.push(ccm);
+        if args.crash {
+            kcm.kill()?;
+        } else {
+            kcm.terminate()?;
+        }
+        let status = kcm.wait(wait)?;
+        if !args.crash && !status.success() {
+            bail!("{} exited with {status} on SIGTERM: {}", kcm.name, kcm.log_tail());
+        }
+        // Each step settles before the next: every lock a live replica contends for is held by one.
+        let live_kcms = &kcm_ids[step + 1..];
+        crate::harness::wait_for_holders(
+            client,
+            &LEASES,
+            wait,
+            "the locks to settle on live replicas",
+            |h| {
+                let held_by = |lease: &str, ids: &[String]| {
+                    h[lease].as_ref().is_some_and(|holder| ids.contains(holder))
+                };
+                let migration = held_by(MIGRATION_LEASE, live_kcms) || held_by(MIGRATION_LEASE, &ccm_ids);
+                let kcm = live_kcms.is_empty() || held_by(KUBE_CONTROLLER_MANAGER, live_kcms);
+                migration && kcm && held_by(CLOUD_CONTROLLER_MANAGER, &ccm_ids)
+            },
+        )
+        .await?;
+        // This configuration of the control plane runs for a while before the next step.
+        tokio::time::sleep(dwell).await;
+    }
+    crate::harness::wait_for_holders(
+        client,
+        &LEASES,
+        wait,
+        "a cloud-controller-manager to lead both of its locks",
+        |h| {
+            h[MIGRATION_LEASE].as_ref().is_some_and(|m| ccm_ids.contains(m))
+                && h[CLOUD_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
+        },
+    )
+    .await?;
+    stop_churn.cancel();
+    let churned = churn.await.context("the workload task")??;
+    let registered = Created {
+        nodes: args.nodes + churned.nodes,
+        services: args.services + churned.services,
+    };
+    // The new side finishes the work: every node initialised, every service with its load balancer.
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let (nodes, services) = progress(client).await?;
+        if (nodes, services) == (registered.nodes as usize, registered.services as usize) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "after {wait:?}: {nodes}/{} nodes initialised, {services}/{} services with a load balancer",
+                registered.nodes,
+                registered.services
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(Migrated {
+        kcms,
+        ccms,
+        registered,
+    })
+}
+
+fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
+    let Outcome {
+        report,
+        migrated,
+        registered,
+        nodes_initialized,
+        services_with_ingress,
+    } = outcome;
+    let handoffs: Vec<serde_json::Value> = report
+        .handoffs
+        .iter()
+        .map(|h| {
+            json!({
+                "lease": h.lease,
+                "from": names.name(&h.from),
+                "to": names.name(&h.to),
+                "gap_ms": (h.gap_ms * 10.0).round() / 10.0,
+                "released": h.released,
+            })
+        })
+        .collect();
+    let verdict = if outcome.ok() { "ok" } else { "fail" };
+    if args.output == "json" {
+        let result = json!({
+            "verdict": verdict,
+            "overlaps": report.overlaps.len(),
+            "handoffs": handoffs,
+            "nodes_initialized": nodes_initialized,
+            "services_with_ingress": services_with_ingress,
+            "writes_checked": report.writes_checked,
+        });
+        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        return;
+    }
+    timeline.say("every replica stopped; auditing the API server's lease history and request log");
+    println!();
+    println!("hand-offs (gap: the old holder's last write to the new holder's acquisition):");
+    for h in &report.handoffs {
+        println!(
+            "  {:<36} {:>6} → {:<6} {:>8.1} ms  {}",
+            h.lease,
+            names.name(&h.from),
+            names.name(&h.to),
+            h.gap_ms,
+            if h.released { "released" } else { "expired" }
+        );
+    }
+    println!();
+    println!(
+        "overlaps: {} in {} controller write(s) checked",
+        report.overlaps.len(),
+        report.writes_checked
+    );
+    for overlap in &report.overlaps {
+        println!("  {overlap:?}");
+    }
+    println!(
+        "migration lease taken over by a cloud-controller-manager: {}",
+        if *migrated { "yes" } else { "no" }
+    );
+    println!(
+        "nodes initialised: {nodes_initialized}/{} · services with a load balancer: {services_with_ingress}/{}",
+        registered.nodes, registered.services
+    );
+    println!("verdict: {verdict}");
+}
+
+#[cfg(test)]
+mod tests {
+    use leadermigration::audit::Overlap;
+
+    use super::*;
+
+    fn outcome() -> Outcome {
+        Outcome {
+            report: AuditReport {
+                writes_checked: 10,
+                ..AuditReport::default()
+            },
+            migrated: true,
+            registered: Created {
+                nodes: 3,
+                services: 1,
+            },
+            nodes_initialized: 3,
+            services_with_ingress: 1,
+        }
+    }
+
+    #[test]
+    fn the_verdict_fails_on_any_overlap_or_unfinished_work() {
+        assert!(outcome().ok());
+        let mut overlapping = outcome();
+        overlapping.report.overlaps.push(Overlap::ConcurrentTenures {
+            lease: MIGRATION_LEASE.to_owned(),
+            first: "a".to_owned(),
+            second: "b".to_owned(),
+        });
+        assert!(!overlapping.ok());
+        let nothing_judged = Outcome {
+            report: AuditReport::default(),
+            ..outcome()
+        };
+        assert!(!nothing_judged.ok(), "a run without writes proves nothing");
+        let not_migrated = Outcome {
+            migrated: false,
+            ..outcome()
+        };
+        assert!(!not_migrated.ok());
+        let unfinished = Outcome {
+            nodes_initialized: 2,
+            ..outcome()
+        };
+        assert!(!unfinished.ok());
+    }
+}

@@ -1,0 +1,360 @@
+//! The manager command as an operator runs it: settings errors, HTTPS serving of health and metrics,
+//! trace export.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use k8s_openapi::api::core::v1::Node;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use test_apiserver::TestApiServer;
+
+use crate::support::{binary, stderr};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A manager process with the fake provider; killed on drop.
+struct Manager {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Manager {
+    fn start(dir: &Path, server: &TestApiServer, flags: &[&str], env: &[(&str, String)]) -> Manager {
+        let cloud_config = dir.join("cloud.yaml");
+        std::fs::write(
+            &cloud_config,
+            "instances:\n  - name: n1\n    addresses: [{type: InternalIP, address: 10.0.0.1}]\n",
+        )
+        .unwrap();
+        let log = dir.join("manager.log");
+        let child = binary()
+            .arg("--cloud-provider=fake")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
+            .arg("--leader-elect=false")
+            .args(flags)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Manager { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit after SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Registers node `n1` (its instance is in the cloud-config) with the uninitialized taint.
+async fn add_uninitialized_node(server: &TestApiServer) {
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    kube::Api::<Node>::all(server.client())
+        .create(&Default::default(), &node)
+        .await
+        .unwrap();
+}
+
+#[test]
+fn invalid_settings_exit_2_with_one_line_naming_each_flag() {
+    let output = binary()
+        .args([
+            "--cloud-provider=fake",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline=20s",
+            "--logging-format=xml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines.iter().any(|l| l.contains("--leader-elect-renew-deadline")),
+        "{text}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("error: --logging-format: ")),
+        "{text}"
+    );
+
+    let unknown = binary()
+        .args(["--cloud-provider=fake", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("--no-such-flag"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
+fn an_unknown_provider_is_named_and_nothing_starts() {
+    let output = binary()
+        .args([
+            "--cloud-provider=nope",
+            "--leader-elect=false",
+            "--kubeconfig=/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let text = stderr(&output);
+    assert!(text.contains("nope"), "{text}");
+    assert!(text.contains("fake"), "the known providers are listed: {text}");
+}
+
+/// A client that trusts exactly `cert` (PEM).
+fn tls_client(cert_pem: &str) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// GET over HTTPS: (status, body).
+async fn get(connector: &tokio_rustls::TlsConnector, address: SocketAddr, path: &str) -> (u16, String) {
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(path)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_health_readiness_and_metrics_over_https_with_the_given_certificate() {
+    let server = TestApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let port = free_port();
+    let mut manager = Manager::start(
+        dir.path(),
+        &server,
+        &[
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-private-key-file={}", key_file.display()),
+        ],
+        &[],
+    );
+    add_uninitialized_node(&server).await;
+    let connector = tls_client(&cert.pem());
+    let address: SocketAddr = ([127, 0, 0, 1], port).into();
+
+    // Ready once the controllers run; the node gets initialised meanwhile.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ready = match tokio::net::TcpStream::connect(address).await {
+            Ok(_) => get(&connector, address, "/readyz").await.0 == 200,
+            Err(_) => false,
+        };
+        let initialised = kube::Api::<Node>::all(server.client())
+            .get("n1")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.taints)
+            .is_none_or(|t| t.is_empty());
+        if ready && initialised {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready and initialised:\n{}",
+            manager.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(&connector, address, "/healthz").await, (200, "ok".to_owned()));
+    assert_eq!(get(&connector, address, "/livez").await.0, 200);
+    let (status, verbose) = get(&connector, address, "/readyz?verbose").await;
+    assert_eq!(status, 200);
+    assert!(
+        verbose.contains("[+]") && verbose.contains("readyz check passed"),
+        "{verbose}"
+    );
+    assert_eq!(get(&connector, address, "/no-such-path").await.0, 404);
+
+    let (status, metrics) = get(&connector, address, "/metrics").await;
+    assert_eq!(status, 200);
+    for expected in [
+        "running_managed_controllers{",
+        "controller_reconciles_total{",
+        "cloudprovider_api_request_duration_seconds",
+        "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+    ] {
+        assert!(metrics.contains(expected), "{expected} missing from:\n{metrics}");
+    }
+    assert!(
+        metrics.contains(r#"running_managed_controllers{name="cloud-node-controller",manager="cloud-controller-manager"} 1"#)
+            || metrics.contains(r#"running_managed_controllers{manager="cloud-controller-manager",name="cloud-node-controller"} 1"#),
+        "{metrics}"
+    );
+    assert!(manager.terminate().success(), "{}", manager.log());
+}
+
+/// What the collector received: each request's path and body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A test double of an OpenTelemetry collector's OTLP/HTTP receiver.
+async fn collector() -> (SocketAddr, Received) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received: Received = Arc::default();
+    let record = received.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let record = record.clone();
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                        let record = record.clone();
+                        async move {
+                            let path = request.uri().path().to_owned();
+                            let body = request.into_body().collect().await?.to_bytes().to_vec();
+                            record.lock().unwrap().push((path, body));
+                            Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::new())))
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_go_to_the_otlp_endpoint_when_one_is_set() {
+    let server = TestApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (address, received) = collector().await;
+    let mut manager = Manager::start(
+        dir.path(),
+        &server,
+        &["--secure-port=0"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{address}")),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+            ("OTEL_SERVICE_NAME", "ccm-under-test".to_owned()),
+        ],
+    );
+    add_uninitialized_node(&server).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let exported = received.lock().unwrap().iter().any(|(path, body)| {
+            path == "/v1/traces" && contains(body, b"reconciling object") && contains(body, b"ccm-under-test")
+        });
+        if exported {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reconcile span exported; received {} request(s)\n{}",
+            received.lock().unwrap().len(),
+            manager.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(manager.terminate().success(), "{}", manager.log());
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn help_groups_flags_like_upstream_and_version_prints() {
+    let help = binary().arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    for heading in [
+        "Generic flags:",
+        "Leader-migration flags:",
+        "Secure serving flags:",
+    ] {
+        assert!(text.contains(heading), "{heading} missing:\n{text}");
+    }
+    let version = binary().arg("--version").output().unwrap();
+    assert!(version.status.success());
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("cloud-controller-manager "));
+}
