@@ -228,6 +228,8 @@ pub struct Handoff {
     pub gap_ms: f64,
     /// Whether the previous holder released the Lease (a graceful hand-off).
     pub released: bool,
+    /// Server time of the acquisition, microseconds since the epoch.
+    pub at_us: i64,
 }
 
 /// A violation of "no controller runs twice".
@@ -347,6 +349,7 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
                                 to: holder.clone(),
                                 gap_ms: gap_us as f64 / 1000.0,
                                 released,
+                                at_us: write.time_us,
                             });
                             let duration_ms = previous.lease_duration_seconds.unwrap_or(0) * 1000;
                             if current.is_some() && !released && gap_us / 1000 < duration_ms {
