@@ -38,6 +38,8 @@ fn command() -> Command {
         .version(env!("CARGO_PKG_VERSION"))
         .about("A cloud-controller-manager with Kubernetes Leader Migration built in.\n\nWithout a subcommand it runs the manager: --cloud-provider is required.")
         .args_conflicts_with_subcommands(true)
+        // Every flag's help under its name, as upstream prints it; column layout breaks on long names.
+        .next_line_help(true)
         .max_term_width(120);
     let leader_migration = leader_migration::Command::augment_subcommands(
         Command::new("leader-migration")
@@ -46,11 +48,12 @@ fn command() -> Command {
     );
     let root = settings::add_flags(root).subcommand(leader_migration);
     #[cfg(feature = "demo")]
-    let root = root.subcommand(<demo::Args as clap::Args>::augment_args(
-        Command::new("demo").about(
+    // After `augment_args`, which would set the about text from `Args`' doc comment.
+    let root = root.subcommand(
+        <demo::Args as clap::Args>::augment_args(Command::new("demo")).about(
             "Run a leader migration on this machine: a test API server, a fake cloud, and replicas of this binary rolled from kube-controller-manager to cloud-controller-manager",
         ),
-    ));
+    );
     root
 }
 
@@ -88,7 +91,10 @@ fn run_manager(matches: &clap::ArgMatches, registry: &ProviderRegistry) -> ExitC
     let startup = match settings::layered(matches)
         .map_err(|e| vec![e.to_string()])
         .and_then(run::validate)
-    {
+        .and_then(|startup| match registry.check(&startup.settings.cloud_provider) {
+            Ok(()) => Ok(startup),
+            Err(error) => Err(vec![error.to_string()]),
+        }) {
         Ok(startup) => startup,
         Err(problems) => {
             for problem in problems.iter().flat_map(|p| p.lines()) {

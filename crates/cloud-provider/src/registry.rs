@@ -75,16 +75,27 @@ impl ProviderRegistry {
         self.factories.keys().map(String::as_str)
     }
 
+    /// Whether a provider called `name` is registered (an error naming the known ones when not), so a
+    /// command line can be refused before anything starts.
+    pub fn check(&self, name: &str) -> Result<(), RegistryError> {
+        if self.factories.contains_key(name) {
+            Ok(())
+        } else {
+            Err(RegistryError::Unknown {
+                name: name.to_owned(),
+                known: self.names().collect::<Vec<_>>().join(", "),
+            })
+        }
+    }
+
     /// Builds the provider called `name`.
     pub async fn build(
         &self,
         name: &str,
         config: Option<Vec<u8>>,
     ) -> Result<Arc<dyn CloudProvider>, RegistryError> {
-        let factory = self.factories.get(name).ok_or_else(|| RegistryError::Unknown {
-            name: name.to_owned(),
-            known: self.names().collect::<Vec<_>>().join(", "),
-        })?;
+        self.check(name)?;
+        let factory = &self.factories[name];
         factory(config).await.map_err(|source| RegistryError::Init {
             name: name.to_owned(),
             source,

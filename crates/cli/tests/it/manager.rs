@@ -142,9 +142,11 @@ fn an_unknown_provider_is_named_and_nothing_starts() {
         ])
         .output()
         .unwrap();
-    assert!(!output.status.success());
+    // A command-line error, refused before anything starts.
+    assert_eq!(output.status.code(), Some(2));
     let text = stderr(&output);
     assert!(text.contains("nope"), "{text}");
+    assert!(!text.contains("starting"), "{text}");
     assert!(text.contains("fake"), "the known providers are listed: {text}");
 }
 
@@ -354,6 +356,11 @@ fn help_groups_flags_like_upstream_and_version_prints() {
     ] {
         assert!(text.contains(heading), "{heading} missing:\n{text}");
     }
+    // Each subcommand says what it does (not the name of its flags' struct).
+    assert!(
+        text.contains("  demo\n          Run a leader migration on this machine"),
+        "{text}"
+    );
     let version = binary().arg("--version").output().unwrap();
     assert!(version.status.success());
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("cloud-controller-manager "));
