@@ -144,9 +144,14 @@ pub(crate) fn taints(node: &Node) -> Vec<Taint> {
         .unwrap_or_default()
 }
 
-/// An object reference for events.
+/// An object reference for events: without the resourceVersion, so that an event repeated about a node
+/// or service that changed in between is one event with a series (patched), as client-go's correlator
+/// makes it, not a new event per version.
 pub(crate) fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
-    object.object_ref(&())
+    ObjectReference {
+        resource_version: None,
+        ..object.object_ref(&())
+    }
 }
 
 /// Seconds since the object was created (for upstream's delay histograms).
