@@ -116,6 +116,25 @@ impl Environment {
         })
     }
 
+    /// The election-timing flags of every replica.
+    pub fn timing_flags(&self) -> [String; 3] {
+        let timings = self.timings;
+        [
+            format!(
+                "--leader-elect-lease-duration={}s",
+                timings.lease_duration.as_secs()
+            ),
+            format!(
+                "--leader-elect-renew-deadline={}ms",
+                timings.renew_deadline.as_millis()
+            ),
+            format!(
+                "--leader-elect-retry-period={}ms",
+                timings.retry_period.as_millis()
+            ),
+        ]
+    }
+
     /// Who runs which controller under which Lease, as the audit must judge it.
     pub fn governance(&self) -> Result<Governance> {
         let catalog = ControllerCatalog::standard();
@@ -160,8 +179,6 @@ impl Replica {
 
     /// As [`Replica::start`], with more flags (later flags win).
     pub fn start_with(environment: &Environment, name: &str, side: Side, flags: &[&str]) -> Result<Replica> {
-        let log = environment.log_dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let (config, extra): (&Path, &[&str]) = match side {
             Side::Kcm => (
                 &environment.kcm_config,
@@ -173,36 +190,39 @@ impl Replica {
             ),
             Side::Ccm => (&environment.ccm_config, &[]),
         };
-        let timings = environment.timings;
-        let child = Command::new(&environment.binary)
-            .arg("--cloud-provider=fake")
-            .arg(format!("--cloud-config={}", environment.cloud_config.display()))
-            .arg(format!("--kubeconfig={}", environment.kubeconfig.display()))
-            .arg("--enable-leader-migration")
-            .arg(format!("--leader-migration-config={}", config.display()))
-            .arg(format!(
-                "--leader-elect-lease-duration={}s",
-                timings.lease_duration.as_secs()
-            ))
-            .arg(format!(
-                "--leader-elect-renew-deadline={}ms",
-                timings.renew_deadline.as_millis()
-            ))
-            .arg(format!(
-                "--leader-elect-retry-period={}ms",
-                timings.retry_period.as_millis()
-            ))
-            .args([
+        let mut args = vec![
+            "--cloud-provider=fake".to_owned(),
+            format!("--cloud-config={}", environment.cloud_config.display()),
+            format!("--kubeconfig={}", environment.kubeconfig.display()),
+            "--enable-leader-migration".to_owned(),
+            format!("--leader-migration-config={}", config.display()),
+        ];
+        args.extend(environment.timing_flags());
+        args.extend(
+            [
                 "--secure-port=0",
                 "--node-monitor-period=500ms",
                 "--route-reconciliation-period=1s",
                 "--cluster-cidr=10.244.0.0/16",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
-            ])
-            .args(extra)
-            .args(&environment.extra_args)
-            .args(flags)
+            ]
+            .iter()
+            .chain(extra)
+            .map(|&flag| flag.to_owned()),
+        );
+        args.extend(environment.extra_args.iter().cloned());
+        args.extend(flags.iter().map(|&flag| flag.to_owned()));
+        Replica::spawn(environment, name, side, &args)
+    }
+
+    /// Starts `environment.binary` with exactly `args` (e.g. a shipped manifest's), logging to the
+    /// environment's log directory.
+    pub fn spawn(environment: &Environment, name: &str, side: Side, args: &[String]) -> Result<Replica> {
+        let log = environment.log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let child = Command::new(&environment.binary)
+            .args(args)
             .env("RUST_LOG", "info,leadermigration=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

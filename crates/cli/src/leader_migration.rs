@@ -252,7 +252,7 @@ fn print_rbac(args: &RbacArgs, catalog: &ControllerCatalog, out: &mut impl Write
     });
     writeln!(
         out,
-        "# RBAC for leader migration on Lease(s) {} in namespace {}: apply with `kubectl apply -f -`.\n# kube-controller-manager is bound as user system:kube-controller-manager and service account kube-system/kube-controller-manager;\n# {CLOUD_CONTROLLER_MANAGER} as service account kube-system/cloud-controller-manager.",
+        "# RBAC for leader migration on Lease(s) {} in namespace {}: apply with `kubectl apply -f -`.\n# kube-controller-manager is bound as user system:kube-controller-manager and service account kube-system/kube-controller-manager;\n# {CLOUD_CONTROLLER_MANAGER} as user system:cloud-controller-manager and service account kube-system/cloud-controller-manager.",
         leases.join(", "),
         args.namespace
     )?;

@@ -1,7 +1,8 @@
 //! The RBAC both controller managers need for migration Leases.
 //!
-//! Kubernetes' default roles (`system::leader-locking-kube-controller-manager`, `…-cloud-controller-manager`)
-//! cover only each manager's main Lease. The seed guide patches `create` into a rule restricted by
+//! Kubernetes' bootstrap role `system::leader-locking-kube-controller-manager` covers only that manager's
+//! main Lease (and a cloud-controller-manager's main-lock role, `deploy/base/leader-election-rbac.yaml`
+//! here, only its own). The seed guide patches `create` into a rule restricted by
 //! `resourceNames`, which grants nothing: a create request has no name when it is authorised. Here `create`
 //! gets a rule of its own, and every other verb is limited to the named Leases.
 
@@ -36,7 +37,10 @@ pub fn migration_rbac(request: &RbacRequest) -> Vec<Value> {
         ),
         (
             CLOUD_CONTROLLER_MANAGER,
-            json!([{"kind": "ServiceAccount", "name": "cloud-controller-manager", "namespace": "kube-system"}]),
+            json!([
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "system:cloud-controller-manager"},
+                {"kind": "ServiceAccount", "name": "cloud-controller-manager", "namespace": "kube-system"},
+            ]),
         ),
     ];
     let mut objects = Vec::new();

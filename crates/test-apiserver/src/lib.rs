@@ -20,8 +20,8 @@
 //! **Simplified:** no schema validation beyond names and metadata; `continue` pages read the current
 //! state, not a snapshot; core and `events.k8s.io` Events are stored separately; deleting a namespace
 //! removes its objects at once; server-side apply takes list semantics from the merge-key table (one key per
-//! keyed list) instead of OpenAPI, and keeps empty parent maps after a removal; no protobuf, no HTTP/2, no
-//! TLS, no admission, no aggregated discovery or OpenAPI documents.
+//! keyed list) instead of OpenAPI, and keeps empty parent maps after a removal; no protobuf, no HTTP/2, TLS
+//! only with a CA made at start (no client certificates), no admission, no aggregated discovery or OpenAPI documents.
 //!
 //! Start it in-process with [`TestApiServer::start`] or as the `test-apiserver` binary. Its admin API under
 //! `/_admin/` (see [`admin`](crate::admin) in the source) exposes the request log, the Lease write history,

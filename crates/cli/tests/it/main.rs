@@ -2,6 +2,7 @@
 //! keeps link time down.
 
 mod demo;
+mod deploy;
 mod leader_migration_cli;
 mod manager;
 mod migration;
