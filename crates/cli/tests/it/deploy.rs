@@ -29,6 +29,38 @@ const LEASES: [&str; 3] = [KCM, CCM, MIGRATION];
 /// Who the shipped manifests run as: the Deployment's service account and the static pod's user.
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
 const STATIC_POD_USER: &str = "system:cloud-controller-manager";
+/// The N side's identity, whose migration-Lease rules ship in `deploy/rbac/leader-migration-rbac.yaml`.
+const KCM_USER: &str = "system:kube-controller-manager";
+/// What kube-apiserver's bootstrap policy gives kube-controller-manager and the test API server lacks: its
+/// own Lease, and the cloud controllers' objects. The migration Lease is granted only by the shipped RBAC.
+const KCM_BOOTSTRAP_STAND_IN: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: "test:leader-locking-kube-controller-manager", namespace: kube-system}
+rules:
+  - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create]}
+  - {apiGroups: [coordination.k8s.io], resources: [leases], resourceNames: [kube-controller-manager], verbs: [get, list, watch, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: "test:leader-locking-kube-controller-manager", namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "test:leader-locking-kube-controller-manager"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-controller-manager"}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "test:kube-controller-manager-cloud-controllers"}
+rules:
+  - {apiGroups: [""], resources: [nodes, services], verbs: [list, watch, patch, delete]}
+  - {apiGroups: [""], resources: [nodes/status, services/status], verbs: [patch]}
+  - {apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "test:kube-controller-manager-cloud-controllers"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "test:kube-controller-manager-cloud-controllers"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-controller-manager"}]
+"#;
 
 fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
     let mut command = Command::new("kubectl");
@@ -52,9 +84,9 @@ fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
     output
 }
 
-/// `kubectl kustomize deploy/overlays/<overlay>`, as objects.
-fn render(overlay: &str) -> Vec<Value> {
-    let output = kubectl(None, &["kustomize", &format!("deploy/overlays/{overlay}")]);
+/// `kubectl kustomize DIR` (relative to the repository), as objects.
+fn render(dir: &str) -> Vec<Value> {
+    let output = kubectl(None, &["kustomize", dir]);
     serde_saphyr::from_multiple::<Value>(&stdout(&output)).expect("kustomize renders YAML")
 }
 
@@ -122,12 +154,32 @@ fn static_pod() -> (Value, Vec<String>) {
     (pod, command[1..].to_vec())
 }
 
+/// The binary validates every other setting of `args` (files included) and refuses only `provider`, which
+/// it does not register: exit 2 before anything starts.
+fn assert_only_the_provider_is_refused(args: &[String], provider: &str) {
+    let output = binary()
+        .args(args)
+        .args(["--kubeconfig=/nonexistent", "--secure-port=0"])
+        .output()
+        .unwrap();
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    let problems: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(
+        problems,
+        [format!(
+            "error: --cloud-provider: unknown cloud provider \"{provider}\" (this binary has: fake)"
+        )],
+        "{text}"
+    );
+}
+
 #[test]
 fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
     let shipped_config =
         std::fs::read_to_string(repo_root().join("examples/leader-migration/n-plus-1.yaml")).unwrap();
     for (overlay, provider) in [("fake", "fake"), ("aws", "aws"), ("gce", "gce")] {
-        let objects = render(overlay);
+        let objects = render(&format!("deploy/overlays/{overlay}"));
         let (pod, args) = deployment(&objects);
         assert_eq!(
             flag(&args, "--cloud-provider"),
@@ -181,18 +233,7 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
         if provider == "fake" {
             continue; // It runs, with these flags, in the migration test below.
         }
-        // The binary takes every flag; the provider it does not register is the one error.
-        let output = binary()
-            .args(&local)
-            .args(["--kubeconfig=/nonexistent", "--secure-port=0"])
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-        assert!(
-            stderr(&output).contains(&format!("unknown cloud provider \"{provider}\"")),
-            "{overlay}: {}",
-            stderr(&output)
-        );
+        assert_only_the_provider_is_refused(&local, provider);
     }
     let (pod, args) = static_pod();
     assert_eq!(pod["spec"]["hostNetwork"], true);
@@ -201,27 +242,105 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
         Some("/etc/leadermigration.conf"),
         "the seed guide's path"
     );
-    let mounts = strings(&json!(
-        pod["spec"]["containers"][0]["volumeMounts"]
+    // Each file flag names a mount of the same path on the node, which must exist (type File).
+    for file_flag in ["--leader-migration-config", "--kubeconfig", "--cloud-config"] {
+        let path = flag(&args, file_flag).unwrap();
+        let (name, key) = ("mountPath", path);
+        let mount = pod["spec"]["containers"][0]["volumeMounts"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| m["mountPath"].clone())
-            .collect::<Vec<_>>()
-    ));
-    for file_flag in ["--leader-migration-config", "--kubeconfig", "--cloud-config"] {
-        let path = flag(&args, file_flag).unwrap();
-        assert!(
-            mounts.iter().any(|m| m == path),
-            "{file_flag}={path} is mounted: {mounts:?}"
+            .find(|m| m[name] == key)
+            .unwrap_or_else(|| panic!("{file_flag}={path} is not mounted"));
+        let volume = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert_eq!(
+            volume["hostPath"],
+            json!({"path": path, "type": "File"}),
+            "{file_flag}"
         );
     }
+    // Migrated controllers run wherever the migration lock is held: the static pod and the Deployment must
+    // configure them alike.
+    let (_, fake_args) = deployment(&render("deploy/overlays/fake"));
+    for route_flag in [
+        "--configure-cloud-routes",
+        "--cluster-cidr",
+        "--controllers",
+        "--cloud-provider",
+    ] {
+        assert_eq!(
+            flag(&args, route_flag),
+            flag(&fake_args, route_flag),
+            "{route_flag}"
+        );
+    }
+    // The RBAC alone (for static pods) renders without a workload.
+    let rbac = render("deploy/rbac");
+    assert!(
+        rbac.iter()
+            .all(|o| o["kind"] != "Deployment" && o["kind"] != "ConfigMap")
+    );
+    find(&rbac, "ClusterRole", "system:cloud-controller-manager");
+}
+
+/// A kustomization in a scratch directory under the target directory, made of the repository's
+/// (kustomize takes only relative paths).
+fn scratch_kustomization(text: impl Fn(&str) -> String) -> Vec<Value> {
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let depth = scratch.path().canonicalize().unwrap().components().count() - 1;
+    let repo = format!(
+        "{}{}",
+        "../".repeat(depth),
+        repo_root().display().to_string().trim_start_matches('/')
+    );
+    std::fs::write(scratch.path().join("kustomization.yaml"), text(&repo)).unwrap();
+    let output = kubectl(None, &["kustomize", scratch.path().to_str().unwrap()]);
+    serde_saphyr::from_multiple::<Value>(&stdout(&output)).expect("kustomize renders YAML")
+}
+
+#[test]
+fn the_leader_migration_done_component_turns_migration_off_cleanly() {
+    let objects = scratch_kustomization(|repo| {
+        format!(
+            "resources:\n  - {repo}/deploy/overlays/fake\ncomponents:\n  - {repo}/deploy/components/leader-migration-done\n"
+        )
+    });
+    let (pod, args) = deployment(&objects);
+    assert_eq!(flag(&args, "--enable-leader-migration"), Some("false"));
+    assert_eq!(flag(&args, "--leader-migration-config"), Some(""));
+    // The earlier flags stay (overridden); the volume and its mount go.
+    let volumes = serde_json::to_string(&pod["volumes"]).unwrap();
+    let mounts = serde_json::to_string(&pod["containers"][0]["volumeMounts"]).unwrap();
+    assert!(!volumes.contains("leader-migration"), "{volumes}");
+    assert!(!mounts.contains("leader-migration"), "{mounts}");
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "ConfigMap"
+            && o["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("leader-migration")),
+        "the ConfigMap is gone"
+    );
+    // What is left is a valid command line: only the provider name is swapped for one it lacks, to stop it
+    // before it starts.
+    let files = tempfile::tempdir().unwrap();
+    let cloud_config = files.path().join("cloud.conf");
+    std::fs::write(&cloud_config, "{}\n").unwrap();
+    let mut local = args.clone();
+    local.push(format!("--cloud-config={}", cloud_config.display()));
+    local.push("--cloud-provider=none-here".to_owned());
+    assert_only_the_provider_is_refused(&local, "none-here");
 }
 
 #[test]
 fn the_shipped_migration_rbac_is_what_the_rbac_command_generates() {
     let shipped =
-        std::fs::read_to_string(repo_root().join("deploy/base/leader-migration-rbac.yaml")).unwrap();
+        std::fs::read_to_string(repo_root().join("deploy/rbac/leader-migration-rbac.yaml")).unwrap();
     let generated = binary()
         .args([
             "leader-migration",
@@ -237,9 +356,36 @@ fn the_shipped_migration_rbac_is_what_the_rbac_command_generates() {
     assert_eq!(parse(&shipped), parse(&stdout(&generated)));
 }
 
-/// Every rule the shipped manifests grant the cloud-controller-manager identities, flattened to
-/// (apiGroup, resource, verb, resourceNames), after checking that none uses a wildcard.
-fn granted(objects: &[Value]) -> BTreeSet<(String, String, String, Vec<String>)> {
+/// (apiGroup, resource with subresource, verb, object name when a rule names it).
+type Access = (String, String, String, Option<String>);
+
+/// What a request did, as an [`Access`] with its object's name (from the path, or a list or watch pinned
+/// to one name by `fieldSelector=metadata.name=`).
+fn access(record: &RequestRecord) -> Option<Access> {
+    let qualified = record.resource.as_deref()?;
+    let (resource, group) = qualified.split_once('.').unwrap_or((qualified, ""));
+    let resource = match &record.subresource {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_owned(),
+    };
+    let pinned = record.query.split('&').find_map(|pair| {
+        let value = pair
+            .strip_prefix("fieldSelector=")?
+            .replace("%3D", "=")
+            .replace("%3d", "=");
+        value.strip_prefix("metadata.name=").map(str::to_owned)
+    });
+    Some((
+        group.to_owned(),
+        resource,
+        record.verb.clone()?,
+        record.name.clone().or(pinned),
+    ))
+}
+
+/// Every rule the shipped manifests grant the cloud-controller-manager identities, one [`Access`] per
+/// verb and named object, after checking that none uses a wildcard.
+fn granted(objects: &[Value]) -> BTreeSet<Access> {
     let binds_ccm = |binding: &Value| {
         binding["subjects"].as_array().into_iter().flatten().any(|s| {
             (s["kind"] == "ServiceAccount" && s["namespace"] == "kube-system" && s["name"] == CCM)
@@ -271,7 +417,18 @@ fn granted(objects: &[Value]) -> BTreeSet<(String, String, String, Vec<String>)>
                                 "Lease verbs other than create are limited to named Leases: {rule}"
                             );
                         }
-                        grants.insert((group.clone(), resource.clone(), verb, names.clone()));
+                        if names.is_empty() {
+                            grants.insert((group.clone(), resource.clone(), verb, None));
+                        } else {
+                            for name in &names {
+                                grants.insert((
+                                    group.clone(),
+                                    resource.clone(),
+                                    verb.clone(),
+                                    Some(name.clone()),
+                                ));
+                            }
+                        }
                     }
                 }
             }
@@ -324,7 +481,7 @@ fn refusals(server: &TestApiServer) -> Vec<String> {
             r.status == 403
                 && r.user
                     .as_deref()
-                    .is_some_and(|u| u == SERVICE_ACCOUNT || u == STATIC_POD_USER)
+                    .is_some_and(|u| u == SERVICE_ACCOUNT || u == STATIC_POD_USER || u == KCM_USER)
         })
         .map(|r| {
             format!(
@@ -366,6 +523,17 @@ fn initialized(node: &Node) -> bool {
         })
 }
 
+/// The route controller created the node's routes: `NetworkUnavailable` is `False`.
+fn routed(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
+        })
+}
+
 fn has_ingress(service: &Service) -> bool {
     service
         .status
@@ -389,8 +557,15 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         Some(&admin_kubeconfig),
         &["apply", "--server-side", "-k", "deploy/overlays/fake"],
     );
-    let objects = render("fake");
+    let objects = render("deploy/overlays/fake");
     let grants = granted(&objects);
+    let directory = tempfile::tempdir().unwrap();
+    let stand_in = directory.path().join("kcm-bootstrap-stand-in.yaml");
+    std::fs::write(&stand_in, KCM_BOOTSTRAP_STAND_IN).unwrap();
+    kubectl(
+        Some(&admin_kubeconfig),
+        &["apply", "--server-side", "-f", stand_in.to_str().unwrap()],
+    );
 
     let cloud = FakeCloudServer::start(
         FakeCloud::new(Vec::new(), Knobs::default()),
@@ -398,12 +573,20 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     )
     .await
     .unwrap();
-    let directory = tempfile::tempdir().unwrap();
-    // The N side plays kube-controller-manager as the cluster admin: what is under test is the N+1 side.
+    // The N side plays kube-controller-manager as its own user.
+    let kcm_user = kubeconfig_for(
+        &server,
+        directory.path(),
+        "kcm.kubeconfig",
+        UserInfo {
+            name: KCM_USER.to_owned(),
+            groups: vec!["system:authenticated".to_owned()],
+        },
+    );
     let environment = Environment::prepare(
         directory.path(),
         env!("CARGO_BIN_EXE_cloud-controller-manager").into(),
-        admin_kubeconfig,
+        kcm_user,
         cloud.url(),
         Timings::fast(),
     )
@@ -487,12 +670,13 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     wait_until(
         &server,
-        "every node initialised and every service served",
+        "every node initialised and routed, every service served",
         || async {
             let all_nodes = nodes.list(&Default::default()).await.unwrap().items;
             let all_services = services.list(&Default::default()).await.unwrap().items;
             all_nodes.len() == 3 + created.nodes as usize
                 && all_nodes.iter().all(initialized)
+                && all_nodes.iter().all(routed)
                 && all_services.len() == 3 + created.services as usize
                 && all_services.iter().all(has_ingress)
         },
@@ -542,12 +726,14 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     }))
     .unwrap();
     nodes.create(&Default::default(), &odd).await.unwrap();
+    // (The cloud-node controller's events: the other nodes initialise without any.)
     let event_writes = |verb: &str| {
         server
             .requests()
             .iter()
             .filter(|r| {
                 r.user.as_deref() == Some(SERVICE_ACCOUNT)
+                    && r.user_agent.ends_with("/cloud-node-controller")
                     && r.verb.as_deref() == Some(verb)
                     && r.resource.as_deref() == Some("events.events.k8s.io")
                     && (200..300).contains(&r.status)
@@ -614,25 +800,33 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         refused.join("\n")
     );
 
-    // No more: every granted verb was used.
-    let used: BTreeSet<(String, String, String)> = by_ccm
+    // The N side held the migration Lease with the shipped rules alone.
+    assert!(
+        requests.iter().any(|r| r.user.as_deref() == Some(KCM_USER)
+            && r.verb.as_deref() == Some("update")
+            && r.name.as_deref() == Some(MIGRATION)
+            && r.status == 200),
+        "kube-controller-manager renewed the migration Lease"
+    );
+
+    // No more: every granted verb, on every object a rule names, was used.
+    let used: BTreeSet<Access> = by_ccm.iter().filter_map(|r| access(r)).collect();
+    // One exemption: a migration elector follows its Lease by watch, so it reads one by name only after a
+    // lost race (409); reading the main Lease by name shows the rule is the one it needs then.
+    let raced = |(group, resource, verb, _): &&Access| {
+        (group.as_str(), resource.as_str(), verb.as_str()) == ("coordination.k8s.io", "leases", "get")
+            && used
+                .iter()
+                .any(|(g, r, v, n)| (g, r, v) == (group, resource, verb) && n.as_deref() == Some(CCM))
+    };
+    let unused: Vec<&Access> = grants
         .iter()
-        .filter_map(|r| {
-            let (resource, group) = r
-                .resource
-                .as_deref()?
-                .split_once('.')
-                .unwrap_or((r.resource.as_deref()?, ""));
-            let resource = match &r.subresource {
-                Some(sub) => format!("{resource}/{sub}"),
-                None => resource.to_owned(),
-            };
-            Some((group.to_owned(), resource, r.verb.clone()?))
+        .filter(|access| !raced(access))
+        .filter(|(group, resource, verb, name)| {
+            !used
+                .iter()
+                .any(|(g, r, v, n)| (g, r, v) == (group, resource, verb) && (name.is_none() || n == name))
         })
-        .collect();
-    let unused: Vec<_> = grants
-        .iter()
-        .filter(|(group, resource, verb, _)| !used.contains(&(group.clone(), resource.clone(), verb.clone())))
         .collect();
     assert!(
         unused.is_empty(),
