@@ -430,21 +430,75 @@ pub(crate) const FLAGS: &[Flag] = &[
         "",
         "kubeconfig file pointing at the 'core' kubernetes server."
     ),
-    flag!("authentication-skip-lookup", AUTHN, Bool, "false", ""),
-    flag!("authentication-tolerate-lookup-failure", AUTHN, Bool, "false", ""),
-    flag!("authentication-token-webhook-cache-ttl", AUTHN, Value, "10s", ""),
-    flag!("client-ca-file", AUTHN, Value, "", ""),
-    flag!("requestheader-client-ca-file", AUTHN, Value, "", ""),
-    flag!("requestheader-allowed-names", AUTHN, List, "", ""),
-    flag!("requestheader-username-headers", AUTHN, List, "x-remote-user", ""),
-    flag!("requestheader-uid-headers", AUTHN, List, "", ""),
-    flag!("requestheader-group-headers", AUTHN, List, "x-remote-group", ""),
+    flag!(
+        "authentication-skip-lookup",
+        AUTHN,
+        Bool,
+        "false",
+        "Do not look up missing authentication configuration in the cluster."
+    ),
+    flag!(
+        "authentication-tolerate-lookup-failure",
+        AUTHN,
+        Bool,
+        "false",
+        "Start even when authentication configuration cannot be looked up in the cluster."
+    ),
+    flag!(
+        "authentication-token-webhook-cache-ttl",
+        AUTHN,
+        Value,
+        "10s",
+        "How long to cache responses from the token review webhook."
+    ),
+    flag!(
+        "client-ca-file",
+        AUTHN,
+        Value,
+        "",
+        "CA bundle that verifies client certificates presented to the secure port."
+    ),
+    flag!(
+        "requestheader-client-ca-file",
+        AUTHN,
+        Value,
+        "",
+        "CA bundle that verifies the front proxy's client certificate before request headers are trusted for user names."
+    ),
+    flag!(
+        "requestheader-allowed-names",
+        AUTHN,
+        List,
+        "",
+        "Common names the front proxy's client certificate may have; empty allows any verified by the CA."
+    ),
+    flag!(
+        "requestheader-username-headers",
+        AUTHN,
+        List,
+        "x-remote-user",
+        "Request headers to read the user name from, first match wins."
+    ),
+    flag!(
+        "requestheader-uid-headers",
+        AUTHN,
+        List,
+        "",
+        "Request headers to read the user UID from."
+    ),
+    flag!(
+        "requestheader-group-headers",
+        AUTHN,
+        List,
+        "x-remote-group",
+        "Request headers to read groups from."
+    ),
     flag!(
         "requestheader-extra-headers-prefix",
         AUTHN,
         List,
         "x-remote-extra-",
-        ""
+        "Request header prefixes to read extra user information from."
     ),
     flag!(
         "authorization-kubeconfig",
@@ -458,26 +512,44 @@ pub(crate) const FLAGS: &[Flag] = &[
         AUTHZ,
         Value,
         "10s",
-        ""
+        "How long to cache 'authorized' responses from the authorization webhook."
     ),
     flag!(
         "authorization-webhook-cache-unauthorized-ttl",
         AUTHZ,
         Value,
         "10s",
-        ""
+        "How long to cache 'unauthorized' responses from the authorization webhook."
     ),
     flag!(
         "authorization-always-allow-paths",
         AUTHZ,
         List,
         "/healthz,/readyz,/livez",
-        ""
+        "Paths served without authorization."
     ),
-    flag!("webhooks", WEBHOOK, List, "", ""),
-    flag!("webhook-bind-address", WEBHOOK, Value, "0.0.0.0", ""),
-    flag!("webhook-secure-port", WEBHOOK, Value, "10260", ""),
-    flag!("webhook-cert-dir", WEBHOOK, Value, "", ""),
+    flag!("webhooks", WEBHOOK, List, "", "Webhooks to serve."),
+    flag!(
+        "webhook-bind-address",
+        WEBHOOK,
+        Value,
+        "0.0.0.0",
+        "The IP address on which to listen for the --webhook-secure-port port."
+    ),
+    flag!(
+        "webhook-secure-port",
+        WEBHOOK,
+        Value,
+        "10260",
+        "The port on which to serve webhooks over HTTPS."
+    ),
+    flag!(
+        "webhook-cert-dir",
+        WEBHOOK,
+        Value,
+        "",
+        "The directory holding the webhooks' TLS certificate and key."
+    ),
     flag!(
         "v",
         LOGS,
@@ -847,6 +919,16 @@ pub(crate) mod tests {
             f();
             Ok(())
         });
+    }
+
+    #[test]
+    fn every_flag_says_what_it_does() {
+        let silent: Vec<&str> = FLAGS
+            .iter()
+            .filter(|f| f.help.trim().is_empty())
+            .map(|f| f.name)
+            .collect();
+        assert!(silent.is_empty(), "flags without help: {silent:?}");
     }
 
     #[test]
