@@ -33,7 +33,7 @@ use serde_json::json;
 use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{Admin, Created, Environment, Replica, Side, Timings, Workload};
+use crate::harness::{self, Admin, Created, Environment, Replica, Side, Timings, Workload};
 
 const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER, MIGRATION_LEASE];
@@ -169,29 +169,12 @@ impl Roles {
 /// What the cluster shows: initialised nodes and services with an ingress.
 async fn progress(client: &kube::Client) -> Result<(usize, usize)> {
     let nodes: Vec<Node> = Api::all(client.clone()).list(&Default::default()).await?.items;
-    let initialized = nodes
-        .iter()
-        .filter(|n| {
-            !n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| {
-                t.iter()
-                    .any(|t| t.key == cloud_provider::names::TAINT_UNINITIALIZED)
-            })
-        })
-        .count();
+    let initialized = nodes.iter().filter(|n| harness::initialized(n)).count();
     let services: Vec<Service> = Api::namespaced(client.clone(), "default")
         .list(&Default::default())
         .await?
         .items;
-    let with_ingress = services
-        .iter()
-        .filter(|s| {
-            s.status
-                .as_ref()
-                .and_then(|s| s.load_balancer.as_ref())
-                .and_then(|lb| lb.ingress.as_ref())
-                .is_some_and(|i| !i.is_empty())
-        })
-        .count();
+    let with_ingress = services.iter().filter(|s| harness::has_ingress(s)).count();
     Ok((initialized, with_ingress))
 }
 

@@ -423,6 +423,27 @@ pub async fn wait_for_holders(
     }
 }
 
+/// The cloud-node controller has initialised `node`: it no longer carries the uninitialized taint.
+pub fn initialized(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_none_or(|t| {
+            t.iter()
+                .all(|t| t.key != cloud_provider::names::TAINT_UNINITIALIZED)
+        })
+}
+
+/// The service-lb controller has served `service`: its status has an ingress.
+pub fn has_ingress(service: &k8s_openapi::api::core::v1::Service) -> bool {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+}
+
 /// Keeps the controllers busy: new nodes (each with a cloud instance, the uninitialized taint and a pod
 /// CIDR) and LoadBalancer services, so that every controller writes throughout a migration.
 #[derive(Clone)]

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use cloud_controller_manager::harness::{Environment, Replica, Side, Timings, Workload, wait_for_holders};
+use cloud_controller_manager::harness::{
+    Environment, Replica, Side, Timings, Workload, has_ingress, initialized, wait_for_holders,
+};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use leadermigration::audit::audit;
@@ -245,12 +247,11 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
     // Each file flag names a mount of the same path on the node, which must exist (type File).
     for file_flag in ["--leader-migration-config", "--kubeconfig", "--cloud-config"] {
         let path = flag(&args, file_flag).unwrap();
-        let (name, key) = ("mountPath", path);
         let mount = pod["spec"]["containers"][0]["volumeMounts"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|m| m[name] == key)
+            .find(|m| m["mountPath"] == path)
             .unwrap_or_else(|| panic!("{file_flag}={path} is not mounted"));
         let volume = pod["spec"]["volumes"]
             .as_array()
@@ -513,16 +514,6 @@ where
     }
 }
 
-fn initialized(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_none_or(|t| {
-            t.iter()
-                .all(|t| t.key != cloud_provider::names::TAINT_UNINITIALIZED)
-        })
-}
-
 /// The route controller created the node's routes: `NetworkUnavailable` is `False`.
 fn routed(node: &Node) -> bool {
     node.status
@@ -532,15 +523,6 @@ fn routed(node: &Node) -> bool {
             c.iter()
                 .any(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
         })
-}
-
-fn has_ingress(service: &Service) -> bool {
-    service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use cloud_controller_manager::harness::{
-    Admin, Environment, Replica, Side, Timings, Workload, wait_for_holders,
+    Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders,
 };
 use leadermigration::audit::{AuditReport, audit};
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
@@ -87,15 +87,7 @@ impl Plane {
             kube::Api::namespaced(self.server.client(), "default");
         let name = format!("web-{index}");
         let deadline = tokio::time::Instant::now() + WAIT;
-        while services
-            .get(&name)
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .is_none_or(|i| i.is_empty())
-        {
+        while !has_ingress(&services.get(&name).await.unwrap()) {
             assert!(tokio::time::Instant::now() < deadline, "{name} got no ingress");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
