@@ -16,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use cloud_controller_manager::harness::initialized;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
@@ -121,17 +122,6 @@ fn service(index: u32) -> Result<Service> {
                       {"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"}],
         },
     }))?)
-}
-
-fn initialized(node: &Node) -> bool {
-    !node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| {
-            t.iter()
-                .any(|t| t.key == cloud_provider::names::TAINT_UNINITIALIZED)
-        })
 }
 
 /// The controller-manager process; killed on drop.
