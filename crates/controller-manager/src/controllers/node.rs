@@ -219,17 +219,7 @@ async fn initialize(node: &Arc<Node>, context: &NodeContext) -> Result<Action, N
     }
 
     // Addresses first (the status subresource); its result's resourceVersion conditions the second write.
-    let current_addresses = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.clone())
-        .unwrap_or_default();
-    let provided_ip = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
-        .map(String::as_str);
+    let (current_addresses, provided_ip) = addresses_and_provided_ip(node);
     let desired = match desired_addresses(&current_addresses, &metadata.node_addresses, provided_ip) {
         Ok(desired) => desired,
         Err(error) => {
@@ -351,17 +341,7 @@ async fn refresh_one(node: &Arc<Node>, context: &NodeContext) -> Result<(), Node
         Err(CloudError::InstanceNotFound | CloudError::NotImplemented) => return Ok(()),
         Err(error) => return Err(NodeError::Cloud(error)),
     };
-    let current: Vec<NodeAddress> = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.clone())
-        .unwrap_or_default();
-    let provided_ip = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
-        .map(String::as_str);
+    let (current, provided_ip) = addresses_and_provided_ip(node);
     if let Some(desired) = desired_addresses(&current, &metadata.node_addresses, provided_ip)?
         .filter(|d| addresses_differ(&current, d))
     {
@@ -374,6 +354,22 @@ async fn refresh_one(node: &Arc<Node>, context: &NodeContext) -> Result<(), Node
             .map_err(NodeError::Write)?;
     }
     Ok(())
+}
+
+/// The node's current addresses, and the IP its kubelet was told to use (`alpha.kubernetes.io/provided-node-ip`).
+fn addresses_and_provided_ip(node: &Node) -> (Vec<NodeAddress>, Option<&str>) {
+    let current = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.clone())
+        .unwrap_or_default();
+    let provided_ip = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
+        .map(String::as_str);
+    (current, provided_ip)
 }
 
 #[cfg(test)]
