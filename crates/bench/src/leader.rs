@@ -10,9 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cloud_controller_manager::harness::{
-    Admin, Environment, Replica, Side, Timings, Workload, wait_for_holders,
-};
+use harness::{Admin, Environment, Replica, Side, Timings, Workload, wait_for_holders};
 use leadermigration::audit::audit;
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;

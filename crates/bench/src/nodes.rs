@@ -16,8 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use cloud_controller_manager::harness::initialized;
 use futures::{FutureExt, StreamExt, TryStreamExt};
+use harness::initialized;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
@@ -282,7 +282,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let peak = peak_rss_mib(pid).context("the controller-manager's peak memory")?;
     follower.abort();
 
-    let admin = cloud_controller_manager::harness::Admin::new(client.clone());
+    let admin = harness::Admin::new(client.clone());
     let writes = admin
         .requests()
         .await?

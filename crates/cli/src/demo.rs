@@ -18,22 +18,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use controller_manager::ControllerRegistry;
 use futures::StreamExt as _;
+use harness::{Admin, Created, Environment, Replica, Side, Timings, Workload};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Api;
 use kube::runtime::watcher;
 use leadermigration::audit::{AuditReport, audit};
 use leadermigration::{
-    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, ControllerSelection, KUBE_CONTROLLER_MANAGER, Lock,
-    MigrationConfig, PlanInput, plan,
+    CLOUD_CONTROLLER_MANAGER, ControllerSelection, KUBE_CONTROLLER_MANAGER, MigrationConfig, PlanInput, plan,
 };
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;
 use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
-
-use crate::harness::{self, Admin, Created, Environment, Replica, Side, Timings, Workload};
 
 const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER, MIGRATION_LEASE];
@@ -68,13 +67,14 @@ pub(crate) struct Args {
     output: String,
 }
 
-/// Runs the demo; exit 0 on an "ok" verdict, 1 on "fail".
-pub(crate) fn run(args: &Args) -> Result<ExitCode> {
+/// Runs the demo with replicas of this binary, whose controllers `controllers` are; exit 0 on an "ok"
+/// verdict, 1 on "fail".
+pub(crate) fn run(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("start the async runtime")?;
-    runtime.block_on(demo(args))
+    runtime.block_on(demo(args, controllers))
 }
 
 /// Prints timeline lines (text mode), each stamped with the time since the start.
@@ -128,31 +128,31 @@ struct Roles {
 }
 
 impl Roles {
-    fn new(environment: &Environment) -> Result<Roles> {
-        let catalog = ControllerCatalog::standard();
+    fn new(environment: &Environment, controllers: &ControllerRegistry) -> Result<Roles> {
+        let catalog = controllers.catalog();
         let load = |path: &std::path::Path| -> Result<MigrationConfig> {
             let bytes = std::fs::read(path)?;
-            Ok(MigrationConfig::load(&path.display().to_string(), &bytes, &catalog)?.config)
+            Ok(MigrationConfig::load(&path.display().to_string(), &bytes, catalog)?.config)
         };
         let mut by_side_and_lease: HashMap<(Side, String), Vec<String>> = HashMap::new();
         for (side, config, controllers) in [
             (Side::Kcm, load(&environment.kcm_config)?, &KCM_CONTROLLERS[..]),
             (Side::Ccm, load(&environment.ccm_config)?, &["*"][..]),
         ] {
-            let selection = ControllerSelection::parse(controllers, &catalog)?;
+            let selection = ControllerSelection::parse(controllers, catalog)?;
             let placements = plan(PlanInput {
                 component: side.component(),
                 main_lease: side.component(),
                 migration: Some(&config),
                 selection: &selection,
-                catalog: &catalog,
+                catalog,
             });
-            for placement in placements {
-                if let (Lock::Main | Lock::Migration, Some(lease)) = (placement.lock, placement.lease) {
+            for planned in placements {
+                if let Some(lease) = planned.placement.lease() {
                     by_side_and_lease
-                        .entry((side, lease))
+                        .entry((side, lease.to_owned()))
                         .or_default()
-                        .push(placement.controller.as_str().to_owned());
+                        .push(planned.controller.as_str().to_owned());
                 }
             }
         }
@@ -236,7 +236,7 @@ fn follow(
     })
 }
 
-async fn demo(args: &Args) -> Result<ExitCode> {
+async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode> {
     let timeline = Timeline {
         started: Instant::now(),
         live: args.output == "text",
@@ -278,7 +278,7 @@ async fn demo(args: &Args) -> Result<ExitCode> {
         cloud.url(),
         environment.log_dir.display()
     ));
-    let roles = Arc::new(Roles::new(&environment)?);
+    let roles = Arc::new(Roles::new(&environment, controllers)?);
     let client = server.client();
     let names = Names::default();
     let wait = lease * 15;
@@ -321,11 +321,9 @@ async fn demo(args: &Args) -> Result<ExitCode> {
         replica.wait(wait)?;
     }
 
-    let mut report = audit(
-        &admin.leases().await?,
-        &admin.requests().await?,
-        &environment.governance()?,
-    );
+    let requests = admin.requests().await?;
+    let invalid_writes = harness::refused_as_invalid(&requests).len();
+    let mut report = audit(&admin.leases().await?, &requests, &environment.governance()?);
     report
         .handoffs
         .retain(|h| migration_ended_us.is_some_and(|end| h.at_us <= end));
@@ -338,6 +336,7 @@ async fn demo(args: &Args) -> Result<ExitCode> {
         registered,
         nodes_initialized,
         services_with_ingress,
+        invalid_writes,
     };
     show(args, &timeline, &names, &outcome);
     Ok(if outcome.ok() {
@@ -355,12 +354,16 @@ struct Outcome {
     registered: Created,
     nodes_initialized: usize,
     services_with_ingress: usize,
+    /// Managers' writes the API server refused as invalid (a real one would refuse them too).
+    invalid_writes: usize,
 }
 
 impl Outcome {
-    /// The verdict: no overlap in a run that had writes to judge, the migration done, the work finished.
+    /// The verdict: no overlap in a run that had writes to judge, the migration done, the work finished,
+    /// and nothing written that the API server refused as invalid.
     fn ok(&self) -> bool {
-        self.report.overlaps.is_empty()
+        self.invalid_writes == 0
+            && self.report.overlaps.is_empty()
             && self.report.writes_checked > 0
             && self.migrated
             && (self.nodes_initialized, self.services_with_ingress)
@@ -400,7 +403,7 @@ async fn migrate(
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    crate::harness::wait_for_holders(client, &LEASES, wait, "a kube-controller-manager leader", |h| {
+    harness::wait_for_holders(client, &LEASES, wait, "a kube-controller-manager leader", |h| {
         h[KUBE_CONTROLLER_MANAGER].is_some() && h[KUBE_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
     })
     .await?;
@@ -451,7 +454,7 @@ async fn migrate(
         }
         // Each step settles before the next: every lock a live replica contends for is held by one.
         let live_kcms = &kcm_ids[step + 1..];
-        crate::harness::wait_for_holders(
+        harness::wait_for_holders(
             client,
             &LEASES,
             wait,
@@ -469,7 +472,7 @@ async fn migrate(
         // This configuration of the control plane runs for a while before the next step.
         tokio::time::sleep(dwell).await;
     }
-    crate::harness::wait_for_holders(
+    harness::wait_for_holders(
         client,
         &LEASES,
         wait,
@@ -516,6 +519,7 @@ fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
         registered,
         nodes_initialized,
         services_with_ingress,
+        invalid_writes,
     } = outcome;
     let handoffs: Vec<serde_json::Value> = report
         .handoffs
@@ -539,6 +543,7 @@ fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
             "nodes_initialized": nodes_initialized,
             "services_with_ingress": services_with_ingress,
             "writes_checked": report.writes_checked,
+            "invalid_writes": invalid_writes,
         });
         println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
         return;
@@ -573,6 +578,7 @@ fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
         "nodes initialised: {nodes_initialized}/{} · services with a load balancer: {services_with_ingress}/{}",
         registered.nodes, registered.services
     );
+    println!("writes the API server refused as invalid: {invalid_writes}");
     println!("verdict: {verdict}");
 }
 
@@ -595,6 +601,7 @@ mod tests {
             },
             nodes_initialized: 3,
             services_with_ingress: 1,
+            invalid_writes: 0,
         }
     }
 

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
+/// The longest Go duration, in seconds (`math.MaxInt64` nanoseconds).
+const GO_MAX_SECONDS: f64 = 9_223_372_036.854_775;
+
 /// A duration written as Go writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct GoDuration(pub(crate) Duration);
@@ -47,9 +50,20 @@ impl std::str::FromStr for GoDuration {
             total += number * seconds;
             rest = &rest[unit_end..];
         }
+        // Go's durations are int64 nanoseconds (about 292 years); anything longer is invalid there too.
+        if total > GO_MAX_SECONDS {
+            return Err(invalid());
+        }
         Duration::try_from_secs_f64(total)
             .map(GoDuration)
             .map_err(|_| invalid())
+    }
+}
+
+impl serde::Serialize for GoDuration {
+    /// As text, as the flag takes it.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -105,7 +119,19 @@ mod tests {
         check("1.5s", 1_500, "1.5s");
         check("0s", 0, "0s");
         check("0", 0, "0s");
-        for bad in ["", "15", "s", "-1s", "1d", "1.2.3s", "ten seconds"] {
+        check("2562047h", 9_223_369_200_000, "2562047h0m0s");
+        for bad in [
+            "",
+            "15",
+            "s",
+            "-1s",
+            "1d",
+            "1.2.3s",
+            "ten seconds",
+            // Longer than Go's int64 nanoseconds: upstream refuses these too.
+            "9300000000000000000s",
+            "2562048h",
+        ] {
             assert!(bad.parse::<GoDuration>().is_err(), "{bad}");
         }
     }

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use controller_manager::{Cidr, ControllerSettings, Registry, plan_controllers};
 use leadermigration::rbac::{RbacRequest, migration_rbac};
 use leadermigration::{
-    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, ControllerSelection, DEFAULT_MIGRATION_LEASE, Lock,
-    MigrationConfig, PlanInput, Severity, plan,
+    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, ControllerSelection, DEFAULT_MIGRATION_LEASE,
+    MigrationConfig, Placement, PlanInput, Severity,
 };
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +52,19 @@ pub(crate) struct PlanArgs {
     /// Name of the component's main Lease; the component name when absent.
     #[arg(long, value_name = "NAME")]
     leader_elect_resource_name: Option<String>,
+    /// The manager's cloud provider: controllers it cannot serve are shown as skipped, with the reason.
+    /// Without it, each controller's needs are listed instead.
+    #[arg(long, value_name = "NAME")]
+    cloud_provider: Option<String>,
+    /// The provider's configuration file, as the manager's --cloud-config.
+    #[arg(long, value_name = "FILE", requires = "cloud_provider")]
+    cloud_config: Option<PathBuf>,
+    /// The manager's --cluster-cidr (routes are configured only inside it).
+    #[arg(long, value_name = "CIDRS", default_value = "")]
+    cluster_cidr: String,
+    /// The manager's --configure-cloud-routes.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    configure_cloud_routes: bool,
     #[arg(long, value_enum, default_value = "text")]
     output: PlanOutput,
 }
@@ -81,14 +95,15 @@ pub(crate) struct RbacArgs {
 }
 
 impl Command {
-    pub(crate) fn run(self) -> Result<ExitCode> {
-        let catalog = ControllerCatalog::standard();
+    /// Runs the tool; controller names resolve against `registry`'s controllers.
+    pub(crate) fn run(self, registry: &Registry) -> Result<ExitCode> {
+        let catalog = registry.controllers().catalog();
         let mut stdout = std::io::stdout().lock();
         match self {
-            Command::Validate(args) => validate(&args, &catalog, &mut stdout, &mut std::io::stderr().lock()),
-            Command::Plan(args) => print_plan(&args, &catalog, &mut stdout),
-            Command::Default(args) => print_default(&args, &mut stdout),
-            Command::Rbac(args) => print_rbac(&args, &catalog, &mut stdout),
+            Command::Validate(args) => validate(&args, catalog, &mut stdout, &mut std::io::stderr().lock()),
+            Command::Plan(args) => print_plan(&args, registry, &mut stdout),
+            Command::Default(args) => print_default(&args, catalog, &mut stdout),
+            Command::Rbac(args) => print_rbac(&args, catalog, &mut stdout),
         }
     }
 }
@@ -162,33 +177,75 @@ fn validate(
     })
 }
 
-fn print_plan(args: &PlanArgs, catalog: &ControllerCatalog, out: &mut impl Write) -> Result<ExitCode> {
+/// The provider named by `plan --cloud-provider`, built from its `--cloud-config`.
+fn build_provider(
+    args: &PlanArgs,
+    registry: &Registry,
+) -> Result<Option<std::sync::Arc<dyn cloud_provider::CloudProvider>>> {
+    let Some(name) = &args.cloud_provider else {
+        return Ok(None);
+    };
+    let config = match &args.cloud_config {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("--cloud-config: cannot read {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?;
+    Ok(Some(runtime.block_on(registry.providers().build(name, config))?))
+}
+
+fn print_plan(args: &PlanArgs, registry: &Registry, out: &mut impl Write) -> Result<ExitCode> {
+    let controllers = registry.controllers();
+    let catalog = controllers.catalog();
     let selection = ControllerSelection::parse(&args.controllers, catalog)?;
     let migration = match &args.config {
         Some(path) => load(path, catalog)?.config,
-        None => MigrationConfig::default_config(),
+        None => MigrationConfig::default_config(catalog),
     };
     let main_lease = args
         .leader_elect_resource_name
         .as_deref()
         .unwrap_or(&args.component);
-    let placements = plan(PlanInput {
-        component: &args.component,
-        main_lease,
-        migration: Some(&migration),
-        selection: &selection,
-        catalog,
-    });
+    let settings = ControllerSettings {
+        cluster_cidrs: Cidr::parse_list(&args.cluster_cidr).context("--cluster-cidr")?,
+        configure_cloud_routes: args.configure_cloud_routes,
+        ..ControllerSettings::defaults("kubernetes")
+    };
+    let provider = build_provider(args, registry)?;
+    let planned = plan_controllers(
+        controllers,
+        PlanInput {
+            component: &args.component,
+            main_lease,
+            migration: Some(&migration),
+            selection: &selection,
+            catalog,
+        },
+        provider.as_deref(),
+        &settings,
+    );
+    let needs = |name: leadermigration::ControllerName| {
+        controllers
+            .get(name)
+            .map(controller_manager::ControllerDefinition::needs)
+            .unwrap_or_default()
+    };
     match args.output {
         PlanOutput::Json => {
-            let controllers: Vec<serde_json::Value> = placements
+            let controllers: Vec<serde_json::Value> = planned
                 .iter()
                 .map(|p| {
                     serde_json::json!({
                         "name": p.controller.as_str(),
-                        "lock": p.lock.as_str(),
-                        "lease": p.lease,
-                        "owner": p.owner,
+                        "lock": p.placement.lock_name(),
+                        "lease": p.placement.lease(),
+                        "owner": p.placement.owner(),
+                        "skipped": p.skipped,
+                        "needs": needs(p.controller),
                     })
                 })
                 .collect();
@@ -206,19 +263,25 @@ fn print_plan(args: &PlanArgs, catalog: &ControllerCatalog, out: &mut impl Write
                 args.component
             )?;
             writeln!(out, "{:<34} {:<10} DETAIL", "CONTROLLER", "LOCK")?;
-            for p in &placements {
-                let detail = match p.lock {
-                    Lock::Main | Lock::Migration => {
-                        format!("lease {}", p.lease.as_deref().unwrap_or_default())
-                    }
-                    Lock::None => format!("runs in {}", p.owner.as_deref().unwrap_or_default()),
-                    Lock::Disabled => "off by --controllers".to_owned(),
+            for p in &planned {
+                let mut detail = match &p.placement {
+                    Placement::Main { lease } | Placement::Migration { lease } => format!("lease {lease}"),
+                    Placement::Elsewhere { owner } => format!("runs in {owner}"),
+                    Placement::Disabled => "off by --controllers".to_owned(),
                 };
+                let needs = needs(p.controller);
+                match &p.skipped {
+                    Some(reason) => detail.push_str(&format!("; skipped: {reason}")),
+                    None if provider.is_none() && p.runs() && !needs.is_empty() => {
+                        detail.push_str(&format!("; needs: {}", needs.join(", ")));
+                    }
+                    None => {}
+                }
                 writeln!(
                     out,
                     "{:<34} {:<10} {detail}",
                     p.controller.as_str(),
-                    p.lock.as_str()
+                    p.placement.lock_name()
                 )?;
             }
         }
@@ -226,8 +289,8 @@ fn print_plan(args: &PlanArgs, catalog: &ControllerCatalog, out: &mut impl Write
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_default(args: &DefaultArgs, out: &mut impl Write) -> Result<ExitCode> {
-    let default = MigrationConfig::default_config();
+fn print_default(args: &DefaultArgs, catalog: &ControllerCatalog, out: &mut impl Write) -> Result<ExitCode> {
+    let default = MigrationConfig::default_config(catalog);
     match args.output {
         DocumentOutput::Yaml => write!(out, "{}", default.to_yaml())?,
         DocumentOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&default.to_json())?)?,

@@ -9,8 +9,6 @@ use std::str::FromStr;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
-use crate::duration::GoDuration;
-
 /// Text, from a string or from a number or bool written bare.
 pub(crate) fn string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     struct Text;
@@ -61,11 +59,6 @@ pub(crate) fn boolean<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool
             "invalid value {text:?}: expected true or false"
         ))),
     }
-}
-
-/// A duration in Go's notation.
-pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<GoDuration, D::Error> {
-    parsed(deserializer)
 }
 
 /// A list, from a sequence or from comma-separated text.

@@ -2,11 +2,11 @@
 
 use std::process::ExitCode;
 
-use cloud_provider::ProviderRegistry;
+use controller_manager::Registry;
 
 fn main() -> ExitCode {
-    let mut registry = ProviderRegistry::new();
-    if let Err(error) = registry.register(provider_fake::PROVIDER_NAME, provider_fake::factory) {
+    let mut registry = Registry::new();
+    if let Err(error) = registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory) {
         #[allow(clippy::print_stderr)]
         {
             eprintln!("error: {error}");

@@ -5,14 +5,13 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cloud_provider::ProviderRegistry;
 use controller_manager::{
-    Cidr, ClientFactory, ControllerSettings, LeaderElectionConfig, Manager, ManagerConfig,
+    Cidr, ClientFactory, ControllerRegistry, ControllerSettings, LeaderElectionConfig, Manager,
+    ManagerConfig, Registry,
 };
 use leadermigration::scopes::LossPolicy;
 use leadermigration::{
-    ControllerCatalog, ControllerSelection, MigrationConfig, apply_migration_options,
-    validate_leader_elect_resource_lock,
+    ControllerSelection, LeaseTimings, apply_migration_options, validate_leader_elect_resource_lock,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -23,17 +22,17 @@ use crate::settings::Settings;
 pub(crate) struct Startup {
     pub(crate) settings: Settings,
     pub(crate) selection: ControllerSelection,
-    pub(crate) catalog: ControllerCatalog,
-    pub(crate) migration: Option<MigrationConfig>,
+    /// `None` with `--leader-elect=false`.
+    pub(crate) leader_election: Option<LeaderElectionConfig>,
     pub(crate) cluster_cidrs: Vec<Cidr>,
-    pub(crate) on_loss: LossPolicy,
     pub(crate) serving: Option<Serving>,
 }
 
-/// Checks every setting; all problems are reported together, each naming its flag.
-pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
+/// Checks every setting; all problems are reported together, each naming its flag. Controller names
+/// resolve against `controllers`, the binary's registry.
+pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> Result<Startup, Vec<String>> {
     let mut problems = Vec::new();
-    let catalog = ControllerCatalog::standard();
+    let catalog = controllers.catalog();
     if settings.cloud_provider.is_empty() {
         problems.push("--cloud-provider cannot be empty".to_owned());
     }
@@ -42,20 +41,17 @@ pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
     {
         problems.push(error.to_string());
     }
-    if settings.leader_elect {
-        let election = leadermigration::elector::ElectorConfig {
-            namespace: settings.leader_elect_resource_namespace.clone(),
-            lease_name: settings.leader_elect_resource_name.clone(),
-            identity: "validation".to_owned(),
-            lease_duration: settings.leader_elect_lease_duration.0,
-            renew_deadline: settings.leader_elect_renew_deadline.0,
-            retry_period: settings.leader_elect_retry_period.0,
-            release_on_cancel: true,
-        };
-        if let Err(error) = election.validate() {
+    let timings = LeaseTimings::new(
+        settings.leader_elect_lease_duration.0,
+        settings.leader_elect_renew_deadline.0,
+        settings.leader_elect_retry_period.0,
+    )
+    .map_err(|error| {
+        if settings.leader_elect {
             problems.push(error.to_string());
         }
-    }
+    })
+    .ok();
     let on_loss = match settings.on_lost_leadership.as_str() {
         "exit" => LossPolicy::Exit,
         "recontend" => LossPolicy::Recontend,
@@ -66,7 +62,7 @@ pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
             LossPolicy::Exit
         }
     };
-    let selection = ControllerSelection::parse(&settings.controllers, &catalog).unwrap_or_else(|error| {
+    let selection = ControllerSelection::parse(&settings.controllers, catalog).unwrap_or_else(|error| {
         problems.push(error.to_string());
         ControllerSelection::default()
     });
@@ -74,7 +70,7 @@ pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
         settings.enable_leader_migration,
         (!settings.leader_migration_config.is_empty()).then(|| Path::new(&settings.leader_migration_config)),
         |path| std::fs::read(path),
-        &catalog,
+        catalog,
     ) {
         Ok(loaded) => loaded.map(|loaded| {
             for warning in &loaded.warnings {
@@ -87,20 +83,29 @@ pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
             None
         }
     };
-    if let Some(migration) = &migration {
-        if let Some(lock) = migration
-            .locks()
-            .iter()
-            .find(|l| l.lease_name == settings.leader_elect_resource_name)
-        {
-            problems.push(format!("--leader-migration-config: lease {:?} is also --leader-elect-resource-name; they must differ", lock.lease_name));
-        }
-        if settings.enable_leader_migration && !settings.leader_elect {
-            tracing::warn!(
-                "--enable-leader-migration has no effect with --leader-elect=false (as upstream): every enabled controller runs"
-            );
-        }
+    if migration.is_some() && !settings.leader_elect {
+        tracing::warn!(
+            "--enable-leader-migration has no effect with --leader-elect=false (as upstream): every enabled controller runs"
+        );
     }
+    let leader_election = match (settings.leader_elect, timings) {
+        (true, Some(timings)) => {
+            let election = LeaderElectionConfig::new(
+                &settings.leader_elect_resource_namespace,
+                &settings.leader_elect_resource_name,
+                timings,
+                on_loss,
+            );
+            match migration {
+                Some(migration) => election
+                    .with_migration(migration)
+                    .map_err(|clash| problems.push(clash.to_string()))
+                    .ok(),
+                None => Some(election),
+            }
+        }
+        _ => None,
+    };
     let cluster_cidrs = Cidr::parse_list(&settings.cluster_cidr).unwrap_or_else(|error| {
         problems.push(format!("--cluster-cidr: {error}"));
         Vec::new()
@@ -123,6 +128,7 @@ pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
             "--node-status-update-frequency",
             settings.node_status_update_frequency.0,
         ),
+        ("--cloud-call-timeout", settings.cloud_call_timeout.0),
     ] {
         if value.is_zero() {
             problems.push(format!("{flag} must be greater than 0"));
@@ -174,10 +180,8 @@ pub(crate) fn validate(settings: Settings) -> Result<Startup, Vec<String>> {
     Ok(Startup {
         settings,
         selection,
-        catalog,
-        migration,
+        leader_election,
         cluster_cidrs,
-        on_loss,
         serving,
     })
 }
@@ -210,14 +214,12 @@ async fn kube_config(settings: &Settings) -> Result<kube::Config> {
 }
 
 /// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
-pub(crate) async fn run(startup: Startup, registry: &ProviderRegistry) -> Result<ExitCode> {
+pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCode> {
     let Startup {
         settings,
         selection,
-        catalog,
-        migration,
+        leader_election,
         cluster_cidrs,
-        on_loss,
         serving,
     } = startup;
     let identity = crate::identity::identity();
@@ -232,7 +234,10 @@ pub(crate) async fn run(startup: Startup, registry: &ProviderRegistry) -> Result
                 .with_context(|| format!("--cloud-config: cannot read {}", settings.cloud_config))?,
         )
     };
-    let provider = registry.build(&settings.cloud_provider, cloud_config).await?;
+    let provider = registry
+        .providers()
+        .build(&settings.cloud_provider, cloud_config)
+        .await?;
     if !settings.allow_untagged_cloud && !provider.has_cluster_id() {
         anyhow::bail!(
             "no ClusterID found. A ClusterID is required for the cloud provider to function properly. This check can be bypassed by setting the allow-untagged-cloud option"
@@ -257,29 +262,19 @@ pub(crate) async fn run(startup: Startup, registry: &ProviderRegistry) -> Result
         concurrent_node_syncs: settings.concurrent_node_syncs,
         concurrent_node_status_updates: settings.concurrent_node_status_updates,
         concurrent_service_syncs: settings.concurrent_service_syncs,
+        cloud_call_timeout: settings.cloud_call_timeout.0,
     };
-    let leader_election = settings.leader_elect.then(|| LeaderElectionConfig {
-        namespace: settings.leader_elect_resource_namespace.clone(),
-        main_lease: settings.leader_elect_resource_name.clone(),
-        lease_duration: settings.leader_elect_lease_duration.0,
-        renew_deadline: settings.leader_elect_renew_deadline.0,
-        retry_period: settings.leader_elect_retry_period.0,
-        release_on_cancel: true,
-        on_loss,
-    });
     let config = ManagerConfig {
         component,
         clients,
         leader_election,
-        migration,
         selection,
-        catalog,
         controllers,
     };
-    let manager = Manager::new(config, provider)?;
+    let manager = Manager::new(config, registry.controllers().clone(), provider);
     for planned in manager.plan() {
         let p = &planned.placement;
-        tracing::info!(controller = %p.controller, lock = p.lock.as_str(), lease = p.lease.as_deref().unwrap_or(""), skipped = planned.skipped.as_deref().unwrap_or(""), "plan");
+        tracing::info!(controller = %planned.controller, lock = p.lock_name(), lease = p.lease().unwrap_or(""), skipped = planned.skipped.as_deref().unwrap_or(""), "plan");
     }
 
     let shutdown = CancellationToken::new();

@@ -131,6 +131,9 @@ fn checks(endpoint: &str, verdict: &Verdict, only: Option<&str>, verbose: bool) 
             Err(why) => text.push_str(&format!("[-]{name} failed: {why}\n")),
         }
     }
+    for (name, note) in &verdict.notes {
+        text.push_str(&format!("[+]{name} ok: {note}\n"));
+    }
     if verdict.ok {
         if verbose {
             (200, format!("{text}{endpoint} check passed\n"))
@@ -151,20 +154,25 @@ async fn handle(
     if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
         return Ok(respond(405, TEXT, "method not allowed\n".to_owned()));
     }
-    let verbose = request
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+    let query = request.uri().query().unwrap_or_default();
+    let verbose = query
+        .split('&')
+        .any(|p| p == "verbose" || p.starts_with("verbose="));
+    // `?exclude=<check>` (repeatable), as upstream's healthz.
+    let excluded: Vec<&str> = query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("exclude="))
+        .collect();
     let path = request.uri().path().trim_end_matches('/');
     let mut segments = path.trim_start_matches('/').splitn(2, '/');
     let (endpoint, only) = (segments.next().unwrap_or_default(), segments.next());
     let response = match endpoint {
         "healthz" | "livez" => {
-            let (status, body) = checks(endpoint, &health.health(), only, verbose);
+            let (status, body) = checks(endpoint, &health.health().excluding(&excluded), only, verbose);
             respond(status, TEXT, body)
         }
         "readyz" => {
-            let (status, body) = checks(endpoint, &health.readiness(), only, verbose);
+            let (status, body) = checks(endpoint, &health.readiness().excluding(&excluded), only, verbose);
             respond(status, TEXT, body)
         }
         "metrics" if only.is_none() => respond(
@@ -189,6 +197,7 @@ mod tests {
                 ("leader-election".into(), Ok(())),
                 ("cloud-node-controller".into(), Err("stopped".into())),
             ],
+            notes: Vec::new(),
         };
         let (status, body) = checks("healthz", &verdict, None, false);
         assert_eq!(status, 500);
@@ -201,14 +210,30 @@ mod tests {
             (200, "ok".to_owned())
         );
         assert_eq!(checks("healthz", &verdict, Some("nope"), false).0, 404);
+        assert_eq!(
+            checks(
+                "healthz",
+                &verdict.clone().excluding(&["cloud-node-controller"]),
+                None,
+                true
+            ),
+            (200, "[+]leader-election ok\nhealthz check passed\n".to_owned())
+        );
         let healthy = Verdict {
             ok: true,
             checks: vec![("a".into(), Ok(()))],
+            notes: vec![(
+                "skipped-node-route-controller".into(),
+                "--cluster-cidr is not set".into(),
+            )],
         };
         assert_eq!(checks("readyz", &healthy, None, false), (200, "ok".to_owned()));
         assert_eq!(
             checks("readyz", &healthy, None, true),
-            (200, "[+]a ok\nreadyz check passed\n".to_owned())
+            (
+                200,
+                "[+]a ok\n[+]skipped-node-route-controller ok: --cluster-cidr is not set\nreadyz check passed\n".to_owned()
+            )
         );
     }
 }

@@ -23,6 +23,12 @@ pub enum CloudError {
         /// Why.
         message: String,
     },
+    /// The call did not finish before its deadline (the framework abandoned it).
+    #[error("the cloud call did not finish before its deadline")]
+    Timeout,
+    /// The caller gave up (its controller is stopping).
+    #[error("the cloud call was cancelled")]
+    Cancelled,
     /// The provider's own failure.
     #[error(transparent)]
     Provider(Box<dyn std::error::Error + Send + Sync>),

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
-use crate::CloudError;
+use crate::{CallContext, CloudError};
 
 /// What the cloud says about a node's instance.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InstanceMetadata {
-    /// `<provider>://<instance>`; empty when the provider cannot tell (the node then stays tainted unless
-    /// it already has one).
+    /// `<provider>://<instance>`; empty when the provider cannot tell (the node's own is then kept, and a node
+    /// without one stays tainted).
     pub provider_id: String,
     /// Instance type, e.g. `m5.large`.
     pub instance_type: String,
@@ -28,36 +28,97 @@ pub struct InstanceMetadata {
 }
 
 /// Instance look-ups by node (upstream's `InstancesV2`). Implementations should use `spec.providerID` when
-/// the node has one and fall back to the node name.
+/// the node has one and fall back to the node's name, labels and annotations (`status.nodeInfo.systemUUID`
+/// is there too).
 ///
 /// The `*_batch` methods answer many nodes at once; their defaults call the single forms concurrently.
 /// Override them when the cloud has a batch API: the controllers always call the batch forms.
+///
+/// Errors: a look-up that cannot answer returns an error and the node is left as it is (retried later);
+/// in particular `instance_exists` answers `Ok(false)` for a gone instance, and an error (even
+/// `InstanceNotFound`) never gets a node deleted, as upstream. A provider with nothing to say about a node
+/// yet returns an error to be asked again.
 #[async_trait]
 pub trait InstancesV2: Send + Sync {
     /// Whether the instance exists. `false` gets the node deleted; stopped instances exist.
-    async fn instance_exists(&self, node: &Node) -> Result<bool, CloudError>;
+    async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError>;
 
     /// Whether the instance is shut down (it keeps its node, with the shutdown taint).
-    async fn instance_shutdown(&self, node: &Node) -> Result<bool, CloudError>;
+    async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError>;
 
     /// Everything the cloud-node controller needs to initialise the node.
-    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, CloudError>;
+    async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError>;
 
     /// [`InstancesV2::instance_exists`] for many nodes; one result per node, in order.
-    async fn instance_exists_batch(&self, nodes: &[Arc<Node>]) -> Vec<Result<bool, CloudError>> {
-        futures::future::join_all(nodes.iter().map(|node| self.instance_exists(node))).await
+    async fn instance_exists_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        futures::future::join_all(nodes.iter().map(|node| self.instance_exists(cx, node))).await
     }
 
     /// [`InstancesV2::instance_shutdown`] for many nodes; one result per node, in order.
-    async fn instance_shutdown_batch(&self, nodes: &[Arc<Node>]) -> Vec<Result<bool, CloudError>> {
-        futures::future::join_all(nodes.iter().map(|node| self.instance_shutdown(node))).await
+    async fn instance_shutdown_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        futures::future::join_all(nodes.iter().map(|node| self.instance_shutdown(cx, node))).await
     }
 
     /// [`InstancesV2::instance_metadata`] for many nodes; one result per node, in order.
     async fn instance_metadata_batch(
         &self,
+        cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
-        futures::future::join_all(nodes.iter().map(|node| self.instance_metadata(node))).await
+        futures::future::join_all(nodes.iter().map(|node| self.instance_metadata(cx, node))).await
     }
+}
+
+/// Instance look-ups by name or provider ID (upstream's older `Instances`), for providers ported from it.
+/// The framework uses [`InstancesV2`] when a provider has it; otherwise it answers the node controllers from
+/// these methods (with [`crate::Zones`] for zones), exactly as upstream's node controllers do.
+#[async_trait]
+pub trait Instances: Send + Sync {
+    /// The addresses of the instance called `node_name`.
+    async fn node_addresses(&self, cx: &CallContext, node_name: &str)
+    -> Result<Vec<NodeAddress>, CloudError>;
+
+    /// The addresses of the instance with this provider ID (possibly empty: then `node_addresses` is tried).
+    async fn node_addresses_by_provider_id(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+    ) -> Result<Vec<NodeAddress>, CloudError>;
+
+    /// The cloud's ID of the instance called `node_name` (without the `<provider>://` scheme).
+    /// `InstanceNotFound` means the instance is gone; `NotImplemented` that the provider cannot tell (the node
+    /// is then initialised by name, without a provider ID).
+    async fn instance_id(&self, cx: &CallContext, node_name: &str) -> Result<String, CloudError>;
+
+    /// The type of the instance called `node_name`.
+    async fn instance_type(&self, cx: &CallContext, node_name: &str) -> Result<String, CloudError>;
+
+    /// The type of the instance with this provider ID.
+    async fn instance_type_by_provider_id(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+    ) -> Result<String, CloudError>;
+
+    /// Whether the instance with this provider ID exists.
+    async fn instance_exists_by_provider_id(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+    ) -> Result<bool, CloudError>;
+
+    /// Whether the instance with this provider ID is shut down.
+    async fn instance_shutdown_by_provider_id(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+    ) -> Result<bool, CloudError>;
 }

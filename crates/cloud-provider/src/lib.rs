@@ -3,15 +3,17 @@
 //!
 //! - [`CloudProvider`]: identity, initialisation, and optional capability accessors. A controller whose
 //!   capability is missing is *skipped with a reason*, which is different from *failed*.
-//! - [`InstancesV2`], [`LoadBalancer`], [`Routes`], [`Zones`] (deprecated), [`Clusters`]: the capabilities.
-//!   Instance look-ups have batch forms with per-node defaults, so a cloud that can answer many nodes in
-//!   one call (EC2's DescribeInstances) overrides one method.
-//! - [`CloudError`]: `NotImplemented`, `InstanceNotFound`, `ImplementedElsewhere`, `Retry { after }`, and
-//!   the provider's own errors.
+//! - [`InstancesV2`] (or the older [`Instances`] with [`Zones`]), [`LoadBalancer`], [`Routes`], [`Clusters`]:
+//!   the capabilities. Instance look-ups have batch forms with per-node defaults, so a cloud that can answer
+//!   many nodes in one call (EC2's DescribeInstances) overrides one method.
+//! - [`CallContext`]: every call's deadline (never past the caller's lock), cancellation and caller.
+//! - [`CloudError`]: `NotImplemented`, `InstanceNotFound`, `ImplementedElsewhere`, `Retry { after }`,
+//!   `Timeout`, `Cancelled`, and the provider's own errors.
 //! - [`ProviderRegistry`]: name → factory, built explicitly by the binary; unknown and duplicate names are
 //!   errors.
 //! - [`names`]: well-known taints, labels, annotations and finalizers.
 
+mod context;
 mod error;
 mod instances;
 mod load_balancer;
@@ -20,9 +22,10 @@ mod provider;
 mod registry;
 mod routes;
 
+pub use context::CallContext;
 pub use error::CloudError;
-pub use instances::{InstanceMetadata, InstancesV2};
+pub use instances::{InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, default_load_balancer_name};
-pub use provider::{CloudProvider, Clusters, InitializeContext, Zone, Zones};
+pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, Zone, Zones};
 pub use registry::{ProviderFactory, ProviderRegistry, RegistryError};
 pub use routes::{Route, Routes};

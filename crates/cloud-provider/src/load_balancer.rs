@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
-use crate::CloudError;
+use crate::{CallContext, CloudError};
 
 /// Upstream's default load-balancer name: `a` + the service UID without dashes, at most 32 characters.
 pub fn default_load_balancer_name(service: &Service) -> String {
@@ -22,12 +22,14 @@ pub fn default_load_balancer_name(service: &Service) -> String {
     name
 }
 
-/// A cloud's load balancers (upstream's `LoadBalancer`). Every method must be idempotent.
+/// A cloud's load balancers (upstream's `LoadBalancer`). Every method must be idempotent: a call abandoned
+/// at its deadline is made again, perhaps by another process.
 #[async_trait]
 pub trait LoadBalancer: Send + Sync {
     /// The load balancer's status, or `None` when it does not exist.
     async fn get_load_balancer(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, CloudError>;
@@ -40,6 +42,7 @@ pub trait LoadBalancer: Send + Sync {
     /// Creates or updates the load balancer to send the service's traffic to `nodes`.
     async fn ensure_load_balancer(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
@@ -48,6 +51,7 @@ pub trait LoadBalancer: Send + Sync {
     /// Points an existing load balancer at `nodes` (the node set changed).
     async fn update_load_balancer(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
@@ -56,6 +60,7 @@ pub trait LoadBalancer: Send + Sync {
     /// Deletes the load balancer; `Ok` when it is already gone. Must not return `ImplementedElsewhere`.
     async fn ensure_load_balancer_deleted(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
     ) -> Result<(), CloudError>;

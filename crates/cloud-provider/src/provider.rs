@@ -3,15 +3,25 @@
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CloudError, InstancesV2, LoadBalancer, Routes};
+use crate::{CallContext, CloudError, Instances, InstancesV2, LoadBalancer, Routes};
 
-/// What a provider gets when the manager starts.
+/// What a provider gets when the manager starts, on every replica, before any election.
 #[derive(Clone)]
 pub struct InitializeContext {
     /// A client for the provider's own use (its `User-Agent` names the provider).
     pub client: kube::Client,
-    /// Fires at shutdown; background tasks the provider starts must end then.
+    /// Fires at shutdown.
     pub shutdown: CancellationToken,
+}
+
+/// What a provider gets when this process starts leading (the main lock; at start-up without leader
+/// election).
+#[derive(Clone)]
+pub struct LeadingContext {
+    /// A client for the provider's own work while leading; its writes are fenced on the main lock.
+    pub client: kube::Client,
+    /// Fires when leadership ends (or at shutdown): background work started for it must end then.
+    pub stop: CancellationToken,
 }
 
 /// A zone (deprecated: use [`crate::InstanceMetadata`]'s zone and region).
@@ -23,40 +33,70 @@ pub struct Zone {
     pub region: String,
 }
 
-/// Zone look-ups (deprecated upstream; kept for providers that still offer them).
+/// Zone look-ups (deprecated upstream; used with [`Instances`], as upstream, for providers without
+/// [`InstancesV2`]).
 #[async_trait]
 pub trait Zones: Send + Sync {
-    /// The zone of the machine this runs on.
-    async fn zone(&self) -> Result<Zone, CloudError>;
+    /// The zone of the machine this runs on (no controller calls it, as upstream).
+    async fn zone(&self, cx: &CallContext) -> Result<Zone, CloudError>;
     /// The zone of an instance by provider ID.
-    async fn zone_by_provider_id(&self, provider_id: &str) -> Result<Zone, CloudError>;
+    async fn zone_by_provider_id(&self, cx: &CallContext, provider_id: &str) -> Result<Zone, CloudError>;
     /// The zone of an instance by node name.
-    async fn zone_by_node_name(&self, node_name: &str) -> Result<Zone, CloudError>;
+    async fn zone_by_node_name(&self, cx: &CallContext, node_name: &str) -> Result<Zone, CloudError>;
 }
 
-/// Cluster listing (optional upstream capability).
+/// Cluster listing (optional upstream capability; no controller uses it).
 #[async_trait]
 pub trait Clusters: Send + Sync {
     /// Cluster names.
-    async fn list_clusters(&self) -> Result<Vec<String>, CloudError>;
+    async fn list_clusters(&self, cx: &CallContext) -> Result<Vec<String>, CloudError>;
     /// The control-plane address of a cluster.
-    async fn master(&self, cluster_name: &str) -> Result<String, CloudError>;
+    async fn master(&self, cx: &CallContext, cluster_name: &str) -> Result<String, CloudError>;
 }
 
 /// A cloud. Capabilities are optional: return `None` for what the cloud does not have, and the
 /// controllers that need it are skipped with that reason.
+///
+/// Life cycle: the factory builds the provider and [`CloudProvider::initialize`] runs on every replica
+/// before any election (construction-time work only: configuration, clients). Work that must happen only
+/// in the replica that leads — housekeeping loops, caches that drive cloud writes — starts in
+/// [`CloudProvider::start_leading`] and ends when its `stop` fires. (Upstream calls `Initialize` after
+/// winning leadership instead, again for each migration lock; here a provider gets one call per leadership
+/// of the main lock.)
 #[async_trait]
-pub trait CloudProvider: Send + Sync + 'static {
+pub trait CloudProvider: std::any::Any + Send + Sync {
     /// The provider's name, also the scheme of its provider IDs (`<name>://…`).
     fn provider_name(&self) -> &str;
 
-    /// Called once before any controller starts.
+    /// Called once on every replica before any controller starts or any lock is contended for.
     async fn initialize(&self, _context: InitializeContext) -> Result<(), CloudError> {
         Ok(())
     }
 
-    /// Instance look-ups; required by the cloud-node and cloud-node-lifecycle controllers.
+    /// Called when this process starts leading (the main lock; at start-up without leader election),
+    /// before the controllers under that lock start. Background work it starts must end when
+    /// `context.stop` fires. An error stops this leadership as a lost lock does.
+    async fn start_leading(&self, _context: LeadingContext) -> Result<(), CloudError> {
+        Ok(())
+    }
+
+    /// Whether `provider_id` names one of this provider's instances; by default its scheme is the
+    /// provider's name. The lifecycle controller never asks the cloud about, and so never deletes, a node
+    /// whose provider ID another provider owns (upstream has no such guard).
+    fn owns_provider_id(&self, provider_id: &str) -> bool {
+        provider_id
+            .split_once("://")
+            .is_some_and(|(scheme, _)| scheme == self.provider_name())
+    }
+
+    /// Instance look-ups; required (or [`CloudProvider::instances`]) by the cloud-node and
+    /// cloud-node-lifecycle controllers.
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        None
+    }
+
+    /// The older instance look-ups, used only when [`CloudProvider::instances_v2`] is `None`.
+    fn instances(&self) -> Option<&dyn Instances> {
         None
     }
 
@@ -70,7 +110,7 @@ pub trait CloudProvider: Send + Sync + 'static {
         None
     }
 
-    /// Zones (deprecated).
+    /// Zones (deprecated; used with [`CloudProvider::instances`]).
     fn zones(&self) -> Option<&dyn Zones> {
         None
     }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::NodeAddress;
 
-use crate::CloudError;
+use crate::{CallContext, CloudError};
 
 /// A route to a node's pod CIDR.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -12,7 +12,8 @@ pub struct Route {
     pub name: String,
     /// The node it sends traffic to.
     pub target_node: String,
-    /// Whether `target_node_addresses` is meaningful (providers that route by address).
+    /// Whether `target_node_addresses` is meaningful (providers that route by address): a route whose
+    /// node's addresses changed is then replaced.
     pub enable_node_addresses: bool,
     /// The node's addresses when the route was made.
     pub target_node_addresses: Vec<NodeAddress>,
@@ -26,14 +27,20 @@ pub struct Route {
 #[async_trait]
 pub trait Routes: Send + Sync {
     /// Every route of the cluster.
-    async fn list_routes(&self, cluster_name: &str) -> Result<Vec<Route>, CloudError>;
+    async fn list_routes(&self, cx: &CallContext, cluster_name: &str) -> Result<Vec<Route>, CloudError>;
     /// Creates a route; `name_hint` is unique (the node's UID).
     async fn create_route(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         name_hint: &str,
         route: &Route,
     ) -> Result<(), CloudError>;
     /// Deletes a route.
-    async fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError>;
+    async fn delete_route(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        route: &Route,
+    ) -> Result<(), CloudError>;
 }

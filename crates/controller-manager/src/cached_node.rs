@@ -10,14 +10,18 @@
 //!
 //! What a provider receives is therefore the node *as cached*: metadata (name, uid, resourceVersion,
 //! timestamps, labels, annotations), spec (providerID, podCIDR(s), taints, unschedulable), status
-//! addresses, and conditions without messages or heartbeats. Kubelet's inventory (images, capacity, node
-//! info, volumes) is not kept.
+//! addresses, node info (`systemUUID`, `machineID`, versions, …), capacity and allocatable (shared
+//! between nodes that have the same), and conditions without messages or heartbeats. The kubelet's images,
+//! volumes, daemon endpoints and condition messages are not kept: no provider reads them.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 /// Interned strings stop being added beyond this many (condition types, statuses and reasons are few;
@@ -25,6 +29,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 const INTERNED_MAX: usize = 4_096;
 
 static INTERNED: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
+
+static SHARED: LazyLock<Mutex<HashSet<Arc<Packed>>>> = LazyLock::new(Mutex::default);
+
+/// One shared copy of packed strings that many nodes repeat (the node info their kubelets share, the
+/// capacity of one instance type).
+fn share(packed: Packed) -> Arc<Packed> {
+    let mut table = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = table.get(&packed) {
+        return found.clone();
+    }
+    let new = Arc::new(packed);
+    if table.len() < INTERNED_MAX {
+        table.insert(new.clone());
+    }
+    new
+}
 
 /// One shared copy of a string that many nodes repeat.
 fn intern(text: &str) -> Arc<str> {
@@ -41,7 +61,7 @@ fn intern(text: &str) -> Arc<str> {
 
 /// Strings in one allocation, each preceded by its length (LEB128): a dozen labels cost one allocation of
 /// their bytes instead of two dozen small ones.
-#[derive(Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 struct Packed(Box<[u8]>);
 
 impl Packed {
@@ -129,7 +149,7 @@ struct Condition {
 
 /// A Node, compactly (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CachedNode {
+pub struct CachedNode {
     /// Name, uid, resourceVersion, creation and deletion timestamps only.
     meta: ObjectMeta,
     /// Keys and values, alternating.
@@ -143,6 +163,15 @@ pub(crate) struct CachedNode {
     /// Types and addresses, alternating.
     addresses: Packed,
     conditions: Box<[Condition]>,
+    /// `status.nodeInfo` fields that kubelets of one build share (versions, OS, architecture), as
+    /// name/value pairs.
+    node_info_shared: Arc<Packed>,
+    /// `status.nodeInfo` fields of this machine (`bootID`, `machineID`, `systemUUID`, in that order), or
+    /// nothing.
+    node_info_own: Packed,
+    /// `status.capacity` and `status.allocatable`, as name/quantity pairs (shared by nodes of one type).
+    capacity: Arc<Packed>,
+    allocatable: Arc<Packed>,
 }
 
 /// The wire form, reduced to what is kept: serde skips every other field without allocating, so a
@@ -182,10 +211,18 @@ struct WireSpec {
 }
 
 #[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WireStatus {
     addresses: Option<Vec<NodeAddress>>,
     conditions: Option<Vec<WireCondition>>,
+    node_info: Option<BTreeMap<String, String>>,
+    capacity: Option<BTreeMap<String, String>>,
+    allocatable: Option<BTreeMap<String, String>>,
 }
+
+/// `status.nodeInfo` fields that identify one machine, packed in this order (values only); the others are
+/// shared by many nodes.
+const OWN_NODE_INFO: [&str; 3] = ["bootID", "machineID", "systemUUID"];
 
 #[derive(serde::Deserialize)]
 struct WireCondition {
@@ -210,7 +247,21 @@ impl From<Wire> for CachedNode {
         } else {
             Packed::new(plural.iter().map(String::as_str))
         };
+        let mut node_info = status.node_info.unwrap_or_default();
+        let own: Vec<String> = OWN_NODE_INFO
+            .iter()
+            .map(|key| node_info.remove(*key).unwrap_or_default())
+            .collect();
+        node_info.retain(|_, v| !v.is_empty());
         CachedNode {
+            node_info_shared: share(Packed::pairs(Some(&node_info))),
+            node_info_own: if own.iter().all(String::is_empty) {
+                Packed::default()
+            } else {
+                Packed::new(own.iter().map(String::as_str))
+            },
+            capacity: share(Packed::pairs(status.capacity.as_ref())),
+            allocatable: share(Packed::pairs(status.allocatable.as_ref())),
             labels: Packed::pairs(metadata.labels.as_ref()),
             annotations: Packed::pairs(metadata.annotations.as_ref()),
             meta: ObjectMeta {
@@ -249,6 +300,11 @@ impl From<Wire> for CachedNode {
     }
 }
 
+impl crate::compact::Projected for CachedNode {
+    /// Already compact.
+    fn project(&mut self) {}
+}
+
 impl<'de> serde::Deserialize<'de> for CachedNode {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<CachedNode, D::Error> {
         Wire::deserialize(deserializer).map(CachedNode::from)
@@ -284,39 +340,80 @@ impl kube::Resource for CachedNode {
     }
 }
 
+/// Quantities from packed pairs.
+fn quantities(packed: &Packed) -> Option<BTreeMap<String, Quantity>> {
+    (!packed.0.is_empty()).then(|| {
+        packed
+            .iter_pairs()
+            .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+            .collect()
+    })
+}
+
 impl CachedNode {
     /// The node's name.
-    pub(crate) fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         self.meta.name.as_deref().unwrap_or_default()
     }
 
     /// A label's value.
-    pub(crate) fn label(&self, key: &str) -> Option<&str> {
+    pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key)
     }
 
     /// `spec.providerID`, when set and not empty.
-    pub(crate) fn provider_id(&self) -> Option<&str> {
+    pub fn provider_id(&self) -> Option<&str> {
         self.provider_id.as_deref()
     }
 
     /// `spec.podCIDRs` (or the single `spec.podCIDR` of an older node).
-    pub(crate) fn pod_cidrs(&self) -> impl Iterator<Item = &str> {
+    pub fn pod_cidrs(&self) -> impl Iterator<Item = &str> {
         self.pod_cidrs.iter()
     }
 
     /// Whether the node has a taint with this key.
-    pub(crate) fn has_taint(&self, key: &str) -> bool {
+    pub fn has_taint(&self, key: &str) -> bool {
         self.taints.iter().any(|t| t.key == key)
     }
 
+    /// `spec.taints`.
+    pub fn taints(&self) -> &[Taint] {
+        &self.taints
+    }
+
+    /// An annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> &str {
+        self.meta.uid.as_deref().unwrap_or_default()
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.meta.resource_version.as_deref()
+    }
+
+    /// `status.addresses`, in order.
+    pub fn addresses(&self) -> Vec<NodeAddress> {
+        self.addresses
+            .iter_pairs()
+            .map(|(type_, address)| NodeAddress {
+                type_: type_.to_owned(),
+                address: address.to_owned(),
+            })
+            .collect()
+    }
+
     /// Whether the node is being deleted.
-    pub(crate) fn deleting(&self) -> bool {
+    pub fn deleting(&self) -> bool {
         self.meta.deletion_timestamp.is_some()
     }
 
     /// A condition's status and reason.
-    pub(crate) fn condition(&self, type_: &str) -> Option<(&str, Option<&str>)> {
+    pub fn condition(&self, type_: &str) -> Option<(&str, Option<&str>)> {
         self.conditions
             .iter()
             .find(|c| c.type_.as_ref() == type_)
@@ -324,13 +421,41 @@ impl CachedNode {
     }
 
     /// Whether the Ready condition is True.
-    pub(crate) fn is_ready(&self) -> bool {
+    pub fn is_ready(&self) -> bool {
         self.condition("Ready")
             .is_some_and(|(status, _)| status == "True")
     }
 
+    /// A `status.nodeInfo` field (`systemUUID`, `machineID`, `kubeletVersion`, …).
+    pub fn node_info_field(&self, name: &str) -> Option<&str> {
+        match OWN_NODE_INFO.iter().position(|key| *key == name) {
+            Some(index) => self.node_info_own.iter().nth(index).filter(|v| !v.is_empty()),
+            None => self.node_info_shared.get(name),
+        }
+    }
+
+    fn node_info(&self) -> Option<NodeSystemInfo> {
+        if self.node_info_own.0.is_empty() && self.node_info_shared.0.is_empty() {
+            return None;
+        }
+        let field = |name: &str| self.node_info_field(name).unwrap_or_default().to_owned();
+        Some(NodeSystemInfo {
+            architecture: field("architecture"),
+            boot_id: field("bootID"),
+            container_runtime_version: field("containerRuntimeVersion"),
+            kernel_version: field("kernelVersion"),
+            kube_proxy_version: field("kubeProxyVersion"),
+            kubelet_version: field("kubeletVersion"),
+            machine_id: field("machineID"),
+            operating_system: field("operatingSystem"),
+            os_image: field("osImage"),
+            system_uuid: field("systemUUID"),
+            ..NodeSystemInfo::default()
+        })
+    }
+
     /// The Node as cached (see the module documentation for what that leaves out).
-    pub(crate) fn to_node(&self) -> Node {
+    pub fn to_node(&self) -> Node {
         let pod_cidrs: Vec<String> = self.pod_cidrs().map(str::to_owned).collect();
         Node {
             metadata: ObjectMeta {
@@ -347,15 +472,10 @@ impl CachedNode {
                 ..NodeSpec::default()
             }),
             status: Some(NodeStatus {
-                addresses: (!self.addresses.0.is_empty()).then(|| {
-                    self.addresses
-                        .iter_pairs()
-                        .map(|(type_, address)| NodeAddress {
-                            type_: type_.to_owned(),
-                            address: address.to_owned(),
-                        })
-                        .collect()
-                }),
+                addresses: (!self.addresses.0.is_empty()).then(|| self.addresses()),
+                node_info: self.node_info(),
+                capacity: quantities(&self.capacity),
+                allocatable: quantities(&self.allocatable),
                 conditions: (!self.conditions.is_empty()).then(|| {
                     self.conditions
                         .iter()
@@ -403,6 +523,8 @@ mod tests {
                     {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
                 ],
                 "images": [{"names": ["img"], "sizeBytes": 1}],
+                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                "allocatable": {"cpu": "3800m", "memory": "15Gi", "pods": "110"},
                 "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
                     "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v", "kubeProxyVersion": "",
                     "operatingSystem": "linux", "architecture": "amd64"},
@@ -445,10 +567,17 @@ mod tests {
                     {"type": "Ready", "status": "True", "reason": "KubeletReady"},
                     {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
                 ],
+                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                "allocatable": {"cpu": "3800m", "memory": "15Gi", "pods": "110"},
+                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
+                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v", "kubeProxyVersion": "",
+                    "operatingSystem": "linux", "architecture": "amd64"},
             },
         }))
         .unwrap();
         assert_eq!(cached.to_node(), expected);
+        assert_eq!(cached.node_info_field("systemUUID"), Some("s"));
+        assert_eq!(cached.node_info_field("kubeletVersion"), Some("v"));
         // Caching the materialised node again changes nothing.
         assert_eq!(recache(&cached.to_node()), cached);
     }
@@ -477,6 +606,14 @@ mod tests {
         let a: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
         let b: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
         assert!(Arc::ptr_eq(&a.conditions[0].type_, &b.conditions[0].type_));
+        assert!(
+            Arc::ptr_eq(&a.capacity, &b.capacity),
+            "one instance type, one capacity"
+        );
+        assert!(
+            Arc::ptr_eq(&a.node_info_shared, &b.node_info_shared),
+            "one kubelet build, one node info"
+        );
     }
 
     #[test]

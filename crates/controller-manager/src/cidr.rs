@@ -68,6 +68,46 @@ impl Cidr {
         self.masked(shortest) == other.masked(shortest)
     }
 
+    /// The network's last address, as bits (IPv4 in the top 32).
+    fn last(&self) -> u128 {
+        let host_bits = if self.is_ipv4() { 32 } else { 128 } - u32::from(self.prefix);
+        let ones = if host_bits == 0 {
+            0
+        } else {
+            u128::MAX >> (128 - host_bits)
+        };
+        let ones = if self.is_ipv4() { ones << 96 } else { ones };
+        self.masked(self.prefix) | ones
+    }
+
+    /// Whether the address (bits of `family`) is in this network.
+    fn holds(&self, ipv4: bool, bits: u128) -> bool {
+        if self.is_ipv4() != ipv4 {
+            return false;
+        }
+        let mask = if self.prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(self.prefix))
+        };
+        bits & mask == self.masked(self.prefix)
+    }
+
+    /// Whether `inner` lies entirely inside this network.
+    pub fn contains(&self, inner: &Cidr) -> bool {
+        inner.prefix >= self.prefix && self.holds(inner.is_ipv4(), inner.masked(inner.prefix))
+    }
+
+    /// Upstream's `isResponsibleForRoute`: a route is the route controller's when its first or last
+    /// address is inside one of the cluster's CIDRs (so a VPC's supernet route, `10.0.0.0/8` for a cluster
+    /// of `10.244.0.0/16`, is not).
+    pub fn responsible_for(cluster: &[Cidr], route: &Cidr) -> bool {
+        let (first, last) = (route.masked(route.prefix), route.last());
+        cluster
+            .iter()
+            .any(|c| c.holds(route.is_ipv4(), first) || c.holds(route.is_ipv4(), last))
+    }
+
     /// Parses a comma-separated list (as `--cluster-cidr`): at most one per family.
     pub fn parse_list(text: &str) -> Result<Vec<Cidr>, CidrError> {
         let cidrs: Vec<Cidr> = text
@@ -100,6 +140,33 @@ mod tests {
         assert!(!cidr("10.0.0.0/8").overlaps(&cidr("fd00::/8")));
         assert!(cidr("fd00:10::/56").overlaps(&cidr("fd00:10::/64")));
         assert!(cidr("0.0.0.0/0").overlaps(&cidr("1.2.3.4/32")));
+    }
+
+    #[test]
+    fn containment_and_responsibility() {
+        let cluster = [cidr("10.244.0.0/16"), cidr("fd00:10::/56")];
+        assert!(cidr("10.244.0.0/16").contains(&cidr("10.244.3.0/24")));
+        assert!(!cidr("10.244.3.0/24").contains(&cidr("10.244.0.0/16")));
+        assert!(Cidr::responsible_for(&cluster, &cidr("10.244.3.0/24")));
+        assert!(Cidr::responsible_for(&cluster, &cidr("fd00:10:0:1::/64")));
+        assert!(
+            !Cidr::responsible_for(&cluster, &cidr("10.0.0.0/8")),
+            "a supernet is not ours"
+        );
+        assert!(
+            Cidr::responsible_for(&[cidr("10.0.0.0/16")], &cidr("10.0.0.0/8")),
+            "its first address is"
+        );
+        assert!(!Cidr::responsible_for(&cluster, &cidr("10.245.0.0/24")));
+        assert!(Cidr::responsible_for(&[cidr("0.0.0.0/0")], &cidr("1.2.3.4/32")));
+        assert!(!Cidr::responsible_for(
+            &[cidr("10.244.0.0/16")],
+            &cidr("10.243.255.0/23")
+        ));
+        assert!(Cidr::responsible_for(
+            &[cidr("10.244.0.0/16")],
+            &cidr("10.244.255.255/32")
+        ));
     }
 
     #[test]

@@ -95,6 +95,14 @@ impl Fence {
         self.0.borrow().is_valid_leader(Instant::now())
     }
 
+    /// Until when this process may act under the lock (`None`: it does not lead).
+    pub fn valid_until(&self) -> Option<Instant> {
+        let state = self.0.borrow();
+        (state.role == leadermigration::elector::Role::Leading)
+            .then_some(state.valid_until)
+            .flatten()
+    }
+
     fn lease(&self) -> String {
         self.0.borrow().lease.clone()
     }

@@ -12,11 +12,31 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::informers::Projected;
+/// Drops what no controller reads from an object about to be cached (as client-go's informer transforms).
+pub(crate) trait Projected {
+    /// Clears the unread fields.
+    fn project(&mut self);
+}
 
-/// An object of type `K`, kept as the JSON of its projection (see [`Projected`]).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+impl Projected for k8s_openapi::api::core::v1::Service {
+    fn project(&mut self) {
+        self.metadata.managed_fields = None;
+        if let Some(annotations) = self.metadata.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+    }
+}
+
+impl<K> Projected for Compact<K> {
+    /// Projected when made.
+    fn project(&mut self) {}
+}
+
+/// An object of type `K`, kept as the JSON of its projection (what a controller reads).
 #[derive(Debug)]
-pub(crate) struct Compact<K> {
+pub struct Compact<K> {
     meta: ObjectMeta,
     json: Box<[u8]>,
     kind: PhantomData<fn() -> K>,
@@ -32,6 +52,8 @@ impl<K> Clone for Compact<K> {
     }
 }
 
+// Only crate-internal functions here: the bound does not leak.
+#[allow(private_bounds)]
 impl<K> Compact<K>
 where
     K: kube::Resource + Projected + Serialize + DeserializeOwned,
@@ -57,14 +79,16 @@ where
             kind: PhantomData,
         }
     }
+}
 
-    /// The object (as projected).
-    pub(crate) fn object(&self) -> K {
+impl<K: DeserializeOwned> Compact<K> {
+    /// The object (as projected: no `managedFields`, no last-applied annotation).
+    pub fn object(&self) -> K {
         serde_json::from_slice(&self.json).expect("the cache holds JSON it wrote itself")
     }
 
     /// `namespace/name`.
-    pub(crate) fn key(&self) -> String {
+    pub fn key(&self) -> String {
         format!(
             "{}/{}",
             self.meta.namespace.as_deref().unwrap_or_default(),

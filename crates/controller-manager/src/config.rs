@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use leadermigration::scopes::LossPolicy;
-use leadermigration::{ControllerCatalog, ControllerSelection, MigrationConfig};
+use leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig};
 
 use crate::cidr::Cidr;
 use crate::client::ClientFactory;
@@ -29,6 +29,8 @@ pub struct ControllerSettings {
     pub concurrent_node_status_updates: u16,
     /// `--concurrent-service-syncs`.
     pub concurrent_service_syncs: u16,
+    /// The longest a cloud call may take (its deadline is also never past the caller's lock).
+    pub cloud_call_timeout: Duration,
 }
 
 impl ControllerSettings {
@@ -44,43 +46,70 @@ impl ControllerSettings {
             concurrent_node_syncs: 128,
             concurrent_node_status_updates: 0,
             concurrent_service_syncs: 8,
+            cloud_call_timeout: Duration::from_secs(60),
         }
     }
 }
 
-/// Leader election (`--leader-elect=true`).
+/// Leader election (`--leader-elect=true`), and leader migration, which only works with it (upstream).
 #[derive(Debug, Clone)]
 pub struct LeaderElectionConfig {
     /// `--leader-elect-resource-namespace`.
     pub namespace: String,
     /// `--leader-elect-resource-name`.
     pub main_lease: String,
-    /// `--leader-elect-lease-duration`.
-    pub lease_duration: Duration,
-    /// `--leader-elect-renew-deadline`.
-    pub renew_deadline: Duration,
-    /// `--leader-elect-retry-period`.
-    pub retry_period: Duration,
+    /// `--leader-elect-lease-duration`, `--leader-elect-renew-deadline`, `--leader-elect-retry-period`.
+    pub timings: LeaseTimings,
     /// Release locks on shutdown.
     pub release_on_cancel: bool,
     /// What losing a lock does.
     pub on_loss: LossPolicy,
+    migration: Option<MigrationConfig>,
 }
 
-/// Everything [`crate::Manager`] needs.
+/// A migration Lease that is also the main Lease: one process would hold both for different controllers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--leader-migration-config: lease {0:?} is also --leader-elect-resource-name; they must differ")]
+pub struct LeaseClash(pub String);
+
+impl LeaderElectionConfig {
+    /// Leader election on `main_lease` in `namespace`, without migration; locks are released on shutdown.
+    pub fn new(namespace: &str, main_lease: &str, timings: LeaseTimings, on_loss: LossPolicy) -> Self {
+        LeaderElectionConfig {
+            namespace: namespace.to_owned(),
+            main_lease: main_lease.to_owned(),
+            timings,
+            release_on_cancel: true,
+            on_loss,
+            migration: None,
+        }
+    }
+
+    /// With leader migration: refused when a migration Lease is the main Lease.
+    pub fn with_migration(mut self, migration: MigrationConfig) -> Result<Self, LeaseClash> {
+        if let Some(lock) = migration.locks().iter().find(|l| l.lease_name == self.main_lease) {
+            return Err(LeaseClash(lock.lease_name.clone()));
+        }
+        self.migration = Some(migration);
+        Ok(self)
+    }
+
+    /// The leader-migration configuration, when migration is on.
+    pub fn migration(&self) -> Option<&MigrationConfig> {
+        self.migration.as_ref()
+    }
+}
+
+/// Everything [`crate::Manager`] needs besides the provider and the controllers.
 pub struct ManagerConfig {
     /// This manager's component name (`cloud-controller-manager`, or another when playing one).
     pub component: String,
     /// Builds clients (identity, `User-Agent`, QPS).
     pub clients: ClientFactory,
-    /// `None`: `--leader-elect=false`: every enabled controller runs, without migration.
+    /// `None`: `--leader-elect=false`: every enabled controller runs, without migration (upstream).
     pub leader_election: Option<LeaderElectionConfig>,
-    /// The validated leader-migration configuration, when migration is enabled.
-    pub migration: Option<MigrationConfig>,
-    /// `--controllers`.
+    /// `--controllers`, resolved against the registry's catalog.
     pub selection: ControllerSelection,
-    /// Every controller name the binary knows.
-    pub catalog: ControllerCatalog,
     /// Controller settings.
     pub controllers: ControllerSettings,
 }

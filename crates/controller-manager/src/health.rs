@@ -5,11 +5,13 @@ use std::sync::{Arc, Mutex};
 
 type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
-/// Named checks for `/healthz` (and `/livez`) and for `/readyz`.
+/// Named checks for `/healthz` (and `/livez`) and for `/readyz`, and notes for `/readyz?verbose` (why a
+/// controller is skipped).
 #[derive(Default)]
 pub struct Health {
     health: Mutex<BTreeMap<String, Check>>,
     readiness: Mutex<BTreeMap<String, Check>>,
+    notes: Mutex<BTreeMap<String, String>>,
 }
 
 /// The verdict of a set of checks.
@@ -19,6 +21,17 @@ pub struct Verdict {
     pub ok: bool,
     /// `(name, Ok | Err(why))` per check, sorted by name.
     pub checks: Vec<(String, Result<(), String>)>,
+    /// `(name, note)`: facts shown with the verbose output, never failing it.
+    pub notes: Vec<(String, String)>,
+}
+
+impl Verdict {
+    /// The verdict without the checks named in `excluded` (`?exclude=<name>`).
+    pub fn excluding(mut self, excluded: &[&str]) -> Verdict {
+        self.checks.retain(|(name, _)| !excluded.contains(&name.as_str()));
+        self.ok = self.checks.iter().all(|(_, r)| r.is_ok());
+        self
+    }
 }
 
 fn run(checks: &Mutex<BTreeMap<String, Check>>) -> Verdict {
@@ -33,6 +46,7 @@ fn run(checks: &Mutex<BTreeMap<String, Check>>) -> Verdict {
     Verdict {
         ok: results.iter().all(|(_, r)| r.is_ok()),
         checks: results,
+        notes: Vec::new(),
     }
 }
 
@@ -82,9 +96,25 @@ impl Health {
         run(&self.health)
     }
 
-    /// Runs every readiness check.
+    /// Runs every readiness check; the notes come along.
     pub fn readiness(&self) -> Verdict {
-        run(&self.readiness)
+        let mut verdict = run(&self.readiness);
+        verdict.notes = self
+            .notes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        verdict
+    }
+
+    /// A note for `/readyz?verbose` (e.g. why a controller is skipped); it never fails readiness.
+    pub fn add_readiness_note(&self, name: &str, note: &str) {
+        self.notes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), note.to_owned());
     }
 }
 

@@ -17,55 +17,36 @@
 //! concurrent waiters (its `DelayedInit` keeps one waker), so two controllers waiting at once would leave
 //! one waiting forever. Only the informer's own task waits on it; everyone else waits on a `watch`.
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use tokio::sync::{broadcast, watch};
 
-use crate::cached_node::CachedNode;
-use crate::compact::Compact;
 use tokio_util::sync::CancellationToken;
 
-/// A watch, its cache, and a feed of changed objects.
-pub(crate) struct Informer<K: Resource<DynamicType = ()> + 'static> {
+use crate::cached_node::CachedNode;
+use crate::compact::{Compact, Projected};
+
+/// A shared watch, its cache, a feed of changed objects and one of deleted objects.
+pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     feed: broadcast::Sender<Arc<K>>,
+    deleted: broadcast::Sender<Arc<K>>,
     ready: watch::Receiver<bool>,
 }
 
-/// Drops what no controller reads from an object about to be cached.
-pub(crate) trait Projected {
-    /// Clears the unread fields.
-    fn project(&mut self);
-}
+/// Deletions are rarer than changes, and a lost one is not recovered by a resync: a deeper buffer.
+const DELETIONS_BUFFER: usize = 4096;
 
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-impl Projected for CachedNode {
-    /// Already compact.
-    fn project(&mut self) {}
-}
-
-impl<K> Projected for Compact<K> {
-    /// Projected when made.
-    fn project(&mut self) {}
-}
-
-impl Projected for Service {
-    fn project(&mut self) {
-        self.metadata.managed_fields = None;
-        if let Some(annotations) = self.metadata.annotations.as_mut() {
-            annotations.remove(LAST_APPLIED);
-        }
-    }
-}
-
+// Only crate-internal functions here: the bound does not leak.
+#[allow(private_bounds)]
 impl<K> Informer<K>
 where
     K: Resource<DynamicType = ()>
@@ -78,11 +59,41 @@ where
         + 'static,
 {
     fn start(api: Api<K>, shutdown: &CancellationToken) -> Informer<K> {
-        let (store, writer) = reflector::store_shared(256);
+        let (store, writer) = reflector::store_shared::<K>(256);
         let mut handle = writer.subscribe().expect("a shared writer has subscribers");
+        // kube-runtime's shared reflector passes on changes only: deletions are taken from the watch before
+        // it, and so are the objects a re-list no longer has (deleted while the watch was down), which the
+        // cache still holds at that point.
+        let (deleted, _) = broadcast::channel(DELETIONS_BUFFER);
+        let announce = deleted.clone();
+        let cache = store.clone();
+        let mut relisted: Option<HashSet<ObjectRef<K>>> = None;
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(K::project)
+            .inspect(move |event| match event {
+                Ok(watcher::Event::Delete(object)) => {
+                    let _ = announce.send(Arc::new(object.clone()));
+                }
+                Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
+                Ok(watcher::Event::InitApply(object)) => {
+                    if let Some(seen) = relisted.as_mut() {
+                        seen.insert(ObjectRef::from_obj(object));
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(seen) = relisted.take() {
+                        for gone in cache
+                            .state()
+                            .into_iter()
+                            .filter(|cached| !seen.contains(&ObjectRef::from_obj(cached.as_ref())))
+                        {
+                            let _ = announce.send(gone);
+                        }
+                    }
+                }
+                Ok(watcher::Event::Apply(_)) | Err(_) => {}
+            })
             .reflect_shared(writer);
         let (feed, _) = broadcast::channel(256);
         let forward = feed.clone();
@@ -114,24 +125,55 @@ where
                 }
             }
         });
-        Informer { store, feed, ready }
+        Informer {
+            store,
+            feed,
+            deleted,
+            ready,
+        }
     }
+}
 
+impl<K> Informer<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     /// The cache.
-    pub(crate) fn store(&self) -> Store<K> {
+    pub fn store(&self) -> Store<K> {
         self.store.clone()
     }
 
     /// Waits until the initial list is in the cache (or forever, if the informer stopped first).
-    pub(crate) async fn ready(&self) {
+    pub async fn ready(&self) {
         let mut ready = self.ready.clone();
         if ready.wait_for(|ready| *ready).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
 
+    /// Objects as they are deleted (their last cached state). A subscriber that falls more than a few
+    /// thousand deletions behind loses some, and says so in the log.
+    pub fn deletions(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+        let receiver = self.deleted.subscribe();
+        futures::stream::unfold(receiver, |mut receiver| async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(object) => return Some((object, receiver)),
+                    Err(broadcast::error::RecvError::Lagged(lost)) => {
+                        tracing::warn!(
+                            kind = K::kind(&()).as_ref(),
+                            lost,
+                            "fell behind the deletions feed"
+                        );
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+    }
+
     /// Objects as they change; after falling behind, every cached object again.
-    pub(crate) fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
+    pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let receiver = self.feed.subscribe();
         let store = self.store.clone();
         futures::stream::unfold(

@@ -1,13 +1,16 @@
-//! The cloud-controller-manager runtime: a [`cloud_provider::CloudProvider`] plus leader migration make a
-//! runnable [`Manager`].
+//! The cloud-controller-manager runtime: a [`cloud_provider::CloudProvider`], a [`ControllerRegistry`] and
+//! leader migration make a runnable [`Manager`].
 //!
+//! - [`Registry`]: what a binary can run: cloud providers by name and [`ControllerDefinition`]s. The
+//!   framework's four controllers (`cloud-node-controller`, `cloud-node-lifecycle-controller`,
+//!   `service-lb-controller`, `node-route-controller`) are registered through the same API as a
+//!   provider's own.
 //! - [`Manager`]: plans where each controller runs ([`Manager::plan`], with skip reasons), then runs them:
 //!   without leader election all at once; with it, under the main and migration locks of
-//!   [`leadermigration::scopes`]. A controller that a lock governs writes through a client fenced on that
-//!   lock.
-//! - The controllers: `cloud-node-controller`, `cloud-node-lifecycle-controller`, `service-lb-controller`,
-//!   `node-route-controller` (`node-ipam-controller` is known but has no implementation yet).
-//! - [`ClientFactory`]: per-controller clients with `User-Agent` attribution and client-go's rate limits.
+//!   [`leadermigration::scopes`].
+//! - [`ControllerContext`]: what a running controller gets: its own client (named in the `User-Agent`,
+//!   rate-limited, fenced on its lock), the provider, the shared caches ([`Informer`] of [`CachedNode`]
+//!   and of [`Compact`] services), Events and stop/started signals.
 //! - [`Health`] and [`Metrics`]: what the serving endpoints expose.
 
 mod batch;
@@ -16,15 +19,25 @@ mod cidr;
 mod client;
 mod compact;
 mod config;
+mod context;
 mod controllers;
 mod health;
 mod informers;
+mod instances;
 mod metrics;
+mod registry;
 mod runtime;
 
+pub use cached_node::CachedNode;
 pub use cidr::{Cidr, CidrError};
 pub use client::{ClientError, ClientFactory, Fence, Fenced};
-pub use config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
+pub use compact::Compact;
+pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
+pub use context::{ControllerContext, event_reference};
 pub use health::{Health, Verdict};
+pub use informers::Informer;
 pub use metrics::Metrics;
-pub use runtime::{Manager, ManagerError, PlannedController, summarize};
+pub use registry::{
+    Capability, ControllerDefinition, ControllerRegistry, RegistrationError, Registry, SettingsCheck,
+};
+pub use runtime::{Manager, ManagerError, PlannedController, plan_controllers, summarize};

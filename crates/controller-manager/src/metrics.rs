@@ -1,5 +1,6 @@
 //! Metrics, with upstream's names where upstream has them.
 
+use cloud_provider::CloudError;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -51,6 +52,9 @@ pub struct Metrics {
     pub(crate) taint_removal_delay: Histogram,
     pub(crate) initial_node_sync_delay: Histogram,
     pub(crate) load_balancer_syncs: Counter,
+    pub(crate) nodesync_errors: Counter,
+    pub(crate) nodesync_latency: Histogram,
+    pub(crate) update_load_balancer_host_latency: Histogram,
     pub(crate) route_syncs: Counter,
 }
 
@@ -67,7 +71,7 @@ impl Metrics {
         let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
         registry.register(
             "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
             leader_election_master_status.clone(),
         );
         let running_managed_controllers = Family::<ControllerLabels, Gauge>::default();
@@ -102,25 +106,44 @@ impl Metrics {
         let taint_removal_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
         registry.register(
             "node_controller_cloud_provider_taint_removal_delay_seconds",
-            "Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node",
+            "[ALPHA] Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node",
             taint_removal_delay.clone(),
         );
         let initial_node_sync_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
         registry.register(
             "node_controller_initial_node_sync_delay_seconds",
-            "Number of seconds after node creation when NodeController finished the initial synchronization of a single node",
+            "[ALPHA] Number of seconds after node creation when NodeController finished the initial synchronization of a single node",
             initial_node_sync_delay.clone(),
         );
         let load_balancer_syncs = Counter::default();
         registry.register(
             "service_controller_loadbalancer_sync",
-            "A metric counting the amount of times any load balancer has been configured",
+            "[ALPHA] A metric counting the amount of times any load balancer has been configured, as an effect of service/node changes on the cluster",
             load_balancer_syncs.clone(),
+        );
+        let nodesync_errors = Counter::default();
+        registry.register(
+            "service_controller_nodesync_error",
+            "[ALPHA] A metric counting the amount of times any load balancer has been configured and errored, as an effect of node changes on the cluster",
+            nodesync_errors.clone(),
+        );
+        // Upstream: 1 s × 2^n, 15 buckets.
+        let nodesync_latency = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        registry.register(
+            "service_controller_nodesync_latency_seconds",
+            "[ALPHA] A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates.",
+            nodesync_latency.clone(),
+        );
+        let update_load_balancer_host_latency = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        registry.register(
+            "service_controller_update_loadbalancer_host_latency_seconds",
+            "[ALPHA] A metric measuring the latency for updating each load balancer hosts.",
+            update_load_balancer_host_latency.clone(),
         );
         let route_syncs = Counter::default();
         registry.register(
             "route_controller_route_sync",
-            "A metric counting the amount of times routes have been synced with the cloud provider",
+            "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider.",
             route_syncs.clone(),
         );
         Metrics {
@@ -133,6 +156,9 @@ impl Metrics {
             taint_removal_delay,
             initial_node_sync_delay,
             load_balancer_syncs,
+            nodesync_errors,
+            nodesync_latency,
+            update_load_balancer_host_latency,
             route_syncs,
         }
     }
@@ -160,7 +186,15 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub(crate) fn cloud_call(&self, request: &str, ok: bool, seconds: f64) {
+    /// A cloud call that answered `answers`: an error unless every answer is a value or an expected "no"
+    /// (`InstanceNotFound`, `NotImplemented`).
+    pub(crate) fn cloud_call<T>(&self, request: &str, answers: &[Result<T, CloudError>], seconds: f64) {
+        let ok = answers.iter().all(|a| {
+            matches!(
+                a,
+                Ok(_) | Err(CloudError::InstanceNotFound | CloudError::NotImplemented)
+            )
+        });
         let result = if ok { "success" } else { "error" };
         self.cloud_request_duration
             .get_or_create(&CloudLabels {

@@ -6,26 +6,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cloud_provider::{CloudError, CloudProvider, InitializeContext};
+use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
 use leadermigration::audit::LEADER_ELECTION;
 use leadermigration::elector::{LeaderState, Role};
 use leadermigration::scopes::{
-    ElectionSettings, ScopeContext, ScopeKind, ScopeRunner, ScopeSpec, ScopesConfig, ScopesError, run_scopes,
+    ElectionSettings, ScopeContext, ScopeKind, ScopeRunner, ScopesConfig, ScopesError, run_scopes,
 };
-use leadermigration::{ControllerName, Lock, Placement, PlanInput, plan};
+use leadermigration::{ControllerName, Placement, PlanInput, Planned, plan};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ClientFactory, Fence};
-use crate::config::{ControllerSettings, ManagerConfig};
-use crate::controllers::{self, ControllerContext};
+use crate::config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
+use crate::context::{ControllerContext, recorder};
 use crate::health::Health;
 use crate::informers::Informers;
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
+use crate::registry::ControllerRegistry;
 
 /// A controller, where it runs for this manager, and why it will not run when it will not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedController {
+    /// Its canonical name.
+    pub controller: ControllerName,
     /// Placement by leader migration and `--controllers`.
     pub placement: Placement,
     /// Set when the controller would run here but cannot (its capability is missing, a setting is off).
@@ -35,7 +38,10 @@ pub struct PlannedController {
 impl PlannedController {
     /// Whether it starts when its lock is held.
     pub fn runs(&self) -> bool {
-        matches!(self.placement.lock, Lock::Main | Lock::Migration) && self.skipped.is_none()
+        matches!(
+            self.placement,
+            Placement::Main { .. } | Placement::Migration { .. }
+        ) && self.skipped.is_none()
     }
 }
 
@@ -48,11 +54,6 @@ pub enum ManagerError {
     /// The provider's `initialize` failed.
     #[error("cloud provider initialization failed: {0}")]
     Initialize(#[source] CloudError),
-    /// A migration Lease is the main Lease.
-    #[error(
-        "leader migration lease {0:?} is also the main lease (--leader-elect-resource-name); they must differ"
-    )]
-    LeaseClash(String),
     /// Leader election ended (a lock was lost, or controllers did not stop in time).
     #[error(transparent)]
     Scopes(#[from] ScopesError),
@@ -61,28 +62,26 @@ pub enum ManagerError {
 /// A runnable cloud-controller-manager.
 pub struct Manager {
     config: ManagerConfig,
+    controllers: ControllerRegistry,
     provider: Arc<dyn CloudProvider>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
 }
 
 impl Manager {
-    /// A manager for `provider`.
-    pub fn new(config: ManagerConfig, provider: Arc<dyn CloudProvider>) -> Result<Manager, ManagerError> {
-        if let (Some(election), Some(migration)) = (&config.leader_election, &config.migration)
-            && let Some(lock) = migration
-                .locks()
-                .iter()
-                .find(|l| l.lease_name == election.main_lease)
-        {
-            return Err(ManagerError::LeaseClash(lock.lease_name.clone()));
-        }
-        Ok(Manager {
+    /// A manager running `controllers` (those the plan places here) with `provider`.
+    pub fn new(
+        config: ManagerConfig,
+        controllers: ControllerRegistry,
+        provider: Arc<dyn CloudProvider>,
+    ) -> Manager {
+        Manager {
             config,
+            controllers,
             provider,
             health: Arc::new(Health::default()),
             metrics: Arc::new(Metrics::new()),
-        })
+        }
     }
 
     /// Health and readiness checks (for `/healthz`, `/readyz`).
@@ -103,43 +102,39 @@ impl Manager {
             .as_ref()
             .map_or(config.component.as_str(), |e| e.main_lease.as_str());
         // Without leader election there is no migration (upstream): everything enabled runs.
-        let migration = config.leader_election.as_ref().and(config.migration.as_ref());
-        plan(PlanInput {
-            component: &config.component,
-            main_lease,
-            migration,
-            selection: &config.selection,
-            catalog: &config.catalog,
-        })
-        .into_iter()
-        .map(|placement| {
-            let skipped = match (placement.lock, placement.controller.cloud_controller()) {
-                (Lock::Main | Lock::Migration, Some(controller)) => {
-                    controllers::skip_reason(controller, self.provider.as_ref(), &config.controllers)
-                }
-                (Lock::Main | Lock::Migration, None) => {
-                    Some("no implementation is registered for this controller".to_owned())
-                }
-                _ => None,
-            };
-            PlannedController { placement, skipped }
-        })
-        .collect()
+        let migration = config
+            .leader_election
+            .as_ref()
+            .and_then(LeaderElectionConfig::migration);
+        plan_controllers(
+            &self.controllers,
+            PlanInput {
+                component: &config.component,
+                main_lease,
+                migration,
+                selection: &config.selection,
+                catalog: self.controllers.catalog(),
+            },
+            Some(self.provider.as_ref()),
+            &config.controllers,
+        )
     }
 
     /// Runs until `shutdown` fires (`Ok`) or leadership is lost (`Err`, and the process should exit non-zero).
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
         let planned = self.plan();
         for controller in &planned {
-            match (&controller.skipped, controller.placement.lock) {
+            let name = controller.controller;
+            match (&controller.skipped, &controller.placement) {
                 (Some(reason), _) => {
-                    tracing::warn!(controller = %controller.placement.controller, %reason, "skipping controller")
+                    tracing::warn!(controller = %name, %reason, "skipping controller");
+                    self.health.add_readiness_note(&format!("skipped-{name}"), reason);
                 }
-                (None, Lock::Disabled) => {
-                    tracing::info!(controller = %controller.placement.controller, "controller disabled by --controllers")
+                (None, Placement::Disabled) => {
+                    tracing::info!(controller = %name, "controller disabled by --controllers")
                 }
-                (None, Lock::None) => {
-                    tracing::info!(controller = %controller.placement.controller, owner = controller.placement.owner.as_deref().unwrap_or_default(), "controller owned by another component")
+                (None, Placement::Elsewhere { owner }) => {
+                    tracing::info!(controller = %name, %owner, "controller owned by another component")
                 }
                 _ => {}
             }
@@ -171,8 +166,10 @@ impl Manager {
             shutdown.clone(),
         );
         let runner = Arc::new(Runner {
+            electors: std::sync::Mutex::default(),
             component: self.config.component.clone(),
             clients: clients.clone(),
+            controllers: self.controllers.clone(),
             provider: self.provider.clone(),
             informers,
             settings: Arc::new(self.config.controllers.clone()),
@@ -182,61 +179,41 @@ impl Manager {
                 .config
                 .leader_election
                 .as_ref()
-                .map_or(Duration::ZERO, |e| e.lease_duration),
+                .map_or(Duration::ZERO, |e| e.timings.lease_duration()),
         });
+        let running = planned
+            .into_iter()
+            .filter(PlannedController::runs)
+            .map(|p| Planned {
+                controller: p.controller,
+                placement: p.placement,
+            });
 
         let Some(election) = &self.config.leader_election else {
-            let controllers: Vec<ControllerName> = planned
-                .iter()
-                .filter(|p| p.runs())
-                .map(|p| p.placement.controller)
-                .collect();
-            runner
-                .run_controllers("leader-election-disabled", controllers, None, shutdown)
-                .await;
+            let controllers: Vec<ControllerName> = running.map(|p| p.controller).collect();
+            if runner.start_leading(None, &shutdown).await {
+                runner
+                    .run_controllers("leader-election-disabled", controllers, None, shutdown)
+                    .await;
+            }
             return Ok(());
         };
-
-        let running = |lock: Lock, lease: &str| -> Vec<ControllerName> {
-            planned
-                .iter()
-                .filter(|p| {
-                    p.runs() && p.placement.lock == lock && p.placement.lease.as_deref() == Some(lease)
-                })
-                .map(|p| p.placement.controller)
-                .collect()
-        };
-        let mut migrations = Vec::new();
-        for lock in self.config.migration.iter().flat_map(|m| m.locks()) {
-            let controllers = running(Lock::Migration, &lock.lease_name);
-            if controllers.is_empty() {
-                // Holding a lock whose controllers all run elsewhere would only keep them from running there.
-                tracing::info!(lease = %lock.lease_name, "not contending for this migration lease: none of its controllers runs in this component");
-                continue;
-            }
-            migrations.push(ScopeSpec {
-                lease_name: lock.lease_name.clone(),
-                controllers,
-            });
-        }
-        let scopes = ScopesConfig {
-            main: ScopeSpec {
-                lease_name: election.main_lease.clone(),
-                controllers: running(Lock::Main, &election.main_lease),
-            },
-            migrations,
-            election: ElectionSettings {
+        let scopes = ScopesConfig::from_plan(
+            &election.main_lease,
+            running,
+            ElectionSettings {
                 namespace: election.namespace.clone(),
                 identity: clients.identity().to_owned(),
-                lease_duration: election.lease_duration,
-                renew_deadline: election.renew_deadline,
-                retry_period: election.retry_period,
+                timings: election.timings,
                 release_on_cancel: election.release_on_cancel,
             },
-            on_loss: election.on_loss,
-            stop_grace: ((election.lease_duration - election.renew_deadline) / 2)
-                .max(Duration::from_millis(100)),
-        };
+            election.on_loss,
+        );
+        for lock in election.migration().iter().flat_map(|m| m.locks()) {
+            if !scopes.migrations.iter().any(|s| s.lease_name == lock.lease_name) {
+                tracing::info!(lease = %lock.lease_name, "not contending for this migration lease: none of its controllers runs in this component");
+            }
+        }
         let client = clients
             .client(LEADER_ELECTION, None)
             .map_err(ManagerError::Client)?;
@@ -247,8 +224,11 @@ impl Manager {
 
 /// Starts and stops the controllers of a scope.
 struct Runner {
+    /// Each lock's elector health check (the latest elector per Lease), for `leaderElection`.
+    electors: std::sync::Mutex<BTreeMap<String, ElectorCheck>>,
     component: String,
     clients: ClientFactory,
+    controllers: ControllerRegistry,
     provider: Arc<dyn CloudProvider>,
     informers: Arc<Informers>,
     settings: Arc<ControllerSettings>,
@@ -258,6 +238,43 @@ struct Runner {
 }
 
 impl Runner {
+    /// Tells the provider this process leads (`CloudProvider::start_leading`), retrying with back-off while
+    /// it fails (its health check then fails, so a liveness probe restarts a process stuck there, releasing
+    /// the lock); false when `stop` fired first.
+    async fn start_leading(&self, fence: Option<Fence>, stop: &CancellationToken) -> bool {
+        const CHECK: &str = "cloud-provider-leading";
+        let client = match self.clients.client(self.provider.provider_name(), fence) {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(%error, "cannot build the provider's client");
+                return false;
+            }
+        };
+        let mut delay = Duration::from_secs(1);
+        loop {
+            let context = LeadingContext {
+                client: client.clone(),
+                stop: stop.child_token(),
+            };
+            match self.provider.start_leading(context).await {
+                Ok(()) => {
+                    self.health.remove_health_check(CHECK);
+                    return true;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the cloud provider failed to start leading; retrying");
+                    let message = format!("the cloud provider failed to start leading: {error}");
+                    self.health.add_health_check(CHECK, move || Err(message.clone()));
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return false,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    }
+
     /// Runs `controllers` until `stop`, then waits for them to stop.
     async fn run_controllers(
         &self,
@@ -270,7 +287,7 @@ impl Runner {
         let mut tasks = Vec::new();
         let mut started: Vec<watch::Receiver<bool>> = Vec::new();
         for name in controllers {
-            let Some(controller) = name.cloud_controller() else {
+            let Some(definition) = self.controllers.get(name) else {
                 continue;
             };
             let client = match self.clients.client(name.as_str(), fence.clone()) {
@@ -282,16 +299,19 @@ impl Runner {
             };
             let (started_sender, started_receiver) = watch::channel(false);
             let context = ControllerContext {
-                controller,
+                name,
                 client: client.clone(),
                 provider: self.provider.clone(),
                 informers: self.informers.clone(),
                 settings: self.settings.clone(),
                 metrics: self.metrics.clone(),
-                recorder: Arc::new(controllers::recorder(client, controller, self.clients.identity())),
+                recorder: Arc::new(recorder(client, definition.reporter(), self.clients.identity())),
                 stop: stop.child_token(),
                 started: Arc::new(started_sender),
+                fence: fence.clone(),
+                caller: format!("{}/{name}", self.clients.identity()).into(),
             };
+            let run = definition.run(context);
             let labels = ControllerLabels {
                 name: name.as_str().to_owned(),
                 manager: self.component.clone(),
@@ -313,7 +333,7 @@ impl Runner {
                 name,
                 labels,
                 tokio::spawn(async move {
-                    controllers::run(context).await;
+                    run.await;
                     alive.store(false, Ordering::Relaxed);
                 }),
             ));
@@ -345,6 +365,9 @@ impl Runner {
 impl ScopeRunner for Runner {
     async fn run_scope(&self, scope: ScopeContext) {
         let fence = Fence(scope.leadership.clone());
+        if scope.kind == ScopeKind::Main && !self.start_leading(Some(fence.clone()), &scope.stop).await {
+            return;
+        }
         self.run_controllers(&scope.lease_name, scope.controllers, Some(fence), scope.stop)
             .await;
     }
@@ -377,7 +400,7 @@ impl ScopeRunner for Runner {
             ScopeKind::Migration => format!("leader-migration-{lease_name}"),
         };
         let lease = lease_name.to_owned();
-        self.health.add_health_check(&name, move || {
+        let check = move |state: &watch::Receiver<LeaderState>| {
             let current = state.borrow();
             match (current.role, current.renewed_at) {
                 (Role::Leading, Some(renewed)) if renewed.elapsed() > tolerance => {
@@ -385,23 +408,75 @@ impl ScopeRunner for Runner {
                 }
                 _ => Ok(()),
             }
-        });
+        };
+        let own = state.clone();
+        let own_check = check.clone();
+        self.health.add_health_check(&name, move || own_check(&own));
+        // Upstream's name for the same check (`leaderElection`), over every lock of this process, so existing
+        // probes keep working.
+        let mut electors = lock(&self.electors);
+        electors.insert(lease_name.to_owned(), Arc::new(move || check(&state)));
+        let all: Vec<ElectorCheck> = electors.values().cloned().collect();
+        self.health
+            .add_health_check("leaderElection", move || all.iter().try_for_each(|check| check()));
     }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+type ElectorCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Where each controller of `controllers` runs ([`leadermigration::plan`]), and why one that would run
+/// cannot: its provider, settings or capabilities. Without a provider, only the settings are checked.
+pub fn plan_controllers(
+    controllers: &ControllerRegistry,
+    input: PlanInput<'_>,
+    provider: Option<&dyn CloudProvider>,
+    settings: &ControllerSettings,
+) -> Vec<PlannedController> {
+    plan(input)
+        .into_iter()
+        .map(
+            |Planned {
+                 controller,
+                 placement,
+             }| {
+                let skipped = match placement {
+                    Placement::Main { .. } | Placement::Migration { .. } => match controllers.get(controller)
+                    {
+                        Some(definition) => match provider {
+                            Some(provider) => definition.skip_reason(provider, settings),
+                            None => definition.settings_skip_reason(settings),
+                        },
+                        None => Some("no implementation is registered for this controller".to_owned()),
+                    },
+                    Placement::Elsewhere { .. } | Placement::Disabled => None,
+                };
+                PlannedController {
+                    controller,
+                    placement,
+                    skipped,
+                }
+            },
+        )
+        .collect()
 }
 
 /// Placements by lock, for logs and tests.
 pub fn summarize(planned: &[PlannedController]) -> BTreeMap<String, Vec<String>> {
     let mut summary: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in planned {
-        let key = match (&p.skipped, &p.placement.lease) {
+        let key = match (&p.skipped, p.placement.lease()) {
             (Some(_), _) => "skipped".to_owned(),
-            (None, Some(lease)) => lease.clone(),
-            (None, None) => p.placement.lock.as_str().to_owned(),
+            (None, Some(lease)) => lease.to_owned(),
+            (None, None) => p.placement.lock_name().to_owned(),
         };
         summary
             .entry(key)
             .or_default()
-            .push(p.placement.controller.as_str().to_owned());
+            .push(p.controller.as_str().to_owned());
     }
     summary
 }

@@ -1,177 +1,16 @@
 //! The cloud controllers end to end: the real manager against the test API server, with the fake cloud.
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+mod support;
 
 use cloud_provider::names::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
-use controller_manager::{Cidr, ClientFactory, ControllerSettings, Manager, ManagerConfig, ManagerError};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use leadermigration::audit::UserAgent;
-use leadermigration::{ControllerCatalog, ControllerSelection};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use provider_fake::{
-    AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudConfig, FakeCloudServer, FakeInstance,
-    FakeProvider, InstanceState, Knobs,
+    AdminRequest, CloudRequest, CloudResponse, FakeCloudConfig, FakeInstance, InstanceState,
 };
 use serde_json::json;
-use test_apiserver::TestApiServer;
-use tokio_util::sync::CancellationToken;
 
-struct Cluster {
-    server: TestApiServer,
-    cloud: FakeCloudServer,
-}
-
-impl Cluster {
-    async fn start(instances: Vec<FakeInstance>) -> Cluster {
-        let server = TestApiServer::start().await.unwrap();
-        let cloud = FakeCloudServer::start(
-            FakeCloud::new(instances, Knobs::default()),
-            ([127, 0, 0, 1], 0).into(),
-        )
-        .await
-        .unwrap();
-        Cluster { server, cloud }
-    }
-
-    fn cloud_config(&self) -> FakeCloudConfig {
-        FakeCloudConfig {
-            endpoint: Some(self.cloud.url().to_owned()),
-            ..FakeCloudConfig::default()
-        }
-    }
-
-    fn nodes(&self) -> Api<Node> {
-        Api::all(self.server.client())
-    }
-
-    fn services(&self) -> Api<Service> {
-        Api::namespaced(self.server.client(), "default")
-    }
-
-    async fn admin(&self, request: AdminRequest) {
-        self.cloud.cloud().handle(CloudRequest::Admin(request)).await;
-    }
-
-    async fn snapshot(&self) -> CloudResponse {
-        self.cloud
-            .cloud()
-            .handle(CloudRequest::Admin(AdminRequest::Snapshot))
-            .await
-    }
-
-    /// Successful writes by `controller`, from the server's request log.
-    fn writes_by(&self, controller: &str) -> Vec<test_apiserver::RequestRecord> {
-        self.server
-            .requests()
-            .into_iter()
-            .filter(|r| r.is_write() && (200..300).contains(&r.status))
-            .filter(|r| UserAgent::parse(&r.user_agent).is_some_and(|ua| ua.controller == controller))
-            .collect()
-    }
-}
-
-fn settings() -> ControllerSettings {
-    ControllerSettings {
-        cluster_cidrs: Cidr::parse_list("10.244.0.0/16").unwrap(),
-        node_monitor_period: Duration::from_millis(100),
-        route_reconciliation_period: Duration::from_millis(200),
-        node_status_update_frequency: Duration::from_secs(3600),
-        ..ControllerSettings::defaults("test-cluster")
-    }
-}
-
-struct Running {
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), ManagerError>>,
-}
-
-impl Running {
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.unwrap().unwrap();
-    }
-}
-
-fn manager(cluster: &Cluster, cloud: FakeCloudConfig, settings: ControllerSettings) -> Manager {
-    let config = ManagerConfig {
-        component: "cloud-controller-manager".into(),
-        clients: ClientFactory::new(
-            cluster.server.config(),
-            "cloud-controller-manager",
-            "test-host_1",
-            1000.0,
-            1000,
-        ),
-        leader_election: None,
-        migration: None,
-        selection: ControllerSelection::default(),
-        catalog: ControllerCatalog::standard(),
-        controllers: settings,
-    };
-    Manager::new(config, Arc::new(FakeProvider::new(cloud))).unwrap()
-}
-
-fn start(manager: Manager) -> Running {
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(manager.run(shutdown.clone()));
-    Running { shutdown, task }
-}
-
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn node(name: &str, extra: serde_json::Value) -> Node {
-    let mut value = json!({"metadata": {"name": name}});
-    json_patch::merge(&mut value, &extra);
-    serde_json::from_value(value).unwrap()
-}
-
-fn uninitialized() -> serde_json::Value {
-    json!({"key": TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"})
-}
-
-fn ready(status: &str) -> serde_json::Value {
-    json!({"status": {"conditions": [{"type": "Ready", "status": status}]}})
-}
-
-async fn taint_keys(api: &Api<Node>, name: &str) -> Vec<String> {
-    api.get(name)
-        .await
-        .unwrap()
-        .spec
-        .unwrap_or_default()
-        .taints
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| t.key)
-        .collect()
-}
-
-async fn events(cluster: &Cluster, reason: &str) -> Vec<Event> {
-    let api: Api<Event> = Api::all(cluster.server.client());
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
-}
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_are_initialized_from_the_cloud_in_two_writes() {
@@ -400,15 +239,6 @@ async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones() {
     running.stop().await;
 }
 
-fn load_balancer_nodes(snapshot: &CloudResponse) -> Vec<Vec<String>> {
-    match snapshot {
-        CloudResponse::Snapshot { load_balancers, .. } => {
-            load_balancers.iter().map(|lb| lb.nodes.clone()).collect()
-        }
-        other => panic!("not a snapshot: {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_balancers_follow_services_and_nodes_across_a_restart() {
     let cluster = Cluster::start(vec![
@@ -580,6 +410,7 @@ async fn routes_for_pod_cidrs_and_the_network_unavailable_condition() {
                 name: name.into(),
                 target_node: node.into(),
                 destination_cidr: cidr.into(),
+                target_node_addresses: Vec::new(),
             })
             .await;
     }
@@ -629,7 +460,7 @@ async fn missing_capabilities_and_settings_skip_controllers_with_a_reason() {
     let reason = |name: &str| {
         planned
             .iter()
-            .find(|p| p.placement.controller.as_str() == name)
+            .find(|p| p.controller.as_str() == name)
             .unwrap()
             .skipped
             .clone()

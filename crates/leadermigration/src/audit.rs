@@ -497,7 +497,7 @@ mod tests {
     }
 
     fn governance() -> Governance {
-        let catalog = ControllerCatalog::standard();
+        let catalog = crate::controller_name::test_catalog();
         let n = MigrationConfig::load(
             "n",
             include_bytes!("../../../examples/leader-migration/n.yaml"),
@@ -617,7 +617,7 @@ mod tests {
     fn a_write_by_a_component_that_does_not_own_the_controller_is_an_overlap() {
         let (leases, _) = clean_history();
         // Under the N+1 configuration, kube-controller-manager owns none of the migrated controllers.
-        let catalog = ControllerCatalog::standard();
+        let catalog = crate::controller_name::test_catalog();
         let n1 = MigrationConfig::load(
             "n+1",
             include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"),

@@ -6,103 +6,30 @@
 //! Here a name is resolved once, through a [`ControllerCatalog`], into a [`ControllerName`] that can only
 //! hold a canonical name.
 //!
+//! A catalog starts as the controllers Kubernetes' controller managers have ([`ControllerCatalog::kubernetes`]):
+//! names a leader-migration configuration shared with kube-controller-manager may use, none of them run
+//! here. A binary then marks what it runs ([`ControllerCatalog::with_runnable`], from its controller
+//! registry): a well-known name becomes runnable and keeps its aliases; a new name (a provider's own
+//! controller) is added.
+//!
 //! Change policy (as upstream): canonical names are IDs. When one changes, the old name becomes an alias,
 //! and aliases are never removed.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
-/// The controllers this framework implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CloudController {
-    /// Initialises nodes from the cloud and keeps their labels and addresses current.
-    CloudNode,
-    /// Deletes nodes whose instances are gone and taints shut-down ones.
-    CloudNodeLifecycle,
-    /// Ensures cloud load balancers for `type: LoadBalancer` services.
-    ServiceLb,
-    /// Creates cloud routes for node pod CIDRs.
-    NodeRoute,
-    /// Allocates node pod CIDRs from the cloud.
-    NodeIpam,
-}
-
-impl CloudController {
-    /// Every cloud controller, in start order.
-    pub const ALL: [CloudController; 5] = [
-        CloudController::CloudNode,
-        CloudController::CloudNodeLifecycle,
-        CloudController::ServiceLb,
-        CloudController::NodeRoute,
-        CloudController::NodeIpam,
-    ];
-
-    /// The canonical name: what logs, metrics, health checks and configs use.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            CloudController::CloudNode => "cloud-node-controller",
-            CloudController::CloudNodeLifecycle => "cloud-node-lifecycle-controller",
-            CloudController::ServiceLb => "service-lb-controller",
-            CloudController::NodeRoute => "node-route-controller",
-            CloudController::NodeIpam => "node-ipam-controller",
-        }
-    }
-
-    /// Older names still accepted in `--controllers` and in leader-migration configs.
-    pub const fn aliases(self) -> &'static [&'static str] {
-        match self {
-            CloudController::CloudNode => &["cloud-node"],
-            CloudController::CloudNodeLifecycle => &["cloud-node-lifecycle"],
-            // `service-controller` and `route-controller` are the names upstream's default migration
-            // configuration has used since 1.28; accepting them makes that default mean what it says.
-            CloudController::ServiceLb => &["service", "service-controller"],
-            CloudController::NodeRoute => &["route", "route-controller"],
-            CloudController::NodeIpam => &["nodeipam"],
-        }
-    }
-
-    /// Whether `--controllers=*` leaves this controller off.
-    ///
-    /// Node IPAM is provider specific: a provider that offers it registers it explicitly.
-    pub const fn disabled_by_default(self) -> bool {
-        matches!(self, CloudController::NodeIpam)
-    }
-}
-
-impl fmt::Display for CloudController {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A name that is neither canonical nor an alias of a known controller.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name:?} is not in the list of known controllers")]
-pub struct UnknownController {
-    /// The name as it was written.
-    pub name: String,
-}
-
-impl FromStr for CloudController {
-    type Err = UnknownController;
-
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        CloudController::ALL
-            .into_iter()
-            .find(|c| c.as_str() == name || c.aliases().contains(&name))
-            .ok_or_else(|| UnknownController {
-                name: name.to_owned(),
-            })
-    }
-}
-
-/// Controllers of kube-controller-manager, as canonical name and the aliases upstream keeps for it.
+/// The controllers of Kubernetes' controller managers, as canonical name and the aliases upstream keeps.
 ///
-/// A leader-migration file is shared by both controller managers, so it may name these. Cloud
-/// controllers that kube-controller-manager also ran (`service`, `route`, `cloud-node-lifecycle`,
-/// `nodeipam`) are in [`CloudController`] and not repeated here.
-const KUBE_CONTROLLER_MANAGER_CONTROLLERS: &[(&str, &[&str])] = &[
+/// First the cloud controllers (cloud-controller-manager's; kube-controller-manager ran the last four with
+/// an in-tree cloud provider), then kube-controller-manager's own.
+const KUBERNETES_CONTROLLERS: &[(&str, &[&str])] = &[
+    ("cloud-node-controller", &["cloud-node"]),
+    ("cloud-node-lifecycle-controller", &["cloud-node-lifecycle"]),
+    // `service-controller` and `route-controller` are the names upstream's default migration
+    // configuration has used since 1.28; accepting them makes that default mean what it says.
+    ("service-lb-controller", &["service", "service-controller"]),
+    ("node-route-controller", &["route", "route-controller"]),
+    ("node-ipam-controller", &["nodeipam"]),
     ("serviceaccount-token-controller", &["serviceaccount-token"]),
     ("endpoints-controller", &["endpoint"]),
     ("endpointslice-controller", &["endpointslice"]),
@@ -168,7 +95,7 @@ const KUBE_CONTROLLER_MANAGER_CONTROLLERS: &[(&str, &[&str])] = &[
     ("storage-version-migrator-controller", &[]),
 ];
 
-/// A canonical controller name, obtained from a [`ControllerCatalog`] or a [`CloudController`].
+/// A canonical controller name, obtained from a [`ControllerCatalog`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ControllerName(&'static str);
 
@@ -176,17 +103,6 @@ impl ControllerName {
     /// The canonical name.
     pub const fn as_str(self) -> &'static str {
         self.0
-    }
-
-    /// The cloud controller this name denotes, if it is one.
-    pub fn cloud_controller(self) -> Option<CloudController> {
-        CloudController::ALL.into_iter().find(|c| c.as_str() == self.0)
-    }
-}
-
-impl From<CloudController> for ControllerName {
-    fn from(controller: CloudController) -> Self {
-        ControllerName(controller.as_str())
     }
 }
 
@@ -202,52 +118,39 @@ impl fmt::Debug for ControllerName {
     }
 }
 
-/// A controller a provider crate adds to the framework (for example a tagging controller).
+/// A controller a binary runs, as its controller registry declares it to the catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExtraController {
+pub struct RunnableController {
     /// Canonical name, `^[a-z]([-a-z]*[a-z])?$` ending in `-controller` (upstream's naming rule).
     pub name: &'static str,
-    /// Older names.
+    /// More names that resolve to it (a well-known controller keeps its known aliases as well).
     pub aliases: &'static [&'static str],
     /// Whether `--controllers=*` leaves it off.
     pub disabled_by_default: bool,
-}
-
-/// Where a known controller runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControllerOrigin {
-    /// Implemented by this framework.
-    Cloud,
-    /// Added by a provider crate.
-    Provider,
-    /// Only in kube-controller-manager: recognised in configs, never run by this binary.
-    KubeControllerManager,
+    /// Whether the default leader-migration configuration migrates it (kube-controller-manager ran it
+    /// with an in-tree cloud provider, so it moves during the migration).
+    pub migrated_by_default: bool,
 }
 
 /// One known controller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CatalogEntry {
     /// The canonical name.
     pub name: ControllerName,
     /// Aliases that resolve to it.
-    pub aliases: &'static [&'static str],
+    pub aliases: Vec<&'static str>,
     /// Whether `--controllers=*` leaves it off.
     pub disabled_by_default: bool,
-    /// Who runs it.
-    pub origin: ControllerOrigin,
+    /// Whether the default leader-migration configuration migrates it.
+    pub migrated_by_default: bool,
+    /// Whether this binary runs it (otherwise it is only recognised in configurations).
+    pub runnable: bool,
 }
 
-impl CatalogEntry {
-    /// Whether this binary can run the controller.
-    pub fn is_runnable(&self) -> bool {
-        self.origin != ControllerOrigin::KubeControllerManager
-    }
-}
-
-/// Why an extra controller cannot be added to a catalog.
+/// Why a controller cannot be added to a catalog.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CatalogError {
-    /// The name or one of its aliases is already taken.
+    /// The name or one of its aliases already names another controller, or this one twice.
     #[error("controller name {name:?} is already registered (by {existing})")]
     DuplicateName {
         /// The clashing name.
@@ -263,47 +166,34 @@ pub enum CatalogError {
     },
 }
 
-/// The universe of controller names one binary knows: its own controllers, provider extras, and the
-/// controllers of kube-controller-manager (recognised in configs only).
+/// The universe of controller names one binary knows: the well-known ones, and which of them (plus the
+/// binary's own) it runs.
 #[derive(Debug, Clone)]
 pub struct ControllerCatalog {
     entries: Vec<CatalogEntry>,
     by_name: BTreeMap<&'static str, usize>,
 }
 
-impl Default for ControllerCatalog {
-    fn default() -> Self {
-        Self::standard()
-    }
-}
-
 impl ControllerCatalog {
-    /// The framework's cloud controllers plus kube-controller-manager's names.
-    pub fn standard() -> Self {
+    /// The controllers of Kubernetes' controller managers, none of them runnable.
+    pub fn kubernetes() -> Self {
         let mut catalog = ControllerCatalog {
             entries: Vec::new(),
             by_name: BTreeMap::new(),
         };
-        for controller in CloudController::ALL {
-            catalog.insert(CatalogEntry {
-                name: controller.into(),
-                aliases: controller.aliases(),
-                disabled_by_default: controller.disabled_by_default(),
-                origin: ControllerOrigin::Cloud,
-            });
-        }
-        for &(name, aliases) in KUBE_CONTROLLER_MANAGER_CONTROLLERS {
+        for &(name, aliases) in KUBERNETES_CONTROLLERS {
             catalog.insert(CatalogEntry {
                 name: ControllerName(name),
-                aliases,
+                aliases: aliases.to_vec(),
                 disabled_by_default: false,
-                origin: ControllerOrigin::KubeControllerManager,
+                migrated_by_default: false,
+                runnable: false,
             });
         }
         catalog
     }
 
-    /// A catalog of exactly these entries; used by tests that port upstream's synthetic universes.
+    /// A catalog of exactly these runnable entries; used by tests that port upstream's synthetic universes.
     pub fn from_entries(
         entries: impl IntoIterator<Item = (&'static str, &'static [&'static str], bool)>,
     ) -> Self {
@@ -314,45 +204,80 @@ impl ControllerCatalog {
         for (name, aliases, disabled_by_default) in entries {
             catalog.insert(CatalogEntry {
                 name: ControllerName(name),
-                aliases,
+                aliases: aliases.to_vec(),
                 disabled_by_default,
-                origin: ControllerOrigin::Cloud,
+                migrated_by_default: false,
+                runnable: true,
             });
         }
         catalog
     }
 
-    /// Adds a provider's controller.
-    pub fn with_extra(mut self, extra: ExtraController) -> Result<Self, CatalogError> {
-        if !is_valid_controller_name(extra.name) {
+    /// Marks a controller as run by this binary: a well-known one becomes runnable (its aliases kept, and
+    /// `controller`'s added), a new one is added. Runnable controllers keep the order they are added in.
+    pub fn with_runnable(mut self, controller: RunnableController) -> Result<Self, CatalogError> {
+        if !is_valid_controller_name(controller.name) {
             return Err(CatalogError::InvalidName {
-                name: extra.name.to_owned(),
+                name: controller.name.to_owned(),
             });
         }
-        for name in std::iter::once(extra.name).chain(extra.aliases.iter().copied()) {
-            if let Some(existing) = self.resolve(name) {
+        let known = self
+            .resolve(controller.name)
+            .filter(|entry| entry.name.as_str() == controller.name && !entry.runnable)
+            .map(|entry| entry.name);
+        for name in std::iter::once(controller.name).chain(controller.aliases.iter().copied()) {
+            if let Some(existing) = self.resolve(name)
+                && Some(existing.name) != known
+            {
                 return Err(CatalogError::DuplicateName {
                     name: name.to_owned(),
                     existing: existing.name.as_str().to_owned(),
                 });
             }
         }
-        self.insert(CatalogEntry {
-            name: ControllerName(extra.name),
-            aliases: extra.aliases,
-            disabled_by_default: extra.disabled_by_default,
-            origin: ControllerOrigin::Provider,
-        });
+        let mut entry = match known {
+            Some(name) => {
+                let index = self.by_name[name.as_str()];
+                let entry = self.entries.remove(index);
+                self.reindex();
+                entry
+            }
+            None => CatalogEntry {
+                name: ControllerName(controller.name),
+                aliases: Vec::new(),
+                disabled_by_default: false,
+                migrated_by_default: false,
+                runnable: false,
+            },
+        };
+        for alias in controller.aliases {
+            if !entry.aliases.contains(alias) {
+                entry.aliases.push(alias);
+            }
+        }
+        entry.disabled_by_default = controller.disabled_by_default;
+        entry.migrated_by_default = controller.migrated_by_default;
+        entry.runnable = true;
+        // Runnable entries come first, in the order they were added: that is the start order.
+        let position = self.entries.iter().take_while(|e| e.runnable).count();
+        self.entries.insert(position, entry);
+        self.reindex();
         Ok(self)
     }
 
     fn insert(&mut self, entry: CatalogEntry) {
-        let index = self.entries.len();
-        self.by_name.insert(entry.name.as_str(), index);
-        for alias in entry.aliases {
-            self.by_name.insert(alias, index);
-        }
         self.entries.push(entry);
+        self.reindex();
+    }
+
+    fn reindex(&mut self) {
+        self.by_name.clear();
+        for (index, entry) in self.entries.iter().enumerate() {
+            self.by_name.insert(entry.name.as_str(), index);
+            for alias in &entry.aliases {
+                self.by_name.insert(alias, index);
+            }
+        }
     }
 
     /// Looks a name or alias up.
@@ -360,14 +285,14 @@ impl ControllerCatalog {
         self.by_name.get(name).map(|&index| &self.entries[index])
     }
 
-    /// Every entry, in registration order.
+    /// Every entry: the runnable ones first, in start order.
     pub fn entries(&self) -> impl Iterator<Item = &CatalogEntry> {
         self.entries.iter()
     }
 
-    /// The entries this binary can run, in start order.
+    /// The entries this binary runs, in start order.
     pub fn runnable(&self) -> impl Iterator<Item = &CatalogEntry> {
-        self.entries.iter().filter(|e| e.is_runnable())
+        self.entries.iter().filter(|e| e.runnable)
     }
 }
 
@@ -381,13 +306,31 @@ fn is_valid_controller_name(name: &str) -> bool {
     well_formed && name.ends_with("-controller")
 }
 
+/// The catalog of a binary that runs upstream's four cloud controllers, as the framework's built-in
+/// registry does; for this crate's tests, which port upstream's tables.
+#[cfg(test)]
+pub(crate) fn test_catalog() -> ControllerCatalog {
+    let runnable = |name, migrated_by_default| RunnableController {
+        name,
+        aliases: &[],
+        disabled_by_default: false,
+        migrated_by_default,
+    };
+    ControllerCatalog::kubernetes()
+        .with_runnable(runnable("cloud-node-controller", false))
+        .and_then(|c| c.with_runnable(runnable("cloud-node-lifecycle-controller", true)))
+        .and_then(|c| c.with_runnable(runnable("service-lb-controller", true)))
+        .and_then(|c| c.with_runnable(runnable("node-route-controller", true)))
+        .expect("the built-in controllers fit the catalog")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[track_caller]
     fn check_resolves(name: &str, expected: Option<&str>) {
-        let catalog = ControllerCatalog::standard();
+        let catalog = test_catalog();
         assert_eq!(
             catalog.resolve(name).map(|e| e.name.as_str()),
             expected,
@@ -397,8 +340,8 @@ mod tests {
 
     #[test]
     fn canonical_names_resolve_to_themselves() {
-        for controller in CloudController::ALL {
-            check_resolves(controller.as_str(), Some(controller.as_str()));
+        for entry in test_catalog().entries() {
+            check_resolves(entry.name.as_str(), Some(entry.name.as_str()));
         }
     }
 
@@ -418,15 +361,32 @@ mod tests {
     }
 
     #[test]
-    fn kube_controller_manager_names_are_recognised_but_not_runnable() {
+    fn well_known_names_are_recognised_but_run_only_when_a_binary_registers_them() {
         check_resolves("deployment", Some("deployment-controller"));
         check_resolves(
             "horizontalpodautoscaling",
             Some("horizontal-pod-autoscaler-controller"),
         );
-        let catalog = ControllerCatalog::standard();
-        assert!(!catalog.resolve("deployment-controller").unwrap().is_runnable());
-        assert!(catalog.resolve("service").unwrap().is_runnable());
+        let catalog = test_catalog();
+        assert!(!catalog.resolve("deployment-controller").unwrap().runnable);
+        assert!(!catalog.resolve("nodeipam").unwrap().runnable);
+        assert!(catalog.resolve("service").unwrap().runnable);
+        assert!(
+            !ControllerCatalog::kubernetes()
+                .resolve("service")
+                .unwrap()
+                .runnable
+        );
+        let order: Vec<&str> = catalog.runnable().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "cloud-node-controller",
+                "cloud-node-lifecycle-controller",
+                "service-lb-controller",
+                "node-route-controller"
+            ]
+        );
     }
 
     #[test]
@@ -438,67 +398,70 @@ mod tests {
     }
 
     #[test]
-    fn every_runnable_controller_follows_the_naming_rule() {
-        for entry in ControllerCatalog::standard().entries() {
+    fn every_well_known_controller_follows_the_naming_rule() {
+        for entry in ControllerCatalog::kubernetes().entries() {
             assert!(is_valid_controller_name(entry.name.as_str()), "{}", entry.name);
         }
     }
 
     #[test]
-    fn cloud_controller_from_str_accepts_aliases_only_of_its_own() {
-        assert_eq!("route".parse::<CloudController>(), Ok(CloudController::NodeRoute));
-        assert_eq!(
-            "deployment".parse::<CloudController>(),
-            Err(UnknownController {
-                name: "deployment".into()
-            })
-        );
-        assert_eq!(
-            UnknownController {
-                name: "grey-controller".into()
-            }
-            .to_string(),
-            "\"grey-controller\" is not in the list of known controllers"
-        );
-    }
-
-    #[test]
-    fn extra_controllers_are_registered_and_clashes_refused() {
-        const TAGGING: ExtraController = ExtraController {
+    fn a_binarys_own_controllers_are_added_and_clashes_refused() {
+        const TAGGING: RunnableController = RunnableController {
             name: "tagging-controller",
             aliases: &["tagging"],
             disabled_by_default: true,
+            migrated_by_default: false,
         };
-        let catalog = ControllerCatalog::standard().with_extra(TAGGING).unwrap();
+        let catalog = test_catalog().with_runnable(TAGGING).unwrap();
         let entry = catalog.resolve("tagging").unwrap();
         assert_eq!(
-            (entry.name.as_str(), entry.origin),
-            ("tagging-controller", ControllerOrigin::Provider)
+            (entry.name.as_str(), entry.runnable, entry.disabled_by_default),
+            ("tagging-controller", true, true)
         );
         assert_eq!(
-            catalog.with_extra(TAGGING).unwrap_err(),
+            catalog.runnable().last().map(|e| e.name.as_str()),
+            Some("tagging-controller"),
+            "registration order is start order"
+        );
+        assert_eq!(
+            catalog.with_runnable(TAGGING).unwrap_err(),
             CatalogError::DuplicateName {
                 name: "tagging-controller".into(),
                 existing: "tagging-controller".into()
             }
         );
-        let clash = ExtraController {
+        let clash = RunnableController {
             name: "my-controller",
             aliases: &["service"],
-            disabled_by_default: false,
+            ..TAGGING
         };
         assert!(matches!(
-            ControllerCatalog::standard().with_extra(clash),
+            test_catalog().with_runnable(clash),
             Err(CatalogError::DuplicateName { .. })
         ));
-        let bad = ExtraController {
+        let bad = RunnableController {
             name: "Tagging",
-            aliases: &[],
-            disabled_by_default: false,
+            ..TAGGING
         };
         assert!(matches!(
-            ControllerCatalog::standard().with_extra(bad),
+            test_catalog().with_runnable(bad),
             Err(CatalogError::InvalidName { .. })
         ));
+    }
+
+    #[test]
+    fn a_well_known_controller_registered_here_keeps_its_aliases_and_gains_new_ones() {
+        let ipam = RunnableController {
+            name: "node-ipam-controller",
+            aliases: &["cloud-node-ipam"],
+            disabled_by_default: true,
+            migrated_by_default: false,
+        };
+        let catalog = test_catalog().with_runnable(ipam).unwrap();
+        for name in ["nodeipam", "cloud-node-ipam", "node-ipam-controller"] {
+            let entry = catalog.resolve(name).unwrap();
+            assert_eq!(entry.name.as_str(), "node-ipam-controller");
+            assert!(entry.runnable && entry.disabled_by_default);
+        }
     }
 }

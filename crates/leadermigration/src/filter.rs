@@ -116,7 +116,7 @@ mod tests {
         let filter = Filter::new(
             &fixture(config_component),
             component,
-            &ControllerCatalog::standard(),
+            &crate::controller_name::test_catalog(),
         );
         for &(controller, expected) in expectations {
             let actual = match filter.classify(controller) {
@@ -248,7 +248,7 @@ mod tests {
                 ControllerLeaderConfiguration::new("a", CCM),
             ],
         }];
-        let catalog = ControllerCatalog::standard();
+        let catalog = crate::controller_name::test_catalog();
         assert_eq!(
             Filter::new(&documents, CCM, &catalog).classify("a"),
             FilterResult::Migrated { lease: "l".into() }
@@ -266,7 +266,7 @@ mod tests {
             resource_lock: "leases".into(),
             controller_leaders: vec![ControllerLeaderConfiguration::new("*", "*")],
         }];
-        let filter = Filter::new(&documents, CCM, &ControllerCatalog::standard());
+        let filter = Filter::new(&documents, CCM, &crate::controller_name::test_catalog());
         assert_eq!(
             filter.classify("service-lb-controller"),
             FilterResult::NonMigrated
@@ -282,7 +282,7 @@ mod tests {
             resource_lock: "leases".into(),
             controller_leaders: vec![ControllerLeaderConfiguration::new("service", CCM)],
         });
-        let filter = Filter::new(&documents, CCM, &ControllerCatalog::standard());
+        let filter = Filter::new(&documents, CCM, &crate::controller_name::test_catalog());
         assert_eq!(
             filter.classify("service-lb-controller"),
             FilterResult::Migrated {

@@ -7,6 +7,7 @@
 //!   misses, with errors that name file, line and field.
 //! - [`Filter`] and [`plan()`]: which lock each controller runs under, for one component.
 //! - [`ControllerSelection`] parses `--controllers`.
+//! - [`LeaseTimings`]: lease duration, renew deadline and retry period, valid by construction.
 //! - [`audit`] checks, from the API server's logs, that no controller ran in two processes at once.
 //! - [`rbac`] generates the Roles both managers need for the migration Leases.
 //!
@@ -28,6 +29,7 @@ pub mod rbac;
 #[cfg(feature = "elector")]
 pub mod scopes;
 mod selection;
+mod timings;
 
 pub use config::{
     ANY_COMPONENT, ApiVersion, CLOUD_CONTROLLER_MANAGER, Component, ConfigError,
@@ -36,21 +38,21 @@ pub use config::{
     MigrationConfig, MigrationLock, Problem, Severity, decode, upstream_errors,
 };
 pub use controller_name::{
-    CatalogEntry, CatalogError, CloudController, ControllerCatalog, ControllerName, ControllerOrigin,
-    ExtraController, UnknownController,
+    CatalogEntry, CatalogError, ControllerCatalog, ControllerName, RunnableController,
 };
 pub use filter::{Filter, FilterResult};
 pub use options::{
     MigrationOptionsError, ResourceLockError, apply_migration_options, validate_leader_elect_resource_lock,
 };
-pub use plan::{Lock, Placement, PlanInput, plan};
+pub use plan::{Placement, PlanInput, Planned, plan};
 pub use selection::{ControllerSelection, SelectionError, is_controller_enabled};
+pub use timings::{LeaseTimings, MAX_LEASE_DURATION, TimingsError};
 
 #[cfg(test)]
 mod proptests {
     use proptest::prelude::*;
 
-    use crate::{ControllerCatalog, MigrationConfig};
+    use crate::MigrationConfig;
 
     const HEADER: &str =
         "apiVersion: controllermanager.config.k8s.io/v1\nkind: LeaderMigrationConfiguration\n";
@@ -60,19 +62,19 @@ mod proptests {
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = MigrationConfig::load("fuzz", &bytes, &ControllerCatalog::standard());
+            let _ = MigrationConfig::load("fuzz", &bytes, &crate::controller_name::test_catalog());
         }
 
         #[test]
         fn yaml_like_text_never_panics(body in "([a-zA-Z:*&!|>{}\\[\\],\"' #-]|\n|\t|  ){0,200}") {
             let text = format!("{HEADER}{body}");
-            let _ = MigrationConfig::load("fuzz", text.as_bytes(), &ControllerCatalog::standard());
+            let _ = MigrationConfig::load("fuzz", text.as_bytes(), &crate::controller_name::test_catalog());
         }
 
         #[test]
         fn errors_always_name_the_file(body in "[a-zA-Z:*{}\\[\\] \n-]{0,120}") {
             let text = format!("{HEADER}{body}");
-            if let Err(error) = MigrationConfig::load("the-file.yaml", text.as_bytes(), &ControllerCatalog::standard()) {
+            if let Err(error) = MigrationConfig::load("the-file.yaml", text.as_bytes(), &crate::controller_name::test_catalog()) {
                 prop_assert!(!error.problems.is_empty());
                 for line in error.to_string().lines().filter(|l| !l.starts_with("  ")) {
                     prop_assert!(line.starts_with("the-file.yaml"), "{line}");

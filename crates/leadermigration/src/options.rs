@@ -62,7 +62,7 @@ pub fn apply_migration_options(
     }
     let Some(path) = config_path.filter(|p| !p.as_os_str().is_empty()) else {
         return Ok(Some(LoadedConfig {
-            config: MigrationConfig::default_config(),
+            config: MigrationConfig::default_config(catalog),
             warnings: Vec::new(),
         }));
     };
@@ -78,7 +78,7 @@ pub fn apply_migration_options(
 mod tests {
     use super::*;
     use crate::config::{Component, MigratedController, MigrationLock};
-    use crate::controller_name::CloudController;
+    use crate::controller_name::test_catalog;
 
     const V1ALPHA1: &str =
         "apiVersion: controllermanager.config.k8s.io/v1alpha1\nkind: LeaderMigrationConfiguration\n";
@@ -91,7 +91,7 @@ mod tests {
         let path = content.map(|_| Path::new("/etc/leadermigration.conf"));
         let read = |_: &Path| Ok(content.unwrap_or_default().as_bytes().to_vec());
         Ok(
-            apply_migration_options(true, path, read, &ControllerCatalog::standard())?
+            apply_migration_options(true, path, read, &crate::controller_name::test_catalog())?
                 .map(|loaded| loaded.config),
         )
     }
@@ -101,11 +101,11 @@ mod tests {
         assert_eq!(apply(content).unwrap(), Some(expected));
     }
 
-    fn expected(lease: &str, controllers: &[(CloudController, &str)]) -> MigrationConfig {
+    fn expected(lease: &str, controllers: &[(&str, &str)]) -> MigrationConfig {
         let controllers = controllers
             .iter()
             .map(|&(controller, component)| MigratedController {
-                name: controller.into(),
+                name: test_catalog().resolve(controller).unwrap().name,
                 component: if component == "*" {
                     Component::Any
                 } else {
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn o1_enabled_without_file_is_the_default() {
-        check(None, MigrationConfig::default_config());
+        check(None, MigrationConfig::default_config(&test_catalog()));
     }
 
     #[test]
@@ -166,10 +166,10 @@ mod tests {
             expected(
                 "test-leader-migration",
                 &[
-                    (CloudController::NodeRoute, "*"),
-                    (CloudController::ServiceLb, "*"),
-                    (CloudController::CloudNodeLifecycle, "*"),
-                    (CloudController::NodeIpam, "*"),
+                    ("node-route-controller", "*"),
+                    ("service-lb-controller", "*"),
+                    ("cloud-node-lifecycle-controller", "*"),
+                    ("node-ipam-controller", "*"),
                 ],
             ),
         );
@@ -186,10 +186,10 @@ mod tests {
             expected(
                 "test-leader-migration",
                 &[
-                    (CloudController::NodeRoute, ccm),
-                    (CloudController::ServiceLb, ccm),
-                    (CloudController::CloudNodeLifecycle, ccm),
-                    (CloudController::NodeIpam, "kube-controller-manager"),
+                    ("node-route-controller", ccm),
+                    ("service-lb-controller", ccm),
+                    ("cloud-node-lifecycle-controller", ccm),
+                    ("node-ipam-controller", "kube-controller-manager"),
                 ],
             ),
         );
@@ -202,7 +202,7 @@ mod tests {
             false,
             Some(Path::new("/nonexistent")),
             read,
-            &ControllerCatalog::standard(),
+            &crate::controller_name::test_catalog(),
         );
         assert!(matches!(result, Ok(None)));
     }
@@ -224,9 +224,13 @@ mod tests {
                 "No such file or directory",
             ))
         };
-        let error =
-            apply_migration_options(true, Some(Path::new("/x")), read, &ControllerCatalog::standard())
-                .unwrap_err();
+        let error = apply_migration_options(
+            true,
+            Some(Path::new("/x")),
+            read,
+            &crate::controller_name::test_catalog(),
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             "--leader-migration-config: cannot read /x: No such file or directory"

@@ -6,42 +6,64 @@ use crate::controller_name::{ControllerCatalog, ControllerName};
 use crate::filter::{Filter, FilterResult};
 use crate::selection::ControllerSelection;
 
-/// The lock a controller runs under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Lock {
-    /// The component's main leader-election lock.
-    Main,
-    /// A migration lock.
-    Migration,
+/// Where a controller runs for one component: each case carries exactly what it needs, so a lock, its
+/// Lease and an owner cannot disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Under the component's main leader-election lock.
+    Main {
+        /// The main Lease (`--leader-elect-resource-name`).
+        lease: String,
+    },
+    /// Under a migration lock.
+    Migration {
+        /// The migration Lease.
+        lease: String,
+    },
     /// Nowhere in this component: another component owns it.
-    None,
+    Elsewhere {
+        /// The component that runs it.
+        owner: String,
+    },
     /// Nowhere: `--controllers` turns it off.
     Disabled,
 }
 
-impl Lock {
-    /// The name used in `plan` output.
-    pub const fn as_str(self) -> &'static str {
+impl Placement {
+    /// The lock's name in `plan` output: `main`, `migration`, `none` or `disabled`.
+    pub const fn lock_name(&self) -> &'static str {
         match self {
-            Lock::Main => "main",
-            Lock::Migration => "migration",
-            Lock::None => "none",
-            Lock::Disabled => "disabled",
+            Placement::Main { .. } => "main",
+            Placement::Migration { .. } => "migration",
+            Placement::Elsewhere { .. } => "none",
+            Placement::Disabled => "disabled",
+        }
+    }
+
+    /// The Lease it runs under, when it runs here.
+    pub fn lease(&self) -> Option<&str> {
+        match self {
+            Placement::Main { lease } | Placement::Migration { lease } => Some(lease),
+            Placement::Elsewhere { .. } | Placement::Disabled => None,
+        }
+    }
+
+    /// The component that runs it instead, when another does.
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Placement::Elsewhere { owner } => Some(owner),
+            _ => None,
         }
     }
 }
 
 /// One controller's placement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
+pub struct Planned {
     /// Canonical name.
     pub controller: ControllerName,
-    /// The lock it runs under.
-    pub lock: Lock,
-    /// The Lease of that lock, for `Main` and `Migration`.
-    pub lease: Option<String>,
-    /// The component that runs it instead, for `None`.
-    pub owner: Option<String>,
+    /// Where it runs.
+    pub placement: Placement,
 }
 
 /// What a placement depends on.
@@ -62,8 +84,8 @@ pub struct PlanInput<'a> {
 /// Places every controller the binary can run, in start order.
 ///
 /// As upstream, the filter is applied first and `--controllers` second: a controller another component owns
-/// is `None` whatever `--controllers` says.
-pub fn plan(input: PlanInput<'_>) -> Vec<Placement> {
+/// is `Elsewhere` whatever `--controllers` says.
+pub fn plan(input: PlanInput<'_>) -> Vec<Planned> {
     let filter = input
         .migration
         .map(|config| Filter::for_config(config, input.component, input.catalog));
@@ -75,17 +97,17 @@ pub fn plan(input: PlanInput<'_>) -> Vec<Placement> {
                 .as_ref()
                 .map_or(FilterResult::NonMigrated, |f| f.classify(entry.name.as_str()));
             let enabled = input.selection.is_enabled(entry);
-            let (lock, lease, owner) = match result {
-                FilterResult::Unowned { owner } => (Lock::None, None, Some(owner)),
-                _ if !enabled => (Lock::Disabled, None, None),
-                FilterResult::NonMigrated => (Lock::Main, Some(input.main_lease.to_owned()), None),
-                FilterResult::Migrated { lease } => (Lock::Migration, Some(lease), None),
+            let placement = match result {
+                FilterResult::Unowned { owner } => Placement::Elsewhere { owner },
+                _ if !enabled => Placement::Disabled,
+                FilterResult::NonMigrated => Placement::Main {
+                    lease: input.main_lease.to_owned(),
+                },
+                FilterResult::Migrated { lease } => Placement::Migration { lease },
             };
-            Placement {
+            Planned {
                 controller: entry.name,
-                lock,
-                lease,
-                owner,
+                placement,
             }
         })
         .collect()
@@ -103,7 +125,7 @@ mod tests {
         controllers: &[&str],
         expected: &[(&str, &str, Option<&str>)],
     ) {
-        let catalog = ControllerCatalog::standard();
+        let catalog = crate::controller_name::test_catalog();
         let config = config_yaml.map(|yaml| {
             MigrationConfig::load("t", yaml.as_bytes(), &catalog)
                 .unwrap()
@@ -122,8 +144,8 @@ mod tests {
             .map(|p| {
                 (
                     p.controller.as_str(),
-                    p.lock.as_str(),
-                    p.lease.as_deref().or(p.owner.as_deref()),
+                    p.placement.lock_name(),
+                    p.placement.lease().or(p.placement.owner()),
                 )
             })
             .collect();
@@ -143,7 +165,6 @@ mod tests {
                 ("cloud-node-lifecycle-controller", "migration", Some("m")),
                 ("service-lb-controller", "migration", Some("m")),
                 ("node-route-controller", "migration", Some("m")),
-                ("node-ipam-controller", "disabled", None),
             ],
         );
     }
@@ -163,7 +184,6 @@ mod tests {
                 ),
                 ("service-lb-controller", "none", Some("cloud-controller-manager")),
                 ("node-route-controller", "none", Some("cloud-controller-manager")),
-                ("node-ipam-controller", "disabled", None),
             ],
         );
     }
@@ -173,7 +193,7 @@ mod tests {
         check(
             "cloud-controller-manager",
             None,
-            &["*", "-service", "nodeipam"],
+            &["*", "-service"],
             &[
                 ("cloud-node-controller", "main", Some("cloud-controller-manager")),
                 (
@@ -183,7 +203,6 @@ mod tests {
                 ),
                 ("service-lb-controller", "disabled", None),
                 ("node-route-controller", "main", Some("cloud-controller-manager")),
-                ("node-ipam-controller", "main", Some("cloud-controller-manager")),
             ],
         );
     }

@@ -20,6 +20,8 @@ use crate::controller_name::ControllerName;
 use crate::elector::{
     ElectorConfig, ElectorConfigError, Ended, LeaderElector, LeaderState, LossReason, Role,
 };
+use crate::plan::{Placement, Planned};
+use crate::timings::LeaseTimings;
 
 /// Which kind of lock governs a scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +48,8 @@ pub struct ElectionSettings {
     pub namespace: String,
     /// `<hostname>_<uuid>`.
     pub identity: String,
-    /// `--leader-elect-lease-duration`.
-    pub lease_duration: Duration,
-    /// `--leader-elect-renew-deadline`.
-    pub renew_deadline: Duration,
-    /// `--leader-elect-retry-period`.
-    pub retry_period: Duration,
+    /// Lease duration, renew deadline, retry period.
+    pub timings: LeaseTimings,
     /// Release locks on shutdown (client-go's `ReleaseOnCancel`).
     pub release_on_cancel: bool,
 }
@@ -76,8 +74,52 @@ pub struct ScopesConfig {
     pub election: ElectionSettings,
     /// On loss.
     pub on_loss: LossPolicy,
+}
+
+impl ScopesConfig {
+    /// The scopes of a plan: the main lock with the controllers placed under it, and each migration lock
+    /// with the controllers placed under it, in the order the plan first names them. `running` holds
+    /// only the controllers that will run here, so a migration lock none of whose controllers runs here
+    /// is left out: holding it would only keep its controllers from running in the component that has
+    /// them (upstream contends for it anyway).
+    pub fn from_plan(
+        main_lease: &str,
+        running: impl IntoIterator<Item = Planned>,
+        election: ElectionSettings,
+        on_loss: LossPolicy,
+    ) -> ScopesConfig {
+        let mut main = ScopeSpec {
+            lease_name: main_lease.to_owned(),
+            controllers: Vec::new(),
+        };
+        let mut migrations: Vec<ScopeSpec> = Vec::new();
+        for planned in running {
+            match planned.placement {
+                Placement::Main { .. } => main.controllers.push(planned.controller),
+                Placement::Migration { lease } => {
+                    match migrations.iter_mut().find(|spec| spec.lease_name == lease) {
+                        Some(spec) => spec.controllers.push(planned.controller),
+                        None => migrations.push(ScopeSpec {
+                            lease_name: lease,
+                            controllers: vec![planned.controller],
+                        }),
+                    }
+                }
+                Placement::Elsewhere { .. } | Placement::Disabled => {}
+            }
+        }
+        ScopesConfig {
+            main,
+            migrations,
+            election,
+            on_loss,
+        }
+    }
+
     /// How long a scope may take to stop after its lock is lost.
-    pub stop_grace: Duration,
+    fn stop_grace(&self) -> Duration {
+        self.election.timings.stop_grace()
+    }
 }
 
 /// What a [`ScopeRunner`] is given for one scope.
@@ -172,9 +214,7 @@ impl Campaign {
             namespace: settings.namespace.clone(),
             lease_name: spec.lease_name.clone(),
             identity: settings.identity.clone(),
-            lease_duration: settings.lease_duration,
-            renew_deadline: settings.renew_deadline,
-            retry_period: settings.retry_period,
+            timings: settings.timings,
             release_on_cancel: settings.release_on_cancel,
         };
         let (mut elector, state) = LeaderElector::new(client.clone(), config)?;
@@ -281,7 +321,7 @@ pub async fn run_scopes<R: ScopeRunner>(
                         Ended::Released | Ended::CancelledBeforeLeading => LossReason::RenewDeadline,
                     };
                     tracing::error!(%lease, %reason, "migration leader election lost; stopping its controllers");
-                    if !lost.scope.stop(config.stop_grace).await {
+                    if !lost.scope.stop(config.stop_grace()).await {
                         break Outcome::StopTimeout(lease);
                     }
                     match config.on_loss {
@@ -310,7 +350,7 @@ pub async fn run_scopes<R: ScopeRunner>(
         };
 
         // Wind down: every scope stops first, then migration locks are released, then the main lock.
-        let grace = config.stop_grace;
+        let grace = config.stop_grace();
         let main_lost = matches!(outcome, Outcome::MainLost(_));
         let Held {
             campaign: main_campaign,

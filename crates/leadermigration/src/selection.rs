@@ -70,19 +70,21 @@ impl ControllerSelection {
                     Some(name) => (true, name),
                     None => (false, item),
                 };
-                let entry =
-                    catalog
-                        .resolve(name)
-                        .filter(|e| e.is_runnable())
-                        .ok_or_else(|| SelectionError {
-                            name: name.to_owned(),
-                            detail: match catalog.resolve(name) {
-                                Some(entry) => {
-                                    format!(" ({} runs in kube-controller-manager, not here)", entry.name)
-                                }
-                                None => String::new(),
-                            },
-                        })?;
+                let entry = catalog
+                    .resolve(name)
+                    .filter(|e| e.runnable)
+                    .ok_or_else(|| SelectionError {
+                        name: name.to_owned(),
+                        detail: match catalog.resolve(name) {
+                            Some(entry) => {
+                                format!(
+                                    " ({} is a known controller, but this binary does not run it)",
+                                    entry.name
+                                )
+                            }
+                            None => String::new(),
+                        },
+                    })?;
                 Ok(if disable {
                     Item::Disable(entry.name)
                 } else {
@@ -241,7 +243,7 @@ mod tests {
     fn cloud_controller_manager_aliases() {
         // Upstream TestCloudControllerManagerAliases, with today's canonical names.
         check_apply(
-            &ControllerCatalog::standard(),
+            &crate::controller_name::test_catalog(),
             &[
                 "service-lb-controller",
                 "-service",
@@ -260,7 +262,7 @@ mod tests {
     #[test]
     fn selection_follows_upstream_semantics_with_disabled_defaults() {
         let catalog = colours(true);
-        let entry = |name| *catalog.resolve(name).unwrap();
+        let entry = |name| catalog.resolve(name).unwrap().clone();
         let star = ControllerSelection::default();
         assert!(star.is_enabled(&entry("red-controller")));
         assert!(
@@ -276,12 +278,13 @@ mod tests {
     }
 
     #[test]
-    fn kube_controller_manager_names_are_refused_with_a_reason() {
-        let error = ControllerSelection::parse(&["deployment"], &ControllerCatalog::standard()).unwrap_err();
+    fn names_this_binary_does_not_run_are_refused_with_a_reason() {
+        let error =
+            ControllerSelection::parse(&["deployment"], &crate::controller_name::test_catalog()).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "--controllers: \"deployment\" is not in the list of known controllers (deployment-controller runs in kube-controller-manager, not here)"
+            "--controllers: \"deployment\" is not in the list of known controllers (deployment-controller is a known controller, but this binary does not run it)"
         );
-        assert!(ControllerSelection::parse(&["-*"], &ControllerCatalog::standard()).is_err());
+        assert!(ControllerSelection::parse(&["-*"], &crate::controller_name::test_catalog()).is_err());
     }
 }

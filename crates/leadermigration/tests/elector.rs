@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use leadermigration::LeaseTimings;
 use leadermigration::elector::{ElectorConfig, Ended, LeaderElector, LeaderState, LossReason, Role};
 use serde_json::json;
 use test_apiserver::{Config, FaultAction, FaultSpec, TestApiServer, UserInfo};
@@ -18,9 +19,12 @@ fn config(identity: &str) -> ElectorConfig {
         namespace: "kube-system".into(),
         lease_name: LEASE.into(),
         identity: identity.into(),
-        lease_duration: Duration::from_secs(1),
-        renew_deadline: Duration::from_millis(700),
-        retry_period: Duration::from_millis(150),
+        timings: LeaseTimings::new(
+            Duration::from_secs(1),
+            Duration::from_millis(700),
+            Duration::from_millis(150),
+        )
+        .unwrap(),
         release_on_cancel: true,
     }
 }

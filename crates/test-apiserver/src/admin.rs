@@ -26,7 +26,8 @@ use serde_json::{Value, json};
 
 use crate::auth::UserInfo;
 use crate::faults::{FaultAction, FaultSpec};
-use crate::server::{Query, Reply, State, lock};
+use crate::state::{State, lock};
+use crate::wire::{Query, Reply};
 
 fn json_lines<T: Serialize>(records: impl Iterator<Item = T>) -> Reply {
     let mut body = Vec::new();
@@ -54,14 +55,6 @@ async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Repl
         bytes
     };
     serde_json::from_slice(&bytes).map_err(|e| error(400, &format!("invalid body: {e}")))
-}
-
-/// Ends open watches of clients whose user agent contains `pattern` (all when None).
-pub(crate) fn close_watches(state: &State, pattern: Option<String>) {
-    state.close_watches.send_modify(|close| {
-        close.generation += 1;
-        close.user_agent = pattern;
-    });
 }
 
 pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Reply {
@@ -101,7 +94,7 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
                 let partition = (spec.action == FaultAction::Partition).then(|| spec.user_agent.clone());
                 let id = lock(&state.faults).add(spec);
                 if let Some(pattern) = partition {
-                    close_watches(state, pattern);
+                    state.end_watches(pattern);
                 }
                 Reply::json(200, &json!({"id": id}))
             }
@@ -117,7 +110,7 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
         },
         (Method::POST, ["watches", "close"]) => match body::<CloseRequest>(request).await {
             Ok(close) => {
-                close_watches(state, close.user_agent);
+                state.end_watches(close.user_agent);
                 Reply::json(200, &json!({}))
             }
             Err(reply) => reply,

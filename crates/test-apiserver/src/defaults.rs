@@ -47,13 +47,96 @@ pub(crate) fn apply(
         ("", "namespaces") if old.is_none() => {
             object["status"] = json!({"phase": "Active"});
         }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => binding(object),
         _ => {}
+    }
+}
+
+/// v1 defaulting of bindings: the role reference's group and each subject's group by kind.
+fn binding(object: &mut Value) {
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    if let Some(role_ref) = object.get_mut("roleRef").and_then(Value::as_object_mut)
+        && role_ref
+            .get("apiGroup")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        role_ref.insert("apiGroup".to_owned(), json!(RBAC));
+    }
+    for subject in object
+        .get_mut("subjects")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        let kind = subject.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let default = if kind == "ServiceAccount" { "" } else { RBAC };
+        if subject
+            .get("apiGroup")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+            && !default.is_empty()
+        {
+            subject.insert("apiGroup".to_owned(), json!(default));
+        }
+    }
+}
+
+/// The registry's `dropTypeDependentFields`: a service that no longer needs what its old type allocated
+/// loses it, when the client left it as it was (node ports, the load-balancer fields, the external
+/// traffic policy).
+fn drop_type_dependent_fields(spec: &mut serde_json::Map<String, Value>, old_spec: &Value) {
+    let old_type = old_spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP");
+    let new_type = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_owned();
+    let node_ports = |t: &str| matches!(t, "NodePort" | "LoadBalancer");
+    if node_ports(old_type) && !node_ports(&new_type) {
+        let old_ports = old_spec
+            .get("ports")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let node_port_of = |port: &Value| port.get("nodePort").cloned();
+        let same = spec.get("ports").and_then(Value::as_array).is_some_and(|ports| {
+            ports.len() == old_ports.len()
+                && ports
+                    .iter()
+                    .zip(&old_ports)
+                    .all(|(a, b)| node_port_of(a) == node_port_of(b))
+        });
+        if same && let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+            for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                port.remove("nodePort");
+            }
+        }
+        if spec.get("externalTrafficPolicy") == old_spec.get("externalTrafficPolicy") {
+            spec.remove("externalTrafficPolicy");
+        }
+    }
+    if new_type != "LoadBalancer" {
+        spec.remove("allocateLoadBalancerNodePorts");
+        spec.remove("loadBalancerClass");
+        if spec.get("healthCheckNodePort") == old_spec.get("healthCheckNodePort") {
+            spec.remove("healthCheckNodePort");
+        }
     }
 }
 
 fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocations) {
     if !object.get("spec").is_some_and(Value::is_object) {
         object["spec"] = json!({});
+    }
+    if let Some(old_spec) = old.and_then(|o| o.get("spec"))
+        && let Some(spec) = object["spec"].as_object_mut()
+    {
+        drop_type_dependent_fields(spec, old_spec);
     }
     let old_spec = old.and_then(|o| o.get("spec")).cloned().unwrap_or(Value::Null);
     let spec = object["spec"].as_object_mut().expect("made an object above");
@@ -83,6 +166,22 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
         spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
         spec.entry("internalTrafficPolicy").or_insert(json!("Cluster"));
     }
+    // An ingress with an IP is a virtual IP unless it says otherwise.
+    if let Some(ingress) = object
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    {
+        for entry in ingress.iter_mut().filter_map(Value::as_object_mut) {
+            if entry
+                .get("ip")
+                .and_then(Value::as_str)
+                .is_some_and(|ip| !ip.is_empty())
+            {
+                entry.entry("ipMode").or_insert(json!("VIP"));
+            }
+        }
+    }
+    let spec = object["spec"].as_object_mut().expect("made an object above");
     let exposes_node_ports = matches!(service_type.as_str(), "NodePort" | "LoadBalancer");
     if exposes_node_ports {
         spec.entry("externalTrafficPolicy").or_insert(json!("Cluster"));

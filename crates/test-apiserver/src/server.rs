@@ -1,176 +1,28 @@
-//! HTTP plumbing: shared state, the per-request pipeline, and replies.
+//! The per-request pipeline and the accept loop.
 //!
 //! Every request to `/api`, `/apis`, `/version`, `/healthz`, `/openapi` goes through: faults (a
 //! partitioned client hangs here) → authentication → routing → authorisation → the handler → the request
 //! log. `/_admin/*` bypasses all of it.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
-use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::api::{self, ApiRequest};
-use crate::auth::{Attributes, Auth, authorize};
-use crate::faults::Faults;
-use crate::observe::{Clock, Logs, RequestRecord, format_us};
+use crate::auth::{Attributes, authorize};
+use crate::observe::{RequestRecord, format_us};
+use crate::request::{ApiRequest, parse_target, verb};
 use crate::selectors::FieldSelector;
+use crate::state::{State, lock};
 use crate::status::ApiError;
-use crate::store::Store;
-use crate::{admin, discovery};
-
-pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
-
-/// Asks open watches to end: all of them, or those of clients whose `User-Agent` contains a pattern.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CloseWatches {
-    pub(crate) generation: u64,
-    pub(crate) user_agent: Option<String>,
-}
-
-/// Tunables.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) bookmark_interval: Duration,
-}
-
-/// Everything the server shares between requests.
-pub(crate) struct State {
-    pub(crate) store: Mutex<Store>,
-    pub(crate) logs: Mutex<Logs>,
-    pub(crate) faults: Mutex<Faults>,
-    pub(crate) auth: Mutex<Auth>,
-    pub(crate) clock: Clock,
-    pub(crate) address: SocketAddr,
-    pub(crate) close_watches: tokio::sync::watch::Sender<CloseWatches>,
-    pub(crate) settings: Settings,
-}
-
-/// Locks a mutex, ignoring poisoning: a panicking handler must not take the server down with it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A response before it becomes HTTP.
-pub(crate) struct Reply {
-    pub(crate) status: u16,
-    pub(crate) body: Body,
-    pub(crate) resource_version: Option<u64>,
-    pub(crate) retry_after: Option<u64>,
-}
-
-impl Reply {
-    pub(crate) fn json(status: u16, value: &Value) -> Reply {
-        Reply::bytes(
-            status,
-            Bytes::from(serde_json::to_vec(value).expect("JSON values serialise")),
-        )
-    }
-
-    pub(crate) fn bytes(status: u16, bytes: Bytes) -> Reply {
-        Reply {
-            status,
-            body: full(bytes),
-            resource_version: None,
-            retry_after: None,
-        }
-    }
-
-    pub(crate) fn error(error: &ApiError) -> Reply {
-        let mut reply = Reply::json(error.code, &error.to_status());
-        reply.retry_after = error.retry_after_seconds;
-        reply
-    }
-
-    fn into_response(self) -> Response<Body> {
-        let mut response = Response::new(self.body);
-        *response.status_mut() =
-            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        response.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(seconds) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        response
-    }
-}
-
-pub(crate) fn full(bytes: Bytes) -> Body {
-    Full::new(bytes)
-        .map_err(|never: Infallible| match never {})
-        .boxed()
-}
-
-/// Query parameters, percent-decoded.
-#[derive(Debug, Default)]
-pub(crate) struct Query(Vec<(String, String)>);
-
-impl Query {
-    pub(crate) fn parse(raw: &str) -> Query {
-        Query(
-            raw.split('&')
-                .filter(|pair| !pair.is_empty())
-                .map(|pair| {
-                    let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                    (percent_decode(key), percent_decode(value))
-                })
-                .collect(),
-        )
-    }
-
-    pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    pub(crate) fn flag(&self, name: &str) -> bool {
-        matches!(self.get(name), Some("1" | "true" | "True"))
-    }
-}
-
-pub(crate) fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'%' if index + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[index + 1..index + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(byte) => {
-                        out.push(byte);
-                        index += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        index += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                index += 1;
-            }
-            byte => {
-                out.push(byte);
-                index += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+use crate::wire::{Body, Query, Reply};
+use crate::{admin, discovery, verbs};
+use bytes::Bytes;
+use serde_json::Value;
 
 /// Accepts connections until the task is aborted.
 pub(crate) async fn serve(state: Arc<State>, listener: TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) {
@@ -344,9 +196,9 @@ async fn handle(
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return Err(ApiError::path_not_found(&path)),
     };
-    let target = api::parse_target(group, version, rest).ok_or_else(|| ApiError::path_not_found(&path))?;
-    let verb = api::verb(&method, &target, &query)
-        .ok_or_else(|| ApiError::method_not_allowed(method.as_str(), &path))?;
+    let target = parse_target(group, version, rest).ok_or_else(|| ApiError::path_not_found(&path))?;
+    let verb =
+        verb(&method, &target, &query).ok_or_else(|| ApiError::method_not_allowed(method.as_str(), &path))?;
     let resource = target.resource();
     record.verb = Some(verb.to_owned());
     record.resource = Some(resource.qualified());
@@ -384,7 +236,7 @@ async fn handle(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    api::handle(
+    verbs::handle(
         state,
         ApiRequest {
             target,
@@ -396,19 +248,4 @@ async fn handle(
         },
     )
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn query_parsing_decodes_percent_escapes() {
-        let query = Query::parse("labelSelector=app%3Dweb%2Ctier+in+%28a%29&watch=1&empty=");
-        assert_eq!(query.get("labelSelector"), Some("app=web,tier in (a)"));
-        assert!(query.flag("watch"));
-        assert_eq!(query.get("empty"), Some(""));
-        assert_eq!(percent_decode("system%3A%3Aleader"), "system::leader");
-        assert_eq!(percent_decode("bad%zz%"), "bad%zz%");
-    }
 }

@@ -23,6 +23,18 @@ impl ApiError {
         }
     }
 
+    /// A 422 `Invalid` error with its `details` (see `validation`).
+    pub(crate) fn unprocessable(message: String, details: Value) -> Self {
+        let mut error = ApiError::new(422, "Invalid", message);
+        error.details = Some(details);
+        error
+    }
+
+    /// An error the real server sends without a reason (a failed typed conversion in server-side apply).
+    pub(crate) fn untyped(code: u16, message: String) -> Self {
+        ApiError::new(code, "", message)
+    }
+
     fn with_details(mut self, qualified: &str, name: &str) -> Self {
         let (kind, group) = qualified.split_once('.').unwrap_or((qualified, ""));
         self.details = Some(json!({"name": name, "group": group, "kind": kind}));
@@ -161,9 +173,11 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
+        if !self.reason.is_empty() {
+            status["reason"] = json!(self.reason);
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }

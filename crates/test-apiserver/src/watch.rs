@@ -15,12 +15,13 @@ use hyper::body::Frame;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::api::{Target, selectors};
+use crate::request::{Target, selectors};
 use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::{Query, Reply, State, lock};
+use crate::state::{State, lock};
 use crate::status::ApiError;
 use crate::store::{Change, EventType, Obj};
+use crate::wire::{Query, Reply};
 
 struct Filter {
     namespace: Option<String>,
@@ -153,6 +154,7 @@ pub(crate) fn start(
         body: BodyExt::boxed(body),
         resource_version: None,
         retry_after: None,
+        warnings: Vec::new(),
     })
 }
 

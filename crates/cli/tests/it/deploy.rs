@@ -7,13 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use cloud_controller_manager::harness::{
-    Environment, Replica, Side, Timings, Workload, has_ingress, initialized, wait_for_holders,
-};
+use controller_manager::ControllerRegistry;
+use harness::{Environment, Replica, Side, Timings, Workload, has_ingress, initialized, wait_for_holders};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use leadermigration::MigrationConfig;
 use leadermigration::audit::audit;
-use leadermigration::{ControllerCatalog, MigrationConfig};
 use provider_fake::{
     AdminRequest, CloudRequest, FakeCloud, FakeCloudServer, FakeInstance, InstanceState, Knobs,
 };
@@ -225,7 +224,7 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
                 .unwrap_or_else(|| panic!("{overlay}: ConfigMap {name} has no {key}"));
             if file_flag == "--leader-migration-config" {
                 assert_eq!(data, shipped_config, "{overlay}: the N+1 example");
-                MigrationConfig::load(path, data.as_bytes(), &ControllerCatalog::standard())
+                MigrationConfig::load(path, data.as_bytes(), ControllerRegistry::builtin().catalog())
                     .unwrap_or_else(|e| panic!("{overlay}: {e}"));
             }
             let copy = files.path().join(key);
@@ -815,11 +814,14 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         "granted but never used: {unused:#?}\nused: {used:#?}"
     );
 
-    // And the migration itself had no overlap.
-    let admin = cloud_controller_manager::harness::Admin::new(client.clone());
+    // And the migration itself had no overlap, and wrote nothing a real server refuses.
+    let admin = harness::Admin::new(client.clone());
+    let requests = admin.requests().await.unwrap();
+    let invalid = harness::refused_as_invalid(&requests);
+    assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
     let report = audit(
         &admin.leases().await.unwrap(),
-        &admin.requests().await.unwrap(),
+        &requests,
         &environment.governance().unwrap(),
     );
     assert!(report.overlaps.is_empty(), "{:#?}", report.overlaps);

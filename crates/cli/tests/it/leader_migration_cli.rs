@@ -99,11 +99,14 @@ fn plan_json_places_every_controller() {
         json!({
             "component": "kube-controller-manager",
             "controllers": [
-                {"name": "cloud-node-controller", "lock": "main", "lease": "kube-controller-manager", "owner": null},
-                {"name": "cloud-node-lifecycle-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager"},
-                {"name": "service-lb-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager"},
-                {"name": "node-route-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager"},
-                {"name": "node-ipam-controller", "lock": "disabled", "lease": null, "owner": null},
+                {"name": "cloud-node-controller", "lock": "main", "lease": "kube-controller-manager", "owner": null,
+                 "skipped": null, "needs": ["instances"]},
+                {"name": "cloud-node-lifecycle-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager",
+                 "skipped": null, "needs": ["instances"]},
+                {"name": "service-lb-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager",
+                 "skipped": null, "needs": ["load balancers"]},
+                {"name": "node-route-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager",
+                 "skipped": null, "needs": ["routes"]},
             ]
         })
     );
@@ -136,7 +139,6 @@ fn plan_without_config_uses_the_default_and_honours_controllers() {
             ("cloud-node-lifecycle-controller", "migration"),
             ("service-lb-controller", "migration"),
             ("node-route-controller", "disabled"),
-            ("node-ipam-controller", "disabled"),
         ]
     );
     let bad = run(&[
@@ -212,5 +214,82 @@ fn rbac_restricts_named_verbs_to_the_leases_of_a_config() {
             .status
             .code(),
         Some(2)
+    );
+}
+
+#[test]
+fn plan_with_a_provider_says_which_controllers_it_skips_and_why() {
+    let files = tempfile::tempdir().unwrap();
+    let cloud_config = files.path().join("cloud.yaml");
+    std::fs::write(&cloud_config, "loadBalancers: false\n").unwrap();
+    let cloud_config = cloud_config.display().to_string();
+    let plan = |extra: &[&str]| {
+        let mut args = vec![
+            "leader-migration",
+            "plan",
+            "--component",
+            "cloud-controller-manager",
+        ];
+        args.extend(extra);
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let without = plan(&[]);
+    assert!(
+        without.contains("service-lb-controller              migration  lease cloud-provider-extraction-migration; needs: load balancers"),
+        "{without}"
+    );
+    let with = plan(&[
+        "--cloud-provider",
+        "fake",
+        "--cloud-config",
+        &cloud_config,
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert!(
+        with.contains("service-lb-controller              migration  lease cloud-provider-extraction-migration; skipped: the cloud provider does not support load balancers"),
+        "{with}"
+    );
+    assert!(
+        with.contains(
+            "node-route-controller              migration  lease cloud-provider-extraction-migration\n"
+        ),
+        "{with}"
+    );
+    let no_cidr = plan(&["--cloud-provider", "fake"]);
+    assert!(
+        no_cidr.contains("node-route-controller              migration  lease cloud-provider-extraction-migration; skipped: --cluster-cidr is not set"),
+        "{no_cidr}"
+    );
+    let unknown = run(&[
+        "leader-migration",
+        "plan",
+        "--component",
+        "c",
+        "--cloud-provider",
+        "nimbus",
+    ]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("unknown cloud provider \"nimbus\" (this binary has: fake)"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
+fn help_lists_the_providers_and_controllers_this_binary_has() {
+    let output = run(&["--help"]);
+    assert_eq!(output.status.code(), Some(0));
+    let help = stdout(&output).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("The provider for cloud services. Required. This binary has: fake."),
+        "{help}"
+    );
+    assert!(
+        help.contains("Controllers: cloud-node-controller (alias cloud-node), cloud-node-lifecycle-controller (alias cloud-node-lifecycle), service-lb-controller (alias service, service-controller), node-route-controller (alias route, route-controller). Disabled-by-default controllers: none."),
+        "{help}"
     );
 }

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use cloud_controller_manager::harness::{
-    Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders,
-};
+use harness::{Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders};
 use leadermigration::audit::{AuditReport, audit};
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use test_apiserver::TestApiServer;
@@ -58,7 +56,7 @@ impl Plane {
         &self,
     ) -> (
         CancellationToken,
-        tokio::task::JoinHandle<anyhow::Result<cloud_controller_manager::harness::Created>>,
+        tokio::task::JoinHandle<anyhow::Result<harness::Created>>,
     ) {
         let stop = CancellationToken::new();
         let churn = Workload::new(self.server.client(), self.cloud.url()).churn(
@@ -69,10 +67,13 @@ impl Plane {
         (stop, churn)
     }
 
+    /// The audit, after checking that the server refused none of the managers' writes as invalid.
     async fn audit(&self) -> AuditReport {
         let admin = Admin::new(self.server.client());
         let leases = admin.leases().await.unwrap();
         let requests = admin.requests().await.unwrap();
+        let invalid = harness::refused_as_invalid(&requests);
+        assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
         audit(&leases, &requests, &self.environment.governance().unwrap())
     }
 

@@ -7,13 +7,18 @@
 //! resourceVersion, so a taint added meanwhile is never lost. Two writes per node, no more.
 //!
 //! Initialised nodes get their label pairs reconciled (the beta label wins, as upstream), and every
-//! `--node-status-update-frequency` their addresses are refreshed.
+//! `--node-status-update-frequency` their addresses are refreshed. A node tainted again is initialised
+//! again, as upstream. Failures are retried as client-go's default controller rate limiter does (per node
+//! 5 ms doubling to 1000 s, at most 10 a second with a burst of 100), with up to 10% jitter.
 //!
-//! Upstream also emits a `Synced` Event per initialised node; here only failures get Events (10k
-//! identical Normal events add nothing to what the removed taint already records).
+//! Deliberate differences from upstream: no `Synced` Event per initialised node (10k identical Normal
+//! events add nothing to what the removed taint already records), but Warning Events for the failures a
+//! person must act on (`ProviderIDMissing`, `ProvidedNodeIPNotFound`); and the first address refresh comes
+//! one period after the controller starts, not at once (a new leader would otherwise ask the cloud about
+//! every node the moment it takes over).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use cloud_provider::names::{
@@ -22,15 +27,20 @@ use cloud_provider::names::{
 };
 use cloud_provider::{CloudError, InstanceMetadata};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::node_addresses::{addresses_differ, desired_addresses};
-use super::{ControllerContext, age_seconds, has_taint, pause, reference, taints};
+use super::age_seconds;
+use super::backoff::Backoff;
+use super::node_addresses::{Moment, NodeIpError, addresses_differ, desired_addresses};
+use super::periodic::{self, Schedule};
 use crate::batch::Batcher;
 use crate::cached_node::CachedNode;
+use crate::context::{ControllerContext, event_reference};
+use crate::instances::instances_of;
 
 type MetadataBatcher = Batcher<Arc<Node>, Result<InstanceMetadata, CloudError>>;
 
@@ -43,8 +53,8 @@ pub(crate) enum NodeError {
     NoAnswer,
     #[error("cloud provider does not set node provider ID for node {0}")]
     NoProviderId(String),
-    #[error(transparent)]
-    ProvidedIp(#[from] super::node_addresses::ProvidedIpNotFound),
+    #[error("provided node ip for node {node:?} is not valid: {error}")]
+    ProvidedIp { node: String, error: NodeIpError },
     #[error("writing the node failed: {0}")]
     Write(#[source] kube::Error),
 }
@@ -53,41 +63,60 @@ struct NodeContext {
     controller: ControllerContext,
     api: Api<Node>,
     metadata: MetadataBatcher,
-    /// UIDs of nodes this process initialised whose untainted version the cache has not shown yet: our own
-    /// first write triggers a reconcile that may still see the taint, and must not write again.
-    initialized: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Nodes this process initialised, by UID, with the resourceVersion of its untainting write: the cache
+    /// may still show an older, tainted version, which must not be initialised again; a tainted version
+    /// newer than that write was tainted again, and is. Entries go when the node is seen untainted or is
+    /// deleted.
+    initialized: Mutex<HashMap<String, u64>>,
+    backoff: Backoff,
 }
 
 impl NodeContext {
-    fn initialized(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.initialized
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn initialized(&self) -> MutexGuard<'_, HashMap<String, u64>> {
+        self.initialized.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `node` is the stale, tainted version of a node this process has just initialised.
+    fn is_stale(&self, node: &CachedNode) -> bool {
+        let written = self.initialized().get(node.uid()).copied();
+        match (
+            written,
+            node.resource_version().and_then(|v| v.parse::<u64>().ok()),
+        ) {
+            (Some(written), Some(seen)) => seen < written,
+            _ => false,
+        }
     }
 }
 
 /// A batcher that asks the cloud for many nodes' metadata in one call and records its latency.
 fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
-    let provider = controller.provider.clone();
-    let metrics = controller.metrics.clone();
+    let controller = controller.clone();
     Batcher::spawn(500, 8, move |nodes: Vec<Arc<Node>>| {
-        let provider = provider.clone();
-        let metrics = metrics.clone();
+        let provider = controller.provider.clone();
+        let metrics = controller.metrics.clone();
+        let cx = controller.call_context();
         async move {
-            let Some(instances) = provider.instances_v2() else {
+            let Some(instances) = instances_of(provider.as_ref()) else {
                 return nodes.iter().map(|_| Err(CloudError::NotImplemented)).collect();
             };
             let started = Instant::now();
-            let answers = instances.instance_metadata_batch(&nodes).await;
-            let ok = answers.iter().all(|a| !matches!(a, Err(CloudError::Provider(_))));
-            metrics.cloud_call("instance_metadata_batch", ok, started.elapsed().as_secs_f64());
+            let answers = cx
+                .guard(async { Ok(instances.instance_metadata_batch(&cx, &nodes).await) })
+                .await
+                .unwrap_or_else(|error| nodes.iter().map(|_| Err(clone_error(&error))).collect());
+            metrics.cloud_call(
+                "instance_metadata_batch",
+                &answers,
+                started.elapsed().as_secs_f64(),
+            );
             answers
         }
     })
 }
 
 pub(super) async fn run(controller: ControllerContext) {
-    let informer = controller.informers.nodes();
+    let informer = controller.nodes();
     tokio::select! {
         () = controller.stop.cancelled() => return,
         () = informer.ready() => {}
@@ -96,10 +125,12 @@ pub(super) async fn run(controller: ControllerContext) {
         api: Api::all(controller.client.clone()),
         metadata: metadata_batcher(&controller),
         controller: controller.clone(),
-        initialized: std::sync::Mutex::default(),
+        initialized: Mutex::default(),
+        backoff: Backoff::controller_default(),
     });
     let refresh = tokio::spawn(refresh_addresses(context.clone()));
-    controller.started.send_replace(true);
+    let forget = tokio::spawn(forget_deleted(context.clone()));
+    controller.set_started();
     let stop = controller.stop.clone();
     Controller::for_shared_stream(informer.subscribe(), informer.store())
         .with_config(Config::default().concurrency(controller.settings.concurrent_node_syncs))
@@ -109,43 +140,53 @@ pub(super) async fn run(controller: ControllerContext) {
         .for_each(|_| async {})
         .await;
     refresh.abort();
+    forget.abort();
 }
 
-fn error_policy(_node: Arc<CachedNode>, error: &NodeError, _context: Arc<NodeContext>) -> Action {
+/// A copy of a framework error for every node of a batch the framework abandoned.
+fn clone_error(error: &CloudError) -> CloudError {
     match error {
-        NodeError::Cloud(CloudError::Retry { after, .. }) => Action::requeue(*after),
-        NodeError::NoProviderId(_) | NodeError::ProvidedIp(_) => Action::requeue(Duration::from_secs(30)),
-        _ => Action::requeue(Duration::from_secs(5)),
+        CloudError::Timeout => CloudError::Timeout,
+        CloudError::Cancelled => CloudError::Cancelled,
+        other => CloudError::provider(other.to_string()),
     }
 }
 
-async fn reconcile(cached: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
+fn error_policy(node: Arc<CachedNode>, error: &NodeError, context: Arc<NodeContext>) -> Action {
+    match error {
+        NodeError::Cloud(CloudError::Retry { after, .. }) => Action::requeue(*after),
+        _ => Action::requeue(context.backoff.failed(node.uid())),
+    }
+}
+
+/// Forgets what was kept about nodes that are gone.
+async fn forget_deleted(context: Arc<NodeContext>) {
+    let mut deletions = std::pin::pin!(context.controller.nodes().deletions());
+    while let Some(node) = deletions.next().await {
+        context.initialized().remove(node.uid());
+        context.backoff.forget(node.uid());
+    }
+}
+
+async fn reconcile(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
     let started = Instant::now();
-    let node = Arc::new(cached.to_node());
-    let uid = node.metadata.uid.clone().unwrap_or_default();
-    let result = if has_taint(&node, TAINT_UNINITIALIZED) {
-        if context.initialized().contains(&uid) {
+    let result = if node.has_taint(TAINT_UNINITIALIZED) {
+        if context.is_stale(&node) {
             return Ok(Action::await_change());
         }
         initialize(&node, &context).await
     } else {
-        context.initialized().remove(&uid);
+        context.initialized().remove(node.uid());
         reconcile_labels(&node, &context).await
     };
-    let metrics = &context.controller.metrics;
-    metrics.reconciled(
-        context.controller.controller.as_str(),
-        result.is_ok(),
-        started.elapsed().as_secs_f64(),
-    );
-    if let Err(error) = &result {
-        tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "cannot sync node");
+    context
+        .controller
+        .record_reconcile(result.is_ok(), started.elapsed());
+    match &result {
+        Ok(_) => context.backoff.forget(node.uid()),
+        Err(error) => tracing::warn!(node = node.name(), %error, "error syncing node; requeuing"),
     }
     result
-}
-
-fn labels(node: &Node) -> BTreeMap<String, String> {
-    node.metadata.labels.clone().unwrap_or_default()
 }
 
 /// Upstream's rule for additional labels: nothing under kubernetes.io or k8s.io.
@@ -157,8 +198,7 @@ fn reserved(key: &str) -> bool {
 }
 
 /// The labels initialisation sets (in pairs), without overwriting what the node already has for additional ones.
-fn initial_labels(node: &Node, metadata: &InstanceMetadata) -> BTreeMap<String, String> {
-    let existing = labels(node);
+fn initial_labels(node: &CachedNode, metadata: &InstanceMetadata) -> BTreeMap<String, String> {
     let mut set = BTreeMap::new();
     for (value, keys) in [
         (
@@ -170,104 +210,115 @@ fn initial_labels(node: &Node, metadata: &InstanceMetadata) -> BTreeMap<String, 
     ] {
         if !value.is_empty() {
             for key in keys {
-                if existing.get(key) != Some(value) {
+                if node.label(key) != Some(value.as_str()) {
                     set.insert(key.to_owned(), value.clone());
                 }
             }
         }
     }
     for (key, value) in &metadata.additional_labels {
-        if !reserved(key) && !existing.contains_key(key) {
+        if !reserved(key) && node.label(key).is_none() {
             set.insert(key.clone(), value.clone());
         }
     }
     set
 }
 
-async fn initialize(node: &Arc<Node>, context: &NodeContext) -> Result<Action, NodeError> {
-    let controller = &context.controller;
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let metadata = match context
+/// The cloud's metadata for `node`: the only place the node controller builds a full `Node`.
+async fn instance_metadata(node: &CachedNode, context: &NodeContext) -> Result<InstanceMetadata, NodeError> {
+    context
         .metadata
-        .call(node.clone())
+        .call(Arc::new(node.to_node()))
         .await
         .ok_or(NodeError::NoAnswer)?
-    {
-        Ok(metadata) => metadata,
-        Err(error) => return Err(NodeError::Cloud(error)),
-    };
-    let current_provider_id = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.clone())
-        .filter(|p| !p.is_empty());
-    if metadata.provider_id.is_empty() && current_provider_id.is_none() {
+        .map_err(NodeError::Cloud)
+}
+
+async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, NodeError> {
+    let controller = &context.controller;
+    let name = node.name();
+    let metadata = instance_metadata(node, context).await?;
+    if metadata.provider_id.is_empty() && node.provider_id().is_none() {
         let note = format!(
             "Cloud provider {} does not set a provider ID for node {name}; the node stays tainted {TAINT_UNINITIALIZED}",
             controller.provider.provider_name()
         );
         controller
             .event(
-                &reference(node.as_ref()),
-                true,
+                &event_reference(node),
+                EventType::Warning,
                 "ProviderIDMissing",
                 "InitializeNode",
                 note,
             )
             .await;
-        return Err(NodeError::NoProviderId(name));
+        return Err(NodeError::NoProviderId(name.to_owned()));
     }
 
     // Addresses first (the status subresource); its result's resourceVersion conditions the second write.
-    let (current_addresses, provided_ip) = addresses_and_provided_ip(node);
-    let desired = match desired_addresses(&current_addresses, &metadata.node_addresses, provided_ip) {
+    let current_addresses = node.addresses();
+    let provided_ip = node.annotation(ANNOTATION_PROVIDED_NODE_IP);
+    let desired = match desired_addresses(
+        &current_addresses,
+        &metadata.node_addresses,
+        provided_ip,
+        Moment::Initialization,
+    ) {
         Ok(desired) => desired,
         Err(error) => {
             controller
                 .event(
-                    &reference(node.as_ref()),
-                    true,
+                    &event_reference(node),
+                    EventType::Warning,
                     "ProvidedNodeIPNotFound",
                     "InitializeNode",
                     error.to_string(),
                 )
                 .await;
-            return Err(error.into());
+            return Err(NodeError::ProvidedIp {
+                node: name.to_owned(),
+                error,
+            });
         }
     };
-    let mut resource_version = node.metadata.resource_version.clone();
+    let mut resource_version = node.resource_version().map(str::to_owned);
     if let Some(desired) = desired.filter(|d| addresses_differ(&current_addresses, d)) {
         let patch = json!({"status": {"addresses": desired}});
         let written = context
             .api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(NodeError::Write)?;
         resource_version = written.metadata.resource_version;
     }
 
     // Then everything else, with the taint removed last, in one conditional write.
-    let remaining: Vec<_> = taints(node)
-        .into_iter()
+    let remaining: Vec<_> = node
+        .taints()
+        .iter()
         .filter(|t| t.key != TAINT_UNINITIALIZED)
         .collect();
     let mut spec = json!({"taints": remaining});
-    if current_provider_id.is_none() {
+    if node.provider_id().is_none() {
         spec["providerID"] = json!(metadata.provider_id);
     }
     let patch = json!({
         "metadata": {"resourceVersion": resource_version, "labels": initial_labels(node, &metadata)},
         "spec": spec,
     });
-    context
+    let written = context
         .api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(NodeError::Write)?;
-    context
-        .initialized()
-        .insert(node.metadata.uid.clone().unwrap_or_default());
-    if let Some(age) = age_seconds(node.as_ref()) {
+    if let Some(version) = written
+        .metadata
+        .resource_version
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        context.initialized().insert(node.uid().to_owned(), version);
+    }
+    if let Some(age) = age_seconds(node) {
         controller.metrics.taint_removal_delay.observe(age);
         controller.metrics.initial_node_sync_delay.observe(age);
     }
@@ -276,22 +327,20 @@ async fn initialize(node: &Arc<Node>, context: &NodeContext) -> Result<Action, N
 }
 
 /// Keeps label pairs in step on initialised nodes: a GA label missing or different is set from its beta twin.
-async fn reconcile_labels(node: &Arc<Node>, context: &NodeContext) -> Result<Action, NodeError> {
-    let existing = labels(node);
+async fn reconcile_labels(node: &CachedNode, context: &NodeContext) -> Result<Action, NodeError> {
     let mut set = BTreeMap::new();
     for (beta, ga) in LABEL_PAIRS {
-        if let Some(primary) = existing.get(beta)
-            && existing.get(ga) != Some(primary)
+        if let Some(primary) = node.label(beta)
+            && node.label(ga) != Some(primary)
         {
-            set.insert(ga.to_owned(), primary.clone());
+            set.insert(ga.to_owned(), primary.to_owned());
         }
     }
     if !set.is_empty() {
-        let name = node.metadata.name.clone().unwrap_or_default();
         let patch = json!({"metadata": {"labels": set}});
         context
             .api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(node.name(), &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(NodeError::Write)?;
     }
@@ -301,82 +350,73 @@ async fn reconcile_labels(node: &Arc<Node>, context: &NodeContext) -> Result<Act
 /// Every `--node-status-update-frequency`, refreshes the addresses of initialised nodes.
 async fn refresh_addresses(context: Arc<NodeContext>) {
     let controller = &context.controller;
-    let period = controller.settings.node_status_update_frequency;
-    let workers = match controller.settings.concurrent_node_status_updates {
-        0 => controller.settings.concurrent_node_syncs,
+    let settings = controller.settings();
+    let workers = match settings.concurrent_node_status_updates {
+        0 => settings.concurrent_node_syncs,
         n => n,
     };
-    while pause(&controller.stop, period).await {
+    let schedule = Schedule {
+        period: settings.node_status_update_frequency,
+        from_start: false,
+        first_round_at_once: false,
+        on_change: None,
+        min_gap: Duration::ZERO,
+    };
+    periodic::run(controller.stop(), schedule, || {
         let nodes: Vec<Arc<CachedNode>> = controller
-            .informers
             .nodes()
             .store()
             .state()
             .into_iter()
             .filter(|n| !n.has_taint(TAINT_UNINITIALIZED))
             .collect();
-        futures::stream::iter(nodes)
-            .for_each_concurrent(usize::from(workers.max(1)), |cached| {
-                let context = context.clone();
-                async move {
-                    let node = Arc::new(cached.to_node());
-                    if let Err(error) = refresh_one(&node, &context).await {
-                        tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "cannot refresh node addresses");
+        let context = context.clone();
+        async move {
+            futures::stream::iter(nodes)
+                .for_each_concurrent(usize::from(workers.max(1)), |node| {
+                    let context = context.clone();
+                    async move {
+                        if let Err(error) = refresh_one(&node, &context).await {
+                            tracing::warn!(node = node.name(), %error, "cannot refresh node addresses");
+                        }
                     }
-                }
-            })
-            .await;
-    }
+                })
+                .await;
+        }
+    })
+    .await;
 }
 
-async fn refresh_one(node: &Arc<Node>, context: &NodeContext) -> Result<(), NodeError> {
-    let metadata = match context
-        .metadata
-        .call(node.clone())
-        .await
-        .ok_or(NodeError::NoAnswer)?
-    {
+async fn refresh_one(node: &CachedNode, context: &NodeContext) -> Result<(), NodeError> {
+    let metadata = match instance_metadata(node, context).await {
         Ok(metadata) => metadata,
         // A node whose instance is gone is the lifecycle controller's business.
-        Err(CloudError::InstanceNotFound | CloudError::NotImplemented) => return Ok(()),
-        Err(error) => return Err(NodeError::Cloud(error)),
+        Err(NodeError::Cloud(CloudError::InstanceNotFound | CloudError::NotImplemented)) => return Ok(()),
+        Err(error) => return Err(error),
     };
-    let (current, provided_ip) = addresses_and_provided_ip(node);
-    if let Some(desired) = desired_addresses(&current, &metadata.node_addresses, provided_ip)?
-        .filter(|d| addresses_differ(&current, d))
-    {
-        let name = node.metadata.name.clone().unwrap_or_default();
+    let current = node.addresses();
+    let provided_ip = node.annotation(ANNOTATION_PROVIDED_NODE_IP);
+    let desired = desired_addresses(&current, &metadata.node_addresses, provided_ip, Moment::Refresh)
+        .map_err(|error| NodeError::ProvidedIp {
+            node: node.name().to_owned(),
+            error,
+        })?;
+    if let Some(desired) = desired.filter(|d| addresses_differ(&current, d)) {
         let patch = json!({"status": {"addresses": desired}});
         context
             .api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(node.name(), &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(NodeError::Write)?;
     }
     Ok(())
 }
 
-/// The node's current addresses, and the IP its kubelet was told to use (`alpha.kubernetes.io/provided-node-ip`).
-fn addresses_and_provided_ip(node: &Node) -> (Vec<NodeAddress>, Option<&str>) {
-    let current = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.clone())
-        .unwrap_or_default();
-    let provided_ip = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
-        .map(String::as_str);
-    (current, provided_ip)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn node(labels: serde_json::Value) -> Node {
+    fn node(labels: serde_json::Value) -> CachedNode {
         serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels}})).unwrap()
     }
 

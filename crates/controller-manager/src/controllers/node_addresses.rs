@@ -1,28 +1,116 @@
-//! Which addresses a node gets (upstream's `PreferNodeIP` and Hostname rules). Pure.
+//! Which addresses a node gets: the cloud's, filtered by the IPs its kubelet was told to use
+//! (`alpha.kubernetes.io/provided-node-ip`), as upstream's `GetNodeAddressesFromNodeIP`. Pure.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use k8s_openapi::api::core::v1::NodeAddress;
 
-/// The kubelet's `--node-ip` is not among the instance's addresses.
+/// The node's IPs cannot be honoured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("failed to get node address from cloud provider that matches ip: {ip}")]
-pub(crate) struct ProvidedIpNotFound {
-    pub(crate) ip: String,
+pub(crate) enum NodeIpError {
+    /// The annotation is not one IP or a dual-stack pair.
+    #[error("failed to parse node IP {annotation:?}: {detail}")]
+    Parse { annotation: String, detail: String },
+    /// One of its IPs is not among the cloud's addresses.
+    #[error("failed to get node address from cloud provider that matches ip: {ip}")]
+    NotFound { ip: IpAddr },
 }
 
-/// The addresses a node should have, from the cloud's addresses, its current ones, and the
-/// `alpha.kubernetes.io/provided-node-ip` annotation. `Ok(None)`: the cloud gave none; leave them.
+/// An IP as Go's `ParseIPSloppy`: IPv4 octets may have leading zeros.
+fn parse_ip_sloppy(text: &str) -> Option<IpAddr> {
+    if let Ok(ip) = text.parse() {
+        return Some(ip);
+    }
+    let octets: Vec<&str> = text.split('.').collect();
+    if octets.len() != 4 {
+        return None;
+    }
+    let mut bytes = [0_u8; 4];
+    for (byte, octet) in bytes.iter_mut().zip(octets) {
+        if octet.is_empty() || octet.len() > 3 || !octet.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *byte = octet.parse().ok()?;
+    }
+    Some(IpAddr::V4(Ipv4Addr::from(bytes)))
+}
+
+/// `ParseNodeIPAnnotation`: one IP, or a dual-stack pair (no spaces, as the kubelet writes it).
+fn parse_node_ips(annotation: &str) -> Result<Vec<IpAddr>, NodeIpError> {
+    let error = |detail: String| NodeIpError::Parse {
+        annotation: annotation.to_owned(),
+        detail,
+    };
+    let ips = annotation
+        .split(',')
+        .map(|part| parse_ip_sloppy(part).ok_or_else(|| error(format!("could not parse {part:?}"))))
+        .collect::<Result<Vec<IpAddr>, _>>()?;
+    if ips.len() > 2 || (ips.len() == 2 && ips[0].is_ipv4() == ips[1].is_ipv4()) {
+        return Err(error(
+            "must contain either a single IP or a dual-stack pair of IPs".to_owned(),
+        ));
+    }
+    if ips.len() == 2 && ips.iter().any(IpAddr::is_unspecified) {
+        return Err(error(
+            "dual-stack node IP cannot include '0.0.0.0' or '::'".to_owned(),
+        ));
+    }
+    Ok(ips)
+}
+
+/// `GetNodeAddressesFromNodeIP`: for each provided IP in order, every cloud address equal to it (its type is
+/// then "enforced"); then every cloud address of a type no provided IP enforced. Every provided IP must
+/// match, so a dual-stack node keeps both of its IPs.
+fn filter_by_node_ips(annotation: &str, cloud: &[NodeAddress]) -> Result<Vec<NodeAddress>, NodeIpError> {
+    let ips = parse_node_ips(annotation)?;
+    let mut kept: Vec<NodeAddress> = Vec::new();
+    let mut enforced: Vec<&str> = Vec::new();
+    for ip in ips {
+        let matching: Vec<&NodeAddress> = cloud
+            .iter()
+            .filter(|a| parse_ip_sloppy(&a.address) == Some(ip))
+            .collect();
+        if matching.is_empty() {
+            return Err(NodeIpError::NotFound { ip });
+        }
+        for address in matching {
+            kept.push(address.clone());
+            enforced.push(&address.type_);
+        }
+    }
+    kept.extend(
+        cloud
+            .iter()
+            .filter(|a| !enforced.contains(&a.type_.as_str()))
+            .cloned(),
+    );
+    Ok(kept)
+}
+
+/// When the addresses are decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Moment {
+    /// At initialisation: the provided IPs must match even when the cloud returned no addresses (the node
+    /// then stays tainted).
+    Initialization,
+    /// On a refresh: a cloud with no addresses leaves the node's as they are.
+    Refresh,
+}
+
+/// The addresses a node should have, from the cloud's, its current ones and its provided IPs. `Ok(None)`:
+/// leave them (the cloud gave none).
 ///
-/// - When the cloud reports no `Hostname`, the node's current one is kept.
-/// - With a provided IP: the matching address comes first and is the only one of its type; the IP must be
-///   among the cloud's addresses. `0.0.0.0` or `::` only prefers that family.
+/// With no `Hostname` from the cloud, the node's current one is kept (as upstream).
 pub(crate) fn desired_addresses(
     current: &[NodeAddress],
     cloud: &[NodeAddress],
-    provided_ip: Option<&str>,
-) -> Result<Option<Vec<NodeAddress>>, ProvidedIpNotFound> {
+    provided_ips: Option<&str>,
+    moment: Moment,
+) -> Result<Option<Vec<NodeAddress>>, NodeIpError> {
     if cloud.is_empty() {
+        if let (Moment::Initialization, Some(annotation)) = (moment, provided_ips) {
+            filter_by_node_ips(annotation, cloud)?;
+        }
         return Ok(None);
     }
     let mut addresses = cloud.to_vec();
@@ -31,40 +119,15 @@ pub(crate) fn desired_addresses(
     {
         addresses.push(hostname.clone());
     }
-    let Some(provided) = provided_ip.map(str::trim).filter(|ip| !ip.is_empty()) else {
-        return Ok(Some(addresses));
-    };
-    // Dual-stack annotations list two IPs; the first one decides, as upstream's primary.
-    let provided = provided.split(',').next().unwrap_or(provided).trim();
-    let Ok(ip) = provided.parse::<IpAddr>() else {
-        return Err(ProvidedIpNotFound {
-            ip: provided.to_owned(),
-        });
-    };
-    if ip.is_unspecified() {
-        let family = |a: &NodeAddress| {
-            a.address
-                .parse::<IpAddr>()
-                .ok()
-                .map(|parsed| parsed.is_ipv4() == ip.is_ipv4())
-        };
-        let (preferred, rest): (Vec<_>, Vec<_>) =
-            addresses.into_iter().partition(|a| family(a) == Some(true));
-        return Ok(Some(preferred.into_iter().chain(rest).collect()));
+    match provided_ips {
+        Some(annotation) => filter_by_node_ips(annotation, &addresses).map(Some),
+        None => Ok(Some(addresses)),
     }
-    let matching = addresses
-        .iter()
-        .find(|a| a.address.parse::<IpAddr>().is_ok_and(|parsed| parsed == ip))
-        .cloned()
-        .ok_or_else(|| ProvidedIpNotFound {
-            ip: provided.to_owned(),
-        })?;
-    let mut result = vec![matching.clone()];
-    result.extend(addresses.into_iter().filter(|a| a.type_ != matching.type_));
-    Ok(Some(result))
 }
 
-/// Whether two address lists differ (as upstream: by length and by type → address).
+/// Whether two address lists differ. Upstream compares a type → address map, so a node with two addresses
+/// of one type (dual-stack) always looks changed and is patched on every refresh; here the lists are
+/// compared as sets of (type, address) pairs.
 pub(crate) fn addresses_differ(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
     if a.len() != b.len() {
         return true;
@@ -91,57 +154,133 @@ mod tests {
         }
     }
 
-    fn types(list: &[NodeAddress]) -> Vec<(&str, &str)> {
+    fn pairs(list: &[NodeAddress]) -> Vec<(&str, &str)> {
         list.iter()
             .map(|a| (a.type_.as_str(), a.address.as_str()))
             .collect()
+    }
+
+    #[track_caller]
+    fn check(cloud: &[NodeAddress], provided: &str, expected: Result<&[(&str, &str)], &str>) {
+        let actual = desired_addresses(&[], cloud, Some(provided), Moment::Refresh);
+        match (actual, expected) {
+            (Ok(Some(list)), Ok(want)) => assert_eq!(pairs(&list), want, "{provided}"),
+            (Err(error), Err(want)) => assert_eq!(error.to_string(), want, "{provided}"),
+            (other, want) => panic!("{provided}: {other:?}, expected {want:?}"),
+        }
     }
 
     #[test]
     fn the_kubelets_hostname_is_kept_when_the_cloud_has_none() {
         let current = [address("Hostname", "node-1")];
         let cloud = [address("InternalIP", "10.0.0.1")];
-        let desired = desired_addresses(&current, &cloud, None).unwrap().unwrap();
+        let desired = desired_addresses(&current, &cloud, None, Moment::Refresh)
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            types(&desired),
+            pairs(&desired),
             [("InternalIP", "10.0.0.1"), ("Hostname", "node-1")]
         );
         assert_eq!(
-            desired_addresses(&current, &[], None),
+            desired_addresses(&current, &[], None, Moment::Refresh),
             Ok(None),
             "no cloud addresses: leave the node's"
         );
     }
 
     #[test]
-    fn the_provided_ip_comes_first_and_alone_of_its_type() {
+    fn provided_ips_as_upstream() {
         let cloud = [
             address("InternalIP", "10.0.0.1"),
             address("InternalIP", "10.0.0.2"),
+            address("InternalIP", "fd00::1"),
             address("ExternalIP", "1.2.3.4"),
         ];
-        let desired = desired_addresses(&[], &cloud, Some("10.0.0.2")).unwrap().unwrap();
-        assert_eq!(
-            types(&desired),
-            [("InternalIP", "10.0.0.2"), ("ExternalIP", "1.2.3.4")]
+        // One IP: it alone of its type, then the other types.
+        check(
+            &cloud,
+            "10.0.0.2",
+            Ok(&[("InternalIP", "10.0.0.2"), ("ExternalIP", "1.2.3.4")]),
         );
+        // A dual-stack pair: both kept, in the annotation's order.
+        check(
+            &cloud,
+            "fd00::1,10.0.0.1",
+            Ok(&[
+                ("InternalIP", "fd00::1"),
+                ("InternalIP", "10.0.0.1"),
+                ("ExternalIP", "1.2.3.4"),
+            ]),
+        );
+        // An IP under two types is kept under both; types an IP enforced lose their other addresses.
+        let twice = [
+            address("InternalIP", "10.0.0.1"),
+            address("ExternalIP", "10.0.0.1"),
+            address("ExternalIP", "1.2.3.4"),
+        ];
+        check(
+            &twice,
+            "10.0.0.1",
+            Ok(&[("InternalIP", "10.0.0.1"), ("ExternalIP", "10.0.0.1")]),
+        );
+        // IPv4 with leading zeros, as Go's sloppy parser.
+        check(
+            &cloud,
+            "010.000.000.002",
+            Ok(&[("InternalIP", "10.0.0.2"), ("ExternalIP", "1.2.3.4")]),
+        );
+        check(
+            &cloud,
+            "10.9.9.9",
+            Err("failed to get node address from cloud provider that matches ip: 10.9.9.9"),
+        );
+        check(
+            &cloud,
+            "10.0.0.1,fd00::9",
+            Err("failed to get node address from cloud provider that matches ip: fd00::9"),
+        );
+        check(
+            &cloud,
+            "10.0.0.1,10.0.0.2",
+            Err(
+                "failed to parse node IP \"10.0.0.1,10.0.0.2\": must contain either a single IP or a dual-stack pair of IPs",
+            ),
+        );
+        check(
+            &cloud,
+            "10.0.0.1, fd00::1",
+            Err("failed to parse node IP \"10.0.0.1, fd00::1\": could not parse \" fd00::1\""),
+        );
+        check(
+            &cloud,
+            "0.0.0.0,fd00::1",
+            Err(
+                "failed to parse node IP \"0.0.0.0,fd00::1\": dual-stack node IP cannot include '0.0.0.0' or '::'",
+            ),
+        );
+        check(
+            &cloud,
+            "",
+            Err("failed to parse node IP \"\": could not parse \"\""),
+        );
+    }
+
+    #[test]
+    fn at_initialisation_the_ips_must_match_even_without_cloud_addresses() {
         assert_eq!(
-            desired_addresses(&[], &cloud, Some("10.9.9.9")),
-            Err(ProvidedIpNotFound {
-                ip: "10.9.9.9".into()
+            desired_addresses(&[], &[], Some("10.0.0.1"), Moment::Initialization),
+            Err(NodeIpError::NotFound {
+                ip: "10.0.0.1".parse().unwrap()
             })
         );
-        let v6_first = desired_addresses(
-            &[],
-            &[
-                address("InternalIP", "10.0.0.1"),
-                address("InternalIP", "fd00::1"),
-            ],
-            Some("::"),
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(v6_first[0].address, "fd00::1");
+        assert_eq!(
+            desired_addresses(&[], &[], Some("10.0.0.1"), Moment::Refresh),
+            Ok(None)
+        );
+        assert_eq!(
+            desired_addresses(&[], &[], None, Moment::Initialization),
+            Ok(None)
+        );
     }
 
     #[test]

@@ -2,107 +2,155 @@
 //!
 //! Every `--node-monitor-period` (upstream: 5 s), for each node:
 //! - Ready: the shutdown taint is removed if present.
-//! - Not ready (False, Unknown or missing): if its instance no longer exists, the Node is deleted (Event
-//!   `DeletingNode`); if it exists and is shut down, the shutdown taint is added.
+//! - Not ready (False, Unknown or missing): if the cloud answers that its instance no longer exists, the
+//!   Node is deleted (Event `DeletingNode`); if it exists and is shut down, the shutdown taint is added.
+//!   A look-up that fails — any error, `InstanceNotFound` included — leaves the node alone, as upstream: only
+//!   an answer deletes a node.
 //!
-//! Cloud look-ups for all not-ready nodes of a round are one batch call each (exists, then shutdown).
+//! Beyond upstream: a node whose provider ID belongs to another provider (`CloudProvider::owns_provider_id`)
+//! is never looked up, so never deleted; and the delete is conditional on the node's UID, so a node
+//! re-created under the same name is not deleted in its predecessor's place.
+//!
+//! Cloud look-ups for all not-ready nodes of a round are one batch call each (exists, then shutdown). A
+//! round succeeds when every look-up and write of it did.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cloud_provider::CloudError;
 use cloud_provider::names::TAINT_SHUTDOWN;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::{ControllerContext, has_taint, pause, reference, taints};
+use super::periodic::{self, Schedule};
 use crate::cached_node::CachedNode;
+use crate::context::{ControllerContext, event_reference};
+use crate::instances::instances_of;
 
-pub(super) async fn run(controller: ControllerContext) {
-    let informer = controller.informers.nodes();
-    tokio::select! {
-        () = controller.stop.cancelled() => return,
-        () = informer.ready() => {}
-    }
-    controller.started.send_replace(true);
-    let api: Api<Node> = Api::all(controller.client.clone());
-    loop {
-        let started = Instant::now();
-        let result = monitor(&controller, &api).await;
-        controller.metrics.reconciled(
-            controller.controller.as_str(),
-            result.is_ok(),
-            started.elapsed().as_secs_f64(),
-        );
-        if let Err(error) = result {
-            tracing::warn!(%error, "cannot check nodes against the cloud");
-        }
-        if !pause(&controller.stop, controller.settings.node_monitor_period).await {
-            return;
-        }
-    }
+/// A round in which some nodes could not be checked or changed (each is logged).
+#[derive(Debug, thiserror::Error)]
+#[error("{failures} node(s) could not be checked against the cloud or updated")]
+struct RoundFailed {
+    failures: usize,
 }
 
-async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), CloudError> {
-    let Some(instances) = controller.provider.instances_v2() else {
+pub(super) async fn run(controller: ControllerContext) {
+    let informer = controller.nodes();
+    tokio::select! {
+        () = controller.stop().cancelled() => return,
+        () = informer.ready() => {}
+    }
+    controller.set_started();
+    let api: Api<Node> = Api::all(controller.client().clone());
+    let schedule = Schedule {
+        period: controller.settings().node_monitor_period,
+        from_start: false,
+        first_round_at_once: true,
+        on_change: None,
+        min_gap: Duration::ZERO,
+    };
+    periodic::run(controller.stop(), schedule, || async {
+        let started = Instant::now();
+        let result = monitor(&controller, &api).await;
+        controller.record_reconcile(result.is_ok(), started.elapsed());
+        if let Err(error) = result {
+            tracing::warn!(%error, "cannot check every node against the cloud");
+        }
+    })
+    .await;
+}
+
+/// Answers for every node of a batch the framework abandoned.
+fn all_failed<T>(count: usize, error: &CloudError) -> Vec<Result<T, CloudError>> {
+    (0..count)
+        .map(|_| Err(CloudError::provider(error.to_string())))
+        .collect()
+}
+
+async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), RoundFailed> {
+    let provider = controller.provider();
+    let Some(instances) = instances_of(provider.as_ref()) else {
         return Ok(());
     };
-    let nodes = controller.informers.nodes().store().state();
-    let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) =
-        nodes.into_iter().partition(|n| n.is_ready());
+    let mut failures = 0;
+    let nodes = controller.nodes().store().state();
+    // Another provider's nodes are none of this one's business.
+    let nodes = nodes
+        .into_iter()
+        .filter(|n| n.provider_id().is_none_or(|id| provider.owns_provider_id(id)));
+    let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) = nodes.partition(|n| n.is_ready());
 
     for node in ready.iter().filter(|n| n.has_taint(TAINT_SHUTDOWN)) {
-        set_shutdown_taint(api, &Arc::new(node.to_node()), false).await;
+        failures += usize::from(!set_shutdown_taint(api, node, false).await);
     }
-    // Only the few NotReady nodes are materialised for the provider.
-    let not_ready: Vec<Arc<Node>> = not_ready.iter().map(|n| Arc::new(n.to_node())).collect();
     if not_ready.is_empty() {
         return Ok(());
     }
-
+    // Only the few NotReady nodes are materialised for the provider.
+    let materialized: Vec<Arc<Node>> = not_ready.iter().map(|n| Arc::new(n.to_node())).collect();
+    let cx = controller.call_context();
     let started = Instant::now();
-    let exists = instances.instance_exists_batch(&not_ready).await;
+    let exists = cx
+        .guard(async { Ok(instances.instance_exists_batch(&cx, &materialized).await) })
+        .await
+        .unwrap_or_else(|error| all_failed(materialized.len(), &error));
     controller
         .metrics
-        .cloud_call("instance_exists_batch", true, started.elapsed().as_secs_f64());
+        .cloud_call("instance_exists_batch", &exists, started.elapsed().as_secs_f64());
     let mut existing = Vec::new();
-    for (node, exists) in not_ready.into_iter().zip(exists) {
+    for ((node, materialized), exists) in not_ready.into_iter().zip(materialized).zip(exists) {
         match exists {
-            Ok(true) => existing.push(node),
-            Ok(false) | Err(CloudError::InstanceNotFound) => delete(controller, api, &node).await,
+            Ok(true) => existing.push((node, materialized)),
+            Ok(false) => failures += usize::from(!delete(controller, api, &node).await),
             Err(error) => {
-                tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "cannot tell whether the instance exists")
+                failures += 1;
+                tracing::warn!(node = node.name(), %error, "cannot tell whether the instance exists");
             }
         }
     }
-    if existing.is_empty() {
-        return Ok(());
-    }
-    let started = Instant::now();
-    let shutdown = instances.instance_shutdown_batch(&existing).await;
-    controller
-        .metrics
-        .cloud_call("instance_shutdown_batch", true, started.elapsed().as_secs_f64());
-    for (node, shutdown) in existing.iter().zip(shutdown) {
-        match shutdown {
-            Ok(true) if !has_taint(node, TAINT_SHUTDOWN) => set_shutdown_taint(api, node, true).await,
-            // As upstream, NotImplemented and InstanceNotFound mean "not shut down".
-            Ok(_) | Err(CloudError::NotImplemented | CloudError::InstanceNotFound) => {}
-            Err(error) => {
-                tracing::warn!(node = node.metadata.name.as_deref().unwrap_or_default(), %error, "cannot tell whether the instance is shut down")
+    if !existing.is_empty() {
+        let materialized: Vec<Arc<Node>> = existing.iter().map(|(_, m)| m.clone()).collect();
+        let cx = controller.call_context();
+        let started = Instant::now();
+        let shutdown = cx
+            .guard(async { Ok(instances.instance_shutdown_batch(&cx, &materialized).await) })
+            .await
+            .unwrap_or_else(|error| all_failed(materialized.len(), &error));
+        controller.metrics.cloud_call(
+            "instance_shutdown_batch",
+            &shutdown,
+            started.elapsed().as_secs_f64(),
+        );
+        for ((node, _), shutdown) in existing.iter().zip(shutdown) {
+            match shutdown {
+                Ok(true) if !node.has_taint(TAINT_SHUTDOWN) => {
+                    failures += usize::from(!set_shutdown_taint(api, node, true).await);
+                }
+                // As upstream, NotImplemented and InstanceNotFound mean "not shut down".
+                Ok(_) | Err(CloudError::NotImplemented | CloudError::InstanceNotFound) => {}
+                Err(error) => {
+                    failures += 1;
+                    tracing::warn!(node = node.name(), %error, "cannot tell whether the instance is shut down");
+                }
             }
         }
     }
-    Ok(())
+    if failures == 0 {
+        Ok(())
+    } else {
+        Err(RoundFailed { failures })
+    }
 }
 
-async fn delete(controller: &ControllerContext, api: &Api<Node>, node: &Arc<Node>) {
-    let name = node.metadata.name.clone().unwrap_or_default();
+/// Deletes the node; false when that failed.
+async fn delete(controller: &ControllerContext, api: &Api<Node>, node: &CachedNode) -> bool {
+    let name = node.name();
     controller
         .event(
-            &reference(node.as_ref()),
-            false,
+            &event_reference(node),
+            EventType::Normal,
             "DeletingNode",
             "DeleteNode",
             format!("Deleting node {name} because it does not exist in the cloud provider"),
@@ -111,34 +159,41 @@ async fn delete(controller: &ControllerContext, api: &Api<Node>, node: &Arc<Node
     // Only this node, not a newer one of the same name.
     let params = DeleteParams {
         preconditions: Some(Preconditions {
-            uid: node.metadata.uid.clone(),
+            uid: Some(node.uid().to_owned()),
             resource_version: None,
         }),
         ..DeleteParams::default()
     };
-    match api.delete(&name, &params).await {
-        Ok(_) => tracing::info!(node = %name, "deleted node: its instance is gone"),
-        Err(kube::Error::Api(status)) if status.code == 404 => {}
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            tracing::info!(node = %name, "deleted node: its instance is gone");
+            true
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => true,
         Err(error) => {
             controller
                 .event(
-                    &reference(node.as_ref()),
-                    true,
+                    &event_reference(node),
+                    EventType::Warning,
                     "DeletingNodeFailed",
                     "DeleteNode",
-                    format!("Error deleting node {name}: {error}"),
+                    format!("Failed deleting node {name}: {error}"),
                 )
                 .await;
+            false
         }
     }
 }
 
-/// Adds or removes the shutdown taint, conditional on the cached version (taints are a whole-list field).
-async fn set_shutdown_taint(api: &Api<Node>, node: &Arc<Node>, present: bool) {
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let mut list: Vec<Taint> = taints(node)
-        .into_iter()
+/// Adds or removes the shutdown taint, conditional on the cached version (taints are a whole-list field);
+/// false when the write failed.
+async fn set_shutdown_taint(api: &Api<Node>, node: &CachedNode, present: bool) -> bool {
+    let name = node.name();
+    let mut list: Vec<Taint> = node
+        .taints()
+        .iter()
         .filter(|t| t.key != TAINT_SHUTDOWN)
+        .cloned()
         .collect();
     if present {
         list.push(Taint {
@@ -147,15 +202,20 @@ async fn set_shutdown_taint(api: &Api<Node>, node: &Arc<Node>, present: bool) {
             ..Taint::default()
         });
     }
-    let patch =
-        json!({"metadata": {"resourceVersion": node.metadata.resource_version}, "spec": {"taints": list}});
+    let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": list}});
     match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
-        Ok(_) => tracing::info!(node = %name, shut_down = present, "updated the shutdown taint"),
+        Ok(_) => {
+            tracing::info!(node = %name, shut_down = present, "updated the shutdown taint");
+            true
+        }
         // Changed meanwhile: the next round sees the new version.
-        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
-        Err(error) => tracing::warn!(node = %name, %error, "cannot update the shutdown taint"),
+        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => true,
+        Err(error) => {
+            tracing::warn!(node = %name, %error, "cannot update the shutdown taint");
+            false
+        }
     }
 }

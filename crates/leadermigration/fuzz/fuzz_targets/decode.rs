@@ -5,7 +5,7 @@ use leadermigration::{ControllerCatalog, MigrationConfig};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(error) = MigrationConfig::load("fuzz.yaml", data, &ControllerCatalog::standard()) {
+    if let Err(error) = MigrationConfig::load("fuzz.yaml", data, &ControllerCatalog::kubernetes()) {
         assert!(!error.problems.is_empty());
         assert!(error.to_string().starts_with("fuzz.yaml"));
     }

@@ -166,9 +166,10 @@ pub struct LoadedConfig {
 }
 
 impl MigrationConfig {
-    /// The built-in default (see [`default`](self::default) for how it differs from upstream's).
-    pub fn default_config() -> MigrationConfig {
-        default::default_config()
+    /// The built-in default for a binary with this catalog: its controllers that migrate by default,
+    /// with component `*` (see [`default`](self::default) for how it differs from upstream's).
+    pub fn default_config(catalog: &ControllerCatalog) -> MigrationConfig {
+        default::default_config(catalog)
     }
 
     /// A configuration of these locks, as given (used by tests and generators; not validated).

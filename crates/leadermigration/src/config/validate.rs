@@ -336,10 +336,11 @@ mod tests {
             .iter()
             .map(|c| Document::from_config(ApiVersion::V1Beta1, c.clone()))
             .collect();
-        let rendered: Vec<String> = match validate_documents(&documents, &ControllerCatalog::standard()) {
-            Ok(loaded) => loaded.warnings.iter().map(|p| p.render("f")).collect(),
-            Err(problems) => problems.iter().map(|p| p.render("f")).collect(),
-        };
+        let rendered: Vec<String> =
+            match validate_documents(&documents, &crate::controller_name::test_catalog()) {
+                Ok(loaded) => loaded.warnings.iter().map(|p| p.render("f")).collect(),
+                Err(problems) => problems.iter().map(|p| p.render("f")).collect(),
+            };
         assert_eq!(rendered, expected);
     }
 
@@ -470,7 +471,7 @@ mod tests {
                 ],
             ),
         )];
-        let loaded = validate_documents(&documents, &ControllerCatalog::standard()).unwrap();
+        let loaded = validate_documents(&documents, &crate::controller_name::test_catalog()).unwrap();
         let names: Vec<&str> = loaded.config.locks()[0]
             .controllers
             .iter()
@@ -526,7 +527,7 @@ mod tests {
             Document::from_config(ApiVersion::V1, config("a", "leases", &[("route", "*")])),
             Document::from_config(ApiVersion::V1, config("b", "leases", &[("service", "*")])),
         ];
-        let loaded = validate_documents(&documents, &ControllerCatalog::standard()).unwrap();
+        let loaded = validate_documents(&documents, &crate::controller_name::test_catalog()).unwrap();
         assert_eq!(loaded.config.locks().len(), 2);
     }
 

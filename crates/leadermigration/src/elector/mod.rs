@@ -20,19 +20,25 @@
 //! - Fields the elector does not own are preserved on every write.
 //! - Every API call runs under a timeout no later than the renew deadline.
 
+mod calls;
+mod follow;
 mod record;
+mod state;
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::Value;
+use kube::api::{Api, DynamicObject};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::timings::LeaseTimings;
+
 pub use self::record::{LeaderRecord, micro_time_now};
+pub use self::state::{Ended, LeaderState, LossReason, Role};
+
+use self::calls::{Attempt, CallError, lease_resource, to_value, version};
+use self::follow::{Update, follow};
 
 /// Settings of one elector, as upstream's `--leader-elect-*` flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,67 +49,23 @@ pub struct ElectorConfig {
     pub lease_name: String,
     /// This candidate's identity: `<hostname>_<uuid>`, as upstream.
     pub identity: String,
-    /// How long others wait after the holder's last change before taking the Lease (whole seconds).
-    pub lease_duration: Duration,
-    /// How long the leader keeps trying to renew before it gives up.
-    pub renew_deadline: Duration,
-    /// Time between renewals, and between attempts when polling.
-    pub retry_period: Duration,
+    /// Lease duration, renew deadline and retry period.
+    pub timings: LeaseTimings,
     /// Clear the holder when leadership ends by cancellation, so a standby takes over at once.
     pub release_on_cancel: bool,
 }
 
-/// Settings that cannot work.
+/// Settings that cannot work (the timings are valid by construction).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ElectorConfigError {
-    /// The Lease's duration field holds whole seconds.
-    #[error("--leader-elect-lease-duration must be a whole number of seconds, at least 1s (got {0:?})")]
-    LeaseDuration(Duration),
-    /// Upstream's rule: the renew deadline must end before others may take over.
-    #[error(
-        "--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})"
-    )]
-    RenewDeadline {
-        /// Lease duration.
-        lease: Duration,
-        /// Renew deadline.
-        renew: Duration,
-    },
-    /// Upstream's rule: at least one jittered retry must fit in the renew deadline.
-    #[error(
-        "--leader-elect-renew-deadline ({renew:?}) must be greater than 1.2 × --leader-elect-retry-period ({retry:?})"
-    )]
-    RetryPeriod {
-        /// Renew deadline.
-        renew: Duration,
-        /// Retry period.
-        retry: Duration,
-    },
     /// No identity.
     #[error("the leader-election identity is empty")]
     Identity,
 }
 
 impl ElectorConfig {
-    /// Checks upstream's constraints (`leaderelection.NewLeaderElector`).
+    /// Checks what [`LeaseTimings`] does not.
     pub fn validate(&self) -> Result<(), ElectorConfigError> {
-        if self.lease_duration.subsec_nanos() != 0 || self.lease_duration < Duration::from_secs(1) {
-            return Err(ElectorConfigError::LeaseDuration(self.lease_duration));
-        }
-        if self.lease_duration <= self.renew_deadline {
-            return Err(ElectorConfigError::RenewDeadline {
-                lease: self.lease_duration,
-                renew: self.renew_deadline,
-            });
-        }
-        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64()
-            || self.retry_period.is_zero()
-        {
-            return Err(ElectorConfigError::RetryPeriod {
-                renew: self.renew_deadline,
-                retry: self.retry_period,
-            });
-        }
         if self.identity.is_empty() {
             return Err(ElectorConfigError::Identity);
         }
@@ -111,76 +73,8 @@ impl ElectorConfig {
     }
 
     fn lease_duration_seconds(&self) -> i64 {
-        i64::try_from(self.lease_duration.as_secs()).unwrap_or(i64::MAX)
+        i64::from(self.timings.lease_duration_seconds())
     }
-}
-
-/// Whether this process leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Not leading: someone else holds the Lease, or nobody yet.
-    Standby,
-    /// Leading.
-    Leading,
-}
-
-/// What an elector knows, published on its `watch` channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderState {
-    /// The Lease.
-    pub lease: String,
-    /// Leading or not.
-    pub role: Role,
-    /// The holder last observed (`None`: nobody).
-    pub holder: Option<String>,
-    /// When the last successful renewal (or the acquisition) was sent, while leading.
-    pub renewed_at: Option<Instant>,
-    /// While leading: the instant after which this process must stop acting as leader, unless a renewal
-    /// succeeds first (last renewal sent + renew deadline).
-    pub valid_until: Option<Instant>,
-}
-
-impl LeaderState {
-    /// Whether this process leads and may still act as leader at `now`.
-    pub fn is_valid_leader(&self, now: Instant) -> bool {
-        self.role == Role::Leading && self.valid_until.is_some_and(|until| now < until)
-    }
-}
-
-/// Why an elector's leadership ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ended {
-    /// Cancelled before it led.
-    CancelledBeforeLeading,
-    /// Cancelled while leading; the Lease was released (or left to expire when release is off or failed).
-    Released,
-    /// Leadership was lost.
-    Lost(LossReason),
-}
-
-/// How leadership was lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LossReason {
-    /// No renewal succeeded before the renew deadline.
-    RenewDeadline,
-    /// Another candidate holds the Lease now.
-    TakenBy(String),
-}
-
-impl std::fmt::Display for LossReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LossReason::RenewDeadline => f.write_str("no renewal succeeded before the renew deadline"),
-            LossReason::TakenBy(holder) => write!(f, "the lease is now held by {holder}"),
-        }
-    }
-}
-
-/// What the watch on the Lease reports.
-enum Update {
-    Object(Box<DynamicObject>),
-    Deleted,
-    Failing,
 }
 
 /// The record last seen to change, and when (local monotonic time).
@@ -194,39 +88,6 @@ impl Observed {
     fn expires_at(&self) -> Instant {
         self.at + Duration::from_secs(u64::try_from(self.record.lease_duration_seconds.max(0)).unwrap_or(0))
     }
-}
-
-/// A failed API call, or a renewal that found the Lease no longer ours.
-#[derive(Debug)]
-enum CallError {
-    Timeout,
-    Api(kube::Error),
-    NotHolder,
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Timeout => f.write_str("timed out"),
-            CallError::Api(error) => write!(f, "{error}"),
-            CallError::NotHolder => f.write_str("another candidate holds the lease"),
-        }
-    }
-}
-
-impl CallError {
-    fn code(&self) -> Option<u16> {
-        match self {
-            CallError::Api(kube::Error::Api(status)) => Some(status.code),
-            _ => None,
-        }
-    }
-}
-
-/// Outcome of one acquisition attempt.
-enum Attempt {
-    Acquired { sent: Instant },
-    HeldByOther,
 }
 
 /// One candidate for one Lease.
@@ -246,10 +107,6 @@ impl Drop for LeaderElector {
     fn drop(&mut self) {
         self.watch_task.abort();
     }
-}
-
-fn lease_resource() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::coordination::v1::Lease>(&())
 }
 
 fn jittered(period: Duration, factor: f64) -> Duration {
@@ -373,114 +230,6 @@ impl LeaderElector {
         }
     }
 
-    /// Runs one API call, giving up at `deadline`.
-    async fn call<T>(
-        &self,
-        deadline: Instant,
-        future: impl Future<Output = kube::Result<T>>,
-    ) -> Result<T, CallError> {
-        match tokio::time::timeout_at(deadline, future).await {
-            Ok(result) => result.map_err(CallError::Api),
-            Err(_) => Err(CallError::Timeout),
-        }
-    }
-
-    async fn get(&mut self, deadline: Instant) -> Result<Option<DynamicObject>, CallError> {
-        let api = self.api.clone();
-        let object = self.call(deadline, api.get_opt(&self.config.lease_name)).await?;
-        match &object {
-            Some(object) => self.observe(object.clone()),
-            None => {
-                self.cached = None;
-                self.observed = None;
-            }
-        }
-        Ok(object)
-    }
-
-    /// PUTs `record` over `current`; on success the result is cached and observed.
-    async fn put(
-        &mut self,
-        current: &DynamicObject,
-        record: &LeaderRecord,
-        deadline: Instant,
-    ) -> Result<(), CallError> {
-        let body: DynamicObject =
-            serde_json::from_value(record.write_into(&to_value(current))).expect("a Lease stays a Lease");
-        let api = self.api.clone();
-        let written = self
-            .call(
-                deadline,
-                api.replace(&self.config.lease_name, &PostParams::default(), &body),
-            )
-            .await?;
-        self.observe(written);
-        Ok(())
-    }
-
-    /// One attempt: client-go's `tryAcquireOrRenew` for a candidate that does not lead.
-    async fn try_acquire(&mut self, deadline: Instant) -> Result<Attempt, CallError> {
-        let current = match self.cached.clone() {
-            Some(current) => current,
-            None => match self.get(deadline).await? {
-                Some(current) => current,
-                None => return self.try_create(deadline).await,
-            },
-        };
-        let observed = self.observed.clone().expect("observed with the cached object");
-        let holder = &observed.record.holder_identity;
-        if !holder.is_empty() && *holder != self.config.identity && Instant::now() < observed.expires_at() {
-            return Ok(Attempt::HeldByOther);
-        }
-        let record = LeaderRecord::acquired_by(
-            &observed.record,
-            &self.config.identity,
-            self.config.lease_duration_seconds(),
-            &micro_time_now(),
-        );
-        let sent = Instant::now();
-        match self.put(&current, &record, deadline).await {
-            Ok(()) => Ok(Attempt::Acquired { sent }),
-            Err(error) if matches!(error.code(), Some(409 | 404)) => {
-                // Someone else wrote first: read what they wrote, which resets our view of its expiry.
-                self.cached = None;
-                self.get(deadline).await?;
-                Ok(Attempt::HeldByOther)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    async fn try_create(&mut self, deadline: Instant) -> Result<Attempt, CallError> {
-        let record = LeaderRecord::created_by(
-            &self.config.identity,
-            self.config.lease_duration_seconds(),
-            &micro_time_now(),
-        );
-        let skeleton = serde_json::json!({
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.config.lease_name, "namespace": self.config.namespace},
-        });
-        let body: DynamicObject = serde_json::from_value(record.write_into(&skeleton)).expect("a Lease");
-        let sent = Instant::now();
-        let api = self.api.clone();
-        match self
-            .call(deadline, api.create(&PostParams::default(), &body))
-            .await
-        {
-            Ok(created) => {
-                self.observe(created);
-                Ok(Attempt::Acquired { sent })
-            }
-            Err(error) if error.code() == Some(409) => {
-                self.get(deadline).await?;
-                Ok(Attempt::HeldByOther)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
     /// Campaigns until acquired (`Some(when the winning write was sent)`) or cancelled; attempts only while
     /// `permit` is true.
     async fn acquire(
@@ -510,16 +259,16 @@ impl LeaderElector {
             });
             let polling = !self.watch_healthy;
             if now >= retry_at && (may_take || (polling && now >= poll_at)) {
-                let deadline = now + self.config.renew_deadline;
+                let deadline = now + self.config.timings.renew_deadline();
                 match self.try_acquire(deadline).await {
                     Ok(Attempt::Acquired { sent }) => return Some(sent),
                     Ok(Attempt::HeldByOther) => {}
                     Err(error) => {
                         tracing::warn!(lease = %self.config.lease_name, %error, "cannot acquire the lease; retrying");
-                        retry_at = Instant::now() + jittered(self.config.retry_period, 1.2);
+                        retry_at = Instant::now() + jittered(self.config.timings.retry_period(), 1.2);
                     }
                 }
-                poll_at = Instant::now() + jittered(self.config.retry_period, 1.2);
+                poll_at = Instant::now() + jittered(self.config.timings.retry_period(), 1.2);
                 continue;
             }
             // Sleep until something can change the decision.
@@ -536,7 +285,7 @@ impl LeaderElector {
             .into_iter()
             .flatten()
             .min()
-            .unwrap_or(now + self.config.lease_duration);
+            .unwrap_or(now + self.config.timings.lease_duration());
             if wake <= now {
                 wake = now + Duration::from_millis(1);
             }
@@ -558,10 +307,10 @@ impl LeaderElector {
         self.publish(
             Role::Leading,
             Some(last_sent),
-            Some(last_sent + self.config.renew_deadline),
+            Some(last_sent + self.config.timings.renew_deadline()),
         );
         loop {
-            let next = last_sent + self.config.retry_period;
+            let next = last_sent + self.config.timings.retry_period();
             loop {
                 tokio::select! {
                     () = cancel.cancelled() => {
@@ -581,7 +330,7 @@ impl LeaderElector {
                     () = tokio::time::sleep_until(next) => break,
                 }
             }
-            let deadline = last_sent + self.config.renew_deadline;
+            let deadline = last_sent + self.config.timings.renew_deadline();
             loop {
                 let now = Instant::now();
                 if now >= deadline {
@@ -594,7 +343,7 @@ impl LeaderElector {
                         self.publish(
                             Role::Leading,
                             Some(last_sent),
-                            Some(last_sent + self.config.renew_deadline),
+                            Some(last_sent + self.config.timings.renew_deadline()),
                         );
                         break;
                     }
@@ -604,7 +353,7 @@ impl LeaderElector {
                     Err(CallError::Timeout) => return Ended::Lost(LossReason::RenewDeadline),
                     Err(error) => {
                         tracing::warn!(lease = %self.config.lease_name, %error, "cannot renew the lease; retrying until the renew deadline");
-                        let retry = (Instant::now() + self.config.retry_period / 2).min(deadline);
+                        let retry = (Instant::now() + self.config.timings.retry_period() / 2).min(deadline);
                         tokio::select! {
                             () = cancel.cancelled() => {
                                 self.release().await;
@@ -672,7 +421,12 @@ impl LeaderElector {
         if !self.config.release_on_cancel {
             return;
         }
-        let deadline = Instant::now() + self.config.renew_deadline.min(self.config.retry_period * 2);
+        let deadline = Instant::now()
+            + self
+                .config
+                .timings
+                .renew_deadline()
+                .min(self.config.timings.retry_period() * 2);
         for _ in 0..2 {
             let Some(current) = self.cached.clone() else {
                 if self.get(deadline).await.is_err() {
@@ -708,84 +462,25 @@ impl LeaderElector {
     }
 }
 
-fn to_value(object: &DynamicObject) -> Value {
-    serde_json::to_value(object).expect("a DynamicObject serialises")
-}
-
-fn version(object: &DynamicObject) -> Option<u64> {
-    object
-        .metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-}
-
-/// Follows the Lease with a watch, sending what changes; stops when the elector is dropped.
-async fn follow(api: Api<DynamicObject>, name: String, sender: mpsc::Sender<Update>) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-    let mut seen_in_list = false;
-    while let Some(event) = events.next().await {
-        let update = match event {
-            Ok(watcher::Event::Init) => {
-                seen_in_list = false;
-                continue;
-            }
-            Ok(watcher::Event::InitApply(object)) => {
-                seen_in_list = true;
-                Update::Object(Box::new(object))
-            }
-            Ok(watcher::Event::InitDone) if !seen_in_list => Update::Deleted,
-            Ok(watcher::Event::InitDone) => continue,
-            Ok(watcher::Event::Apply(object)) => Update::Object(Box::new(object)),
-            Ok(watcher::Event::Delete(_)) => Update::Deleted,
-            Err(error) => {
-                tracing::debug!(lease = %name, %error, "watch on the lease is failing; polling instead");
-                Update::Failing
-            }
-        };
-        if sender.send(update).await.is_err() {
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn config() -> ElectorConfig {
-        ElectorConfig {
+    #[test]
+    fn an_empty_identity_is_refused() {
+        let config = ElectorConfig {
             namespace: "kube-system".into(),
             lease_name: "l".into(),
             identity: "me".into(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
+            timings: LeaseTimings::upstream_defaults(),
             release_on_cancel: true,
-        }
-    }
-
-    #[test]
-    fn upstream_constraints() {
-        assert_eq!(config().validate(), Ok(()));
-        let check = |change: fn(&mut ElectorConfig)| {
-            let mut c = config();
-            change(&mut c);
-            c.validate().unwrap_err().to_string()
         };
-        assert!(
-            check(|c| c.lease_duration = Duration::from_millis(1500)).contains("whole number of seconds")
-        );
-        assert!(
-            check(|c| c.renew_deadline = Duration::from_secs(15))
-                .contains("must be greater than --leader-elect-renew-deadline")
-        );
-        assert!(
-            check(|c| c.retry_period = Duration::from_millis(8500))
-                .contains("1.2 × --leader-elect-retry-period")
-        );
-        assert!(check(|c| c.identity.clear()).contains("identity"));
+        assert_eq!(config.validate(), Ok(()));
+        let anonymous = ElectorConfig {
+            identity: String::new(),
+            ..config
+        };
+        assert_eq!(anonymous.validate(), Err(ElectorConfigError::Identity));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use serde::Deserialize;
 
-use crate::cloud::FakeInstance;
+use crate::model::FakeInstance;
 
 /// The cloud-config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

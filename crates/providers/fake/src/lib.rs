@@ -12,12 +12,14 @@
 
 mod cloud;
 mod config;
+mod model;
 mod protocol;
 mod provider;
 mod server;
 
-pub use cloud::{FakeCloud, FakeInstance, FakeLoadBalancer, InstanceState, Knobs};
+pub use cloud::FakeCloud;
 pub use config::{ConfigError, FakeCloudConfig};
+pub use model::{FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
 pub use protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
 pub use provider::{FakeProvider, PROVIDER_NAME, factory};
 pub use server::{FakeCloudClient, FakeCloudServer};

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cloud::{FakeInstance, FakeLoadBalancer, InstanceState, Knobs};
+use crate::model::{FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
 
 /// How a node is looked up: provider ID first, then name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +12,23 @@ pub struct NodeRef {
     /// `spec.providerID`, when set.
     #[serde(default)]
     pub provider_id: Option<String>,
+}
+
+impl CloudRequest {
+    /// The call's name, as it travels (`describe_instances`, `list_routes`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CloudRequest::DescribeInstances { .. } => "describe_instances",
+            CloudRequest::GetLoadBalancer { .. } => "get_load_balancer",
+            CloudRequest::EnsureLoadBalancer { .. } => "ensure_load_balancer",
+            CloudRequest::UpdateLoadBalancer { .. } => "update_load_balancer",
+            CloudRequest::DeleteLoadBalancer { .. } => "delete_load_balancer",
+            CloudRequest::ListRoutes => "list_routes",
+            CloudRequest::CreateRoute { .. } => "create_route",
+            CloudRequest::DeleteRoute { .. } => "delete_route",
+            CloudRequest::Admin(_) => "admin",
+        }
+    }
 }
 
 /// A cloud API call.
@@ -61,6 +78,9 @@ pub enum CloudRequest {
         target_node: String,
         /// The pod CIDR.
         destination_cidr: String,
+        /// The node's addresses.
+        #[serde(default)]
+        target_node_addresses: Vec<FakeAddress>,
     },
     /// Delete a route.
     DeleteRoute {
@@ -86,6 +106,8 @@ pub enum AdminRequest {
     },
     /// Latency and error rate.
     SetKnobs(Knobs),
+    /// Add or replace a route (one the cluster did not make, say).
+    PutRoute(FakeRoute),
     /// Everything the cloud holds.
     Snapshot,
 }
@@ -107,7 +129,7 @@ pub enum CloudResponse {
     /// Every route.
     Routes {
         /// The routes.
-        routes: Vec<crate::cloud::FakeRoute>,
+        routes: Vec<FakeRoute>,
     },
     /// Done.
     Done,
@@ -118,9 +140,12 @@ pub enum CloudResponse {
         /// Load balancers.
         load_balancers: Vec<FakeLoadBalancer>,
         /// Routes.
-        routes: Vec<crate::cloud::FakeRoute>,
+        routes: Vec<FakeRoute>,
         /// Cloud calls answered so far (admin requests excluded).
         calls: u64,
+        /// The same, by call (`list_routes`, `ensure_load_balancer`, …).
+        #[serde(default)]
+        calls_by_kind: std::collections::BTreeMap<String, u64>,
     },
     /// The call failed.
     Error {

@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, Route, Routes};
+use cloud_provider::{
+    CallContext, CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, Route, Routes,
+};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
 
-use crate::cloud::{FakeCloud, FakeInstance, InstanceState, Knobs};
+use crate::cloud::FakeCloud;
 use crate::config::FakeCloudConfig;
+use crate::model::{FakeAddress, FakeInstance, InstanceState, Knobs};
 use crate::protocol::{CloudRequest, CloudResponse, NodeRef};
 use crate::server::FakeCloudClient;
 
@@ -53,11 +56,16 @@ impl FakeProvider {
         FakeProvider { backend, config }
     }
 
-    async fn call(&self, request: CloudRequest) -> Result<CloudResponse, CloudError> {
-        let response = match &self.backend {
-            Backend::Local(cloud) => cloud.handle(request).await,
-            Backend::Remote(client) => client.call(&request).await,
-        };
+    /// One call to the cloud, abandoned at the context's deadline or cancellation.
+    async fn call(&self, cx: &CallContext, request: CloudRequest) -> Result<CloudResponse, CloudError> {
+        let response = cx
+            .guard(async {
+                Ok(match &self.backend {
+                    Backend::Local(cloud) => cloud.handle(request).await,
+                    Backend::Remote(client) => client.call(&request).await,
+                })
+            })
+            .await?;
         match response {
             CloudResponse::Error {
                 message,
@@ -67,7 +75,11 @@ impl FakeProvider {
         }
     }
 
-    async fn describe(&self, nodes: &[Arc<Node>]) -> Result<Vec<Option<FakeInstance>>, CloudError> {
+    async fn describe(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Result<Vec<Option<FakeInstance>>, CloudError> {
         let nodes = nodes
             .iter()
             .map(|n| NodeRef {
@@ -75,7 +87,7 @@ impl FakeProvider {
                 provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
             })
             .collect();
-        match self.call(CloudRequest::DescribeInstances { nodes }).await? {
+        match self.call(cx, CloudRequest::DescribeInstances { nodes }).await? {
             CloudResponse::Instances { instances } => Ok(instances),
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
@@ -123,23 +135,27 @@ fn status(ip: &str) -> LoadBalancerStatus {
 
 #[async_trait]
 impl InstancesV2 for FakeProvider {
-    async fn instance_exists(&self, node: &Node) -> Result<bool, CloudError> {
-        let mut answers = self.instance_exists_batch(&[Arc::new(node.clone())]).await;
+    async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        let mut answers = self.instance_exists_batch(cx, &[Arc::new(node.clone())]).await;
         answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
     }
 
-    async fn instance_shutdown(&self, node: &Node) -> Result<bool, CloudError> {
-        let mut answers = self.instance_shutdown_batch(&[Arc::new(node.clone())]).await;
+    async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        let mut answers = self.instance_shutdown_batch(cx, &[Arc::new(node.clone())]).await;
         answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
     }
 
-    async fn instance_metadata(&self, node: &Node) -> Result<InstanceMetadata, CloudError> {
-        let mut answers = self.instance_metadata_batch(&[Arc::new(node.clone())]).await;
+    async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
+        let mut answers = self.instance_metadata_batch(cx, &[Arc::new(node.clone())]).await;
         answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
     }
 
-    async fn instance_exists_batch(&self, nodes: &[Arc<Node>]) -> Vec<Result<bool, CloudError>> {
-        match self.describe(nodes).await {
+    async fn instance_exists_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        match self.describe(cx, nodes).await {
             Ok(instances) => instances.iter().map(|i| Ok(i.is_some())).collect(),
             Err(error) => nodes
                 .iter()
@@ -148,8 +164,12 @@ impl InstancesV2 for FakeProvider {
         }
     }
 
-    async fn instance_shutdown_batch(&self, nodes: &[Arc<Node>]) -> Vec<Result<bool, CloudError>> {
-        match self.describe(nodes).await {
+    async fn instance_shutdown_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        match self.describe(cx, nodes).await {
             Ok(instances) => instances
                 .iter()
                 .map(|i| {
@@ -167,9 +187,10 @@ impl InstancesV2 for FakeProvider {
 
     async fn instance_metadata_batch(
         &self,
+        cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
-        match self.describe(nodes).await {
+        match self.describe(cx, nodes).await {
             Ok(instances) => instances
                 .iter()
                 .map(|i| i.as_ref().map(metadata).ok_or(CloudError::InstanceNotFound))
@@ -186,11 +207,12 @@ impl InstancesV2 for FakeProvider {
 impl LoadBalancer for FakeProvider {
     async fn get_load_balancer(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
         let name = self.load_balancer_name(cluster_name, service);
-        match self.call(CloudRequest::GetLoadBalancer { name }).await? {
+        match self.call(cx, CloudRequest::GetLoadBalancer { name }).await? {
             CloudResponse::LoadBalancer { load_balancer } => Ok(load_balancer.map(|lb| status(&lb.ip))),
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
@@ -198,6 +220,7 @@ impl LoadBalancer for FakeProvider {
 
     async fn ensure_load_balancer(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
@@ -214,7 +237,7 @@ impl LoadBalancer for FakeProvider {
             ports,
             nodes: node_names(nodes),
         };
-        match self.call(request).await? {
+        match self.call(cx, request).await? {
             CloudResponse::LoadBalancer {
                 load_balancer: Some(lb),
             } => Ok(status(&lb.ip)),
@@ -224,26 +247,31 @@ impl LoadBalancer for FakeProvider {
 
     async fn update_load_balancer(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<(), CloudError> {
         let name = self.load_balancer_name(cluster_name, service);
-        self.call(CloudRequest::UpdateLoadBalancer {
-            name,
-            nodes: node_names(nodes),
-        })
+        self.call(
+            cx,
+            CloudRequest::UpdateLoadBalancer {
+                name,
+                nodes: node_names(nodes),
+            },
+        )
         .await
         .map(|_| ())
     }
 
     async fn ensure_load_balancer_deleted(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         service: &Service,
     ) -> Result<(), CloudError> {
         let name = self.load_balancer_name(cluster_name, service);
-        self.call(CloudRequest::DeleteLoadBalancer { name })
+        self.call(cx, CloudRequest::DeleteLoadBalancer { name })
             .await
             .map(|_| ())
     }
@@ -251,15 +279,25 @@ impl LoadBalancer for FakeProvider {
 
 #[async_trait]
 impl Routes for FakeProvider {
-    async fn list_routes(&self, _cluster_name: &str) -> Result<Vec<Route>, CloudError> {
-        match self.call(CloudRequest::ListRoutes).await? {
+    async fn list_routes(&self, cx: &CallContext, _cluster_name: &str) -> Result<Vec<Route>, CloudError> {
+        match self.call(cx, CloudRequest::ListRoutes).await? {
             CloudResponse::Routes { routes } => Ok(routes
                 .into_iter()
                 .map(|r| Route {
                     name: r.name,
+                    blackhole: r.target_node.is_empty(),
                     target_node: r.target_node,
                     destination_cidr: r.destination_cidr,
-                    ..Route::default()
+                    // The fake routes by node: addresses are recorded, not compared.
+                    enable_node_addresses: false,
+                    target_node_addresses: r
+                        .target_node_addresses
+                        .into_iter()
+                        .map(|a| NodeAddress {
+                            type_: a.type_,
+                            address: a.address,
+                        })
+                        .collect(),
                 })
                 .collect()),
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
@@ -268,6 +306,7 @@ impl Routes for FakeProvider {
 
     async fn create_route(
         &self,
+        cx: &CallContext,
         cluster_name: &str,
         name_hint: &str,
         route: &Route,
@@ -277,14 +316,30 @@ impl Routes for FakeProvider {
             name,
             target_node: route.target_node.clone(),
             destination_cidr: route.destination_cidr.clone(),
+            target_node_addresses: route
+                .target_node_addresses
+                .iter()
+                .map(|a| FakeAddress {
+                    type_: a.type_.clone(),
+                    address: a.address.clone(),
+                })
+                .collect(),
         };
-        self.call(request).await.map(|_| ())
+        self.call(cx, request).await.map(|_| ())
     }
 
-    async fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
-        self.call(CloudRequest::DeleteRoute {
-            name: route.name.clone(),
-        })
+    async fn delete_route(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        route: &Route,
+    ) -> Result<(), CloudError> {
+        self.call(
+            cx,
+            CloudRequest::DeleteRoute {
+                name: route.name.clone(),
+            },
+        )
         .await
         .map(|_| ())
     }
@@ -336,7 +391,10 @@ mod tests {
         };
         let provider = FakeProvider::new(config);
         let instances = provider.instances_v2().unwrap();
-        let answers = instances.instance_metadata_batch(&[node("n1"), node("n2")]).await;
+        let cx = CallContext::with_timeout(std::time::Duration::from_secs(10));
+        let answers = instances
+            .instance_metadata_batch(&cx, &[node("n1"), node("n2")])
+            .await;
         assert_eq!(answers[0].as_ref().unwrap().provider_id, "fake://n1");
         assert!(matches!(answers[1], Err(CloudError::InstanceNotFound)));
         server
@@ -346,9 +404,9 @@ mod tests {
                 state: InstanceState::Stopped,
             }))
             .await;
-        assert!(instances.instance_shutdown(&node("n1")).await.unwrap());
-        assert!(instances.instance_exists(&node("n1")).await.unwrap());
-        assert!(!instances.instance_exists(&node("n2")).await.unwrap());
+        assert!(instances.instance_shutdown(&cx, &node("n1")).await.unwrap());
+        assert!(instances.instance_exists(&cx, &node("n1")).await.unwrap());
+        assert!(!instances.instance_exists(&cx, &node("n2")).await.unwrap());
     }
 
     #[tokio::test]

@@ -7,3 +7,4 @@ mod kubectl;
 mod process;
 mod rbac;
 mod support;
+mod validation;

@@ -1,22 +1,13 @@
-//! Running a control plane of this binary's replicas against a test API server and a fake cloud: used by
-//! `demo`, the multi-process tests and the leader benchmark, so all three exercise the same thing.
-//!
-//! The API server and the fake cloud are given by URL (in-process or separate processes alike); the
-//! verdict comes from the API server's own records (its admin API's Lease history and request log),
-//! checked by [`leadermigration::audit`].
+//! Replicas: processes of the `cloud-controller-manager` binary playing either side of a migration.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
-use leadermigration::audit::{Governance, LeaseWrite, RequestEntry};
-use leadermigration::{
-    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, KUBE_CONTROLLER_MANAGER, MigrationConfig,
-};
+use controller_manager::ControllerRegistry;
+use leadermigration::audit::Governance;
+use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig};
 
 /// The two sides of a migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,25 +126,27 @@ impl Environment {
         ]
     }
 
-    /// Who runs which controller under which Lease, as the audit must judge it.
+    /// Who runs which controller under which Lease, as the audit must judge it (the replicas run the
+    /// framework's built-in controllers).
     pub fn governance(&self) -> Result<Governance> {
-        let catalog = ControllerCatalog::standard();
+        let registry = ControllerRegistry::builtin();
+        let catalog = registry.catalog();
         let load = |path: &Path| -> Result<MigrationConfig> {
             let bytes = std::fs::read(path)?;
-            Ok(MigrationConfig::load(&path.display().to_string(), &bytes, &catalog)?.config)
+            Ok(MigrationConfig::load(&path.display().to_string(), &bytes, catalog)?.config)
         };
         Ok(Governance::default()
             .component(
                 KUBE_CONTROLLER_MANAGER,
                 KUBE_CONTROLLER_MANAGER,
                 Some(&load(&self.kcm_config)?),
-                &catalog,
+                catalog,
             )
             .component(
                 CLOUD_CONTROLLER_MANAGER,
                 CLOUD_CONTROLLER_MANAGER,
                 Some(&load(&self.ccm_config)?),
-                &catalog,
+                catalog,
             ))
     }
 }
@@ -338,204 +331,5 @@ impl Drop for Replica {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// The API server's admin API, over HTTP(S), through a kube client.
-#[derive(Clone)]
-pub struct Admin {
-    client: kube::Client,
-}
-
-impl Admin {
-    /// An admin client for the server `client` talks to.
-    pub fn new(client: kube::Client) -> Admin {
-        Admin { client }
-    }
-
-    async fn lines<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<Vec<T>> {
-        let request = http::Request::get(path).body(Vec::new())?;
-        let text = self
-            .client
-            .request_text(request)
-            .await
-            .with_context(|| format!("GET {path}"))?;
-        text.lines()
-            .filter(|l| !l.is_empty())
-            .map(|l| serde_json::from_str(l).with_context(|| format!("a record of {path}")))
-            .collect()
-    }
-
-    /// Every Lease write so far.
-    pub async fn leases(&self) -> Result<Vec<LeaseWrite>> {
-        self.lines("/_admin/leases").await
-    }
-
-    /// Every request so far.
-    pub async fn requests(&self) -> Result<Vec<RequestEntry>> {
-        self.lines("/_admin/requests").await
-    }
-
-    /// Adds a fault (`FaultSpec` JSON).
-    pub async fn add_fault(&self, spec: serde_json::Value) -> Result<()> {
-        let request = http::Request::post("/_admin/faults")
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&spec)?)?;
-        self.client.request_text(request).await?;
-        Ok(())
-    }
-}
-
-/// Current holders of the given Leases in `kube-system` (`None`: free or absent).
-pub async fn holders(client: &kube::Client, leases: &[&str]) -> Result<BTreeMap<String, Option<String>>> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
-    let mut holders = BTreeMap::new();
-    for name in leases {
-        let holder = api
-            .get_opt(name)
-            .await?
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .filter(|h| !h.is_empty());
-        holders.insert((*name).to_owned(), holder);
-    }
-    Ok(holders)
-}
-
-/// Waits until `condition` holds for the current holders.
-pub async fn wait_for_holders(
-    client: &kube::Client,
-    leases: &[&str],
-    timeout: Duration,
-    what: &str,
-    mut condition: impl FnMut(&BTreeMap<String, Option<String>>) -> bool,
-) -> Result<BTreeMap<String, Option<String>>> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let current = holders(client, leases).await?;
-        if condition(&current) {
-            return Ok(current);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}; holders: {current:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The cloud-node controller has initialised `node`: it no longer carries the uninitialized taint.
-pub fn initialized(node: &k8s_openapi::api::core::v1::Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_none_or(|t| {
-            t.iter()
-                .all(|t| t.key != cloud_provider::names::TAINT_UNINITIALIZED)
-        })
-}
-
-/// The service-lb controller has served `service`: its status has an ingress.
-pub fn has_ingress(service: &k8s_openapi::api::core::v1::Service) -> bool {
-    service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
-}
-
-/// Keeps the controllers busy: new nodes (each with a cloud instance, the uninitialized taint and a pod
-/// CIDR) and LoadBalancer services, so that every controller writes throughout a migration.
-#[derive(Clone)]
-pub struct Workload {
-    client: kube::Client,
-    cloud: provider_fake::FakeCloudClient,
-}
-
-/// What a workload created.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Created {
-    /// Nodes.
-    pub nodes: u32,
-    /// LoadBalancer services.
-    pub services: u32,
-}
-
-impl Workload {
-    /// A workload writing through `client`, with instances in the fake cloud at `cloud_url`.
-    pub fn new(client: kube::Client, cloud_url: &str) -> Workload {
-        Workload {
-            client,
-            cloud: provider_fake::FakeCloudClient::new(cloud_url),
-        }
-    }
-
-    /// Node `index`: its instance first, then the Node (Ready, uninitialized, with a pod CIDR).
-    pub async fn add_node(&self, index: u32) -> Result<()> {
-        use provider_fake::{AdminRequest, CloudRequest, CloudResponse, FakeInstance};
-        let name = format!("node-{index}");
-        if let CloudResponse::Error { message, .. } = self
-            .cloud
-            .call(&CloudRequest::Admin(AdminRequest::PutInstance(
-                FakeInstance::running(&name, index),
-            )))
-            .await
-        {
-            bail!("cannot add instance {name}: {message}");
-        }
-        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "spec": {
-                "podCIDR": format!("10.244.{}.0/24", index % 256),
-                "podCIDRs": [format!("10.244.{}.0/24", index % 256)],
-                "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
-            },
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-                "addresses": [{"type": "Hostname", "address": name}],
-            },
-        }))?;
-        Api::all(self.client.clone())
-            .create(&Default::default(), &node)
-            .await
-            .with_context(|| format!("create node {index}"))?;
-        Ok(())
-    }
-
-    /// LoadBalancer service `index` in `default`.
-    pub async fn add_service(&self, index: u32) -> Result<()> {
-        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": format!("web-{index}")},
-            "spec": {"type": "LoadBalancer", "selector": {"app": format!("web-{index}")}, "ports": [{"port": 80, "targetPort": 8080}]},
-        }))?;
-        Api::namespaced(self.client.clone(), "default")
-            .create(&Default::default(), &service)
-            .await
-            .with_context(|| format!("create service {index}"))?;
-        Ok(())
-    }
-
-    /// Every `period`, adds a node and a service, until `stop`.
-    pub fn churn(
-        self,
-        period: Duration,
-        first: u32,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> tokio::task::JoinHandle<Result<Created>> {
-        tokio::spawn(async move {
-            let mut created = Created::default();
-            let mut index = first;
-            loop {
-                self.add_node(index).await?;
-                created.nodes += 1;
-                self.add_service(index).await?;
-                created.services += 1;
-                index += 1;
-                tokio::select! {
-                    () = stop.cancelled() => return Ok(created),
-                    () = tokio::time::sleep(period) => {}
-                }
-            }
-        })
     }
 }

@@ -1,0 +1,520 @@
+//! The manager's settings: upstream's flags, with upstream's names and defaults, layered with figment.
+//!
+//! Built-in defaults < `--config FILE` (YAML, or TOML for `.toml`) < environment (`CCM_<FLAG>`, dashes as
+//! underscores) < flags. Every source uses the flag's name as the key (`leader-elect-lease-duration: 15s`).
+//!
+//! Each flag is declared once, in [`flags`]: that makes the [`Settings`] struct and the [`FLAGS`] table, which
+//! builds the clap command and the "flags" layer. Clap never supplies defaults (it would override the file
+//! and the environment); the defaults are the table's, through [`Settings::default`].
+
+mod flags;
+
+use std::path::PathBuf;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use controller_manager::Registry;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::Deserializer;
+
+pub(crate) use self::flags::{FLAGS, Settings};
+use crate::duration::GoDuration;
+use crate::lenient;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `--flag[=true|false]`.
+    Bool,
+    /// `--flag VALUE`.
+    Value,
+    /// `--flag A,B` (repeatable).
+    List,
+}
+
+/// One flag: name (also the settings key), help section, kind, default as shown, help.
+#[derive(Debug)]
+pub(crate) struct Flag {
+    pub(crate) name: &'static str,
+    pub(crate) heading: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) default: &'static str,
+    pub(crate) help: &'static str,
+}
+
+const GENERIC: &str = "Generic flags";
+const DEBUGGING: &str = "Debugging flags";
+const MIGRATION: &str = "Leader-migration flags";
+const NODE: &str = "Cloud-node-controller flags";
+const SERVICE: &str = "Service-lb-controller flags";
+const MISC: &str = "Misc flags";
+const SERVING: &str = "Secure serving flags";
+const AUTHN: &str =
+    "Authentication flags (delegated authentication is not implemented yet: accepted, no effect)";
+const AUTHZ: &str =
+    "Authorization flags (delegated authorization is not implemented yet: accepted, no effect)";
+const WEBHOOK: &str = "Webhook flags (no webhooks are implemented: accepted, no effect)";
+const LOGS: &str = "Logs flags";
+
+/// A setting's type: how its flag takes a value, and how it is read from any source (flags and files give
+/// text, the environment may give TOML-typed values).
+pub(crate) trait Setting: Sized {
+    /// How the flag takes its value.
+    const KIND: Kind;
+    /// Reads the value, as text or as itself.
+    fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
+}
+
+/// serde's entry point to [`Setting::read`] for every field of [`Settings`].
+fn setting<'de, D: Deserializer<'de>, T: Setting>(deserializer: D) -> Result<T, D::Error> {
+    T::read(deserializer)
+}
+
+impl Setting for String {
+    const KIND: Kind = Kind::Value;
+    fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient::string(deserializer)
+    }
+}
+
+impl Setting for bool {
+    const KIND: Kind = Kind::Bool;
+    fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient::boolean(deserializer)
+    }
+}
+
+impl Setting for Vec<String> {
+    const KIND: Kind = Kind::List;
+    fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient::list(deserializer)
+    }
+}
+
+macro_rules! parsed_setting {
+    ($($type:ty),*) => {$(
+        impl Setting for $type {
+            const KIND: Kind = Kind::Value;
+            fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                lenient::parsed(deserializer)
+            }
+        }
+    )*};
+}
+
+parsed_setting!(GoDuration, u8, u16, u32, f32);
+
+/// The defaults of [`FLAGS`], as a figment layer: the table is the one place defaults are written.
+fn defaults() -> Serialized<Dict> {
+    Serialized::defaults(
+        FLAGS
+            .iter()
+            .map(|f| (f.name.to_owned(), Value::from(f.default.to_owned())))
+            .collect(),
+    )
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Figment::from(defaults())
+            .extract()
+            .expect("the flag table's defaults are valid settings")
+    }
+}
+
+/// The flags layer: values given on the command line only.
+struct CommandLine(Dict);
+
+impl Provider for CommandLine {
+    fn metadata(&self) -> Metadata {
+        Metadata::named("command-line flags")
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(Profile::Default.collect(self.0.clone()))
+    }
+}
+
+/// What this binary's registries hold, for the help of `--cloud-provider` and `--controllers`.
+fn registered(flag: &Flag, registry: &Registry) -> String {
+    match flag.name {
+        "cloud-provider" => {
+            let names: Vec<&str> = registry.providers().names().collect();
+            let names = if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            };
+            format!(" This binary has: {names}.")
+        }
+        "controllers" => {
+            let (mut on, mut off) = (Vec::new(), Vec::new());
+            for definition in registry.controllers().definitions() {
+                let entry = registry
+                    .controllers()
+                    .catalog()
+                    .resolve(definition.name())
+                    .expect("a registered controller is in the catalog");
+                let mut text = definition.name().to_owned();
+                if !entry.aliases.is_empty() {
+                    text.push_str(&format!(" (alias {})", entry.aliases.join(", ")));
+                }
+                if let Some(provider) = definition.provider() {
+                    text.push_str(&format!(" [--cloud-provider={provider}]"));
+                }
+                if entry.disabled_by_default {
+                    off.push(text);
+                } else {
+                    on.push(text);
+                }
+            }
+            let list = |items: &[String]| {
+                if items.is_empty() {
+                    "none".to_owned()
+                } else {
+                    items.join(", ")
+                }
+            };
+            format!(
+                " Controllers: {}. Disabled-by-default controllers: {}.",
+                list(&on),
+                list(&off)
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Adds every flag of [`FLAGS`] to `command`, with no clap defaults; the help of `--cloud-provider` and
+/// `--controllers` lists what `registry` holds.
+pub(crate) fn add_flags(mut command: Command, registry: &Registry) -> Command {
+    for flag in FLAGS {
+        let help = format!("{}{}", flag.help, registered(flag, registry));
+        let help = match flag.default {
+            "" => help,
+            default => format!("{help} [default: {default}]"),
+        };
+        let mut arg = Arg::new(flag.name)
+            .long(flag.name)
+            .help(help)
+            .help_heading(flag.heading)
+            .global(false);
+        // As pflag, a repeated flag's last value wins (lists accumulate).
+        if flag.kind != Kind::List {
+            arg = arg.overrides_with(flag.name);
+        }
+        arg = match flag.kind {
+            Kind::Bool => arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .value_parser(["true", "false", "True", "False", "1", "0"]),
+            Kind::Value => arg.num_args(1).action(ArgAction::Set),
+            Kind::List => arg.num_args(1).action(ArgAction::Append).value_delimiter(','),
+        };
+        if flag.name == "v" {
+            arg = arg.short('v').value_name("LEVEL");
+        }
+        command = command.arg(arg);
+    }
+    command.arg(
+        Arg::new("config")
+            .long("config")
+            .value_name("FILE")
+            .help("Settings file (YAML, or TOML when it ends in .toml), with flag names as keys. Layering: defaults < this file < CCM_<FLAG> environment variables < flags.")
+            .help_heading(GENERIC),
+    )
+}
+
+/// A setting that cannot be read, naming its source.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct SettingsError(pub(crate) String);
+
+/// `--cloud-provider` for the command line, `CCM_CLOUD_PROVIDER` for the environment, the key for a file.
+fn describe(error: &figment::Error) -> String {
+    let key = error.path.last().cloned().unwrap_or_default();
+    let source = error
+        .metadata
+        .as_ref()
+        .map(|m| m.name.to_string())
+        .unwrap_or_default();
+    let place = if source.contains("command-line") {
+        format!("--{key}")
+    } else if source.contains("environment") {
+        format!("CCM_{}", key.to_ascii_uppercase().replace('-', "_"))
+    } else {
+        match error.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+            Some(figment::Source::File(path)) => format!("{}: {key}", path.display()),
+            _ => key,
+        }
+    };
+    let mut kind = error.kind.to_string();
+    if let figment::error::Kind::UnknownField(field, _) = &error.kind {
+        kind = format!(
+            "unknown setting {field:?} (settings are named as the flags, e.g. leader-elect-lease-duration)"
+        );
+    }
+    if place.is_empty() {
+        kind
+    } else {
+        format!("{place}: {kind}")
+    }
+}
+
+/// The effective settings from all sources.
+pub(crate) fn layered(matches: &ArgMatches) -> Result<Settings, SettingsError> {
+    let mut figment = Figment::from(defaults());
+    if let Some(path) = matches.get_one::<String>("config") {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            return Err(SettingsError(format!(
+                "--config: {}: no such file",
+                path.display()
+            )));
+        }
+        figment = if path.extension().is_some_and(|e| e == "toml") {
+            figment.merge(Toml::file_exact(&path))
+        } else {
+            figment.merge(serde_saphyr::figment::Yaml::file_exact(&path))
+        };
+    }
+    figment = figment.merge(
+        Env::prefixed("CCM_")
+            .map(|key| key.as_str().replace('_', "-").into())
+            .lowercase(true),
+    );
+    let mut given = Dict::new();
+    for flag in FLAGS {
+        if matches.value_source(flag.name) != Some(clap::parser::ValueSource::CommandLine) {
+            continue;
+        }
+        let values: Vec<String> = matches
+            .get_many::<String>(flag.name)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let value = match flag.kind {
+            Kind::List => Value::from(values),
+            Kind::Bool | Kind::Value => Value::from(values.last().cloned().unwrap_or_default()),
+        };
+        given.insert(flag.name.to_owned(), value);
+    }
+    figment = figment.merge(CommandLine(given));
+    figment.extract().map_err(|error| {
+        SettingsError(
+            error
+                .into_iter()
+                .map(|e| describe(&e))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    })
+}
+
+#[cfg(test)]
+// figment::Jail's closures return figment's (large) error type.
+#[allow(clippy::result_large_err)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn command() -> Command {
+        add_flags(Command::new("test"), &Registry::new())
+    }
+
+    /// Runs `f` with no environment variables, serialised with every other test that touches the environment.
+    pub(crate) fn hermetic(f: impl FnOnce()) {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            f();
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn every_flag_says_what_it_does() {
+        let silent: Vec<&str> = FLAGS
+            .iter()
+            .filter(|f| f.help.trim().is_empty())
+            .map(|f| f.name)
+            .collect();
+        assert!(silent.is_empty(), "flags without help: {silent:?}");
+    }
+
+    #[test]
+    fn upstream_defaults() {
+        let s = Settings::default();
+        assert_eq!(s.controllers, ["*"]);
+        assert_eq!((s.kube_api_qps, s.kube_api_burst), (20.0, 30));
+        assert!(s.leader_elect);
+        assert_eq!(s.leader_elect_lease_duration.to_string(), "15s");
+        assert_eq!(s.leader_elect_renew_deadline.to_string(), "10s");
+        assert_eq!(s.leader_elect_retry_period.to_string(), "2s");
+        assert_eq!(s.leader_elect_resource_name, "cloud-controller-manager");
+        assert_eq!(s.leader_elect_resource_namespace, "kube-system");
+        assert_eq!(s.node_monitor_period.to_string(), "5s");
+        assert_eq!(s.node_status_update_frequency.to_string(), "5m0s");
+        assert_eq!(s.route_reconciliation_period.to_string(), "10s");
+        assert_eq!(s.min_resync_period.to_string(), "12h0m0s");
+        assert_eq!(s.secure_port, 10258);
+        assert_eq!(s.cluster_name, "kubernetes");
+        assert!(s.configure_cloud_routes && !s.enable_leader_migration);
+        assert_eq!(
+            s.authorization_always_allow_paths,
+            ["/healthz", "/readyz", "/livez"]
+        );
+    }
+
+    #[test]
+    fn flags_override_and_bools_take_an_equals() {
+        hermetic(|| {
+            let matches = command()
+                .try_get_matches_from([
+                    "t",
+                    "--leader-elect=false",
+                    "--cluster-name",
+                    "prod",
+                    "--controllers",
+                    "*,-route",
+                    "--controllers=nodeipam",
+                    "-v",
+                    "4",
+                ])
+                .unwrap();
+            let s = layered(&matches).unwrap();
+            assert!(!s.leader_elect);
+            assert_eq!(s.cluster_name, "prod");
+            assert_eq!(s.controllers, ["*", "-route", "nodeipam"]);
+            assert_eq!(s.v, 4);
+            let bare = command()
+                .try_get_matches_from(["t", "--enable-leader-migration"])
+                .unwrap();
+            assert!(layered(&bare).unwrap().enable_leader_migration);
+            assert!(
+                command()
+                    .try_get_matches_from(["t", "--leader-elect", "false"])
+                    .is_err(),
+                "as pflag: false needs an equals sign"
+            );
+            let repeated = command()
+                .try_get_matches_from([
+                    "t",
+                    "--enable-leader-migration",
+                    "--enable-leader-migration=false",
+                    "--v=2",
+                    "--v=3",
+                ])
+                .unwrap();
+            let settings = layered(&repeated).unwrap();
+            assert_eq!(
+                (settings.enable_leader_migration, settings.v),
+                (false, 3),
+                "the last occurrence wins"
+            );
+        });
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        hermetic(|| {
+            let matches = command()
+                .try_get_matches_from(["t", "--leader-elect-lease-duration", "fifteen"])
+                .unwrap();
+            let error = layered(&matches).unwrap_err().to_string();
+            assert!(error.starts_with("--leader-elect-lease-duration: "), "{error}");
+            assert!(error.contains("invalid duration \"fifteen\""), "{error}");
+        });
+    }
+
+    /// The layers, each from its real source: a file in a scratch directory, the process environment (the
+    /// jail restores it and serialises the tests that touch it), and the command line.
+    #[test]
+    fn defaults_file_environment_and_flags_layer_in_that_order() {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file(
+                "ccm.yaml",
+                "cluster-name: from-file\nconcurrent-node-syncs: 4\nkube-api-qps: 50\nnode-monitor-period: 7s\n",
+            )?;
+            jail.set_env("CCM_CONCURRENT_NODE_SYNCS", "8");
+            // A number-looking string stays a string (figment's Env would read an integer).
+            jail.set_env("CCM_CLUSTER_NAME", "12345");
+            let matches = command()
+                .try_get_matches_from(["t", "--config", "ccm.yaml", "--kube-api-qps=100"])
+                .unwrap();
+            let s = layered(&matches).unwrap();
+            assert_eq!(s.cluster_name, "12345", "environment over file");
+            assert_eq!(s.concurrent_node_syncs, 8, "environment over file");
+            assert_eq!(s.kube_api_qps, 100.0, "flag over file");
+            assert_eq!(s.node_monitor_period.to_string(), "7s", "file over default");
+            assert!(s.leader_elect, "default");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_toml_file_reads_the_same_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file(
+                "ccm.toml",
+                "cluster-name = \"toml\"\nleader-elect = false\ncontrollers = [\"*\", \"-route\"]\n",
+            )?;
+            let matches = command()
+                .try_get_matches_from(["t", "--config=ccm.toml"])
+                .unwrap();
+            let s = layered(&matches).unwrap();
+            assert_eq!(s.cluster_name, "toml");
+            assert!(!s.leader_elect);
+            assert_eq!(s.controllers, ["*", "-route"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn errors_name_the_file_and_key_the_variable_or_the_flag() {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file("bad.yaml", "concurrent-node-syncs: many\n")?;
+            let in_file = layered(
+                &command()
+                    .try_get_matches_from(["t", "--config", "bad.yaml"])
+                    .unwrap(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(in_file.contains("bad.yaml: concurrent-node-syncs: "), "{in_file}");
+
+            jail.create_file("unknown.yaml", "leader-elect-lease-durration: 15s\n")?;
+            let unknown = layered(
+                &command()
+                    .try_get_matches_from(["t", "--config", "unknown.yaml"])
+                    .unwrap(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                unknown.contains("unknown setting \"leader-elect-lease-durration\""),
+                "{unknown}"
+            );
+
+            let missing = layered(
+                &command()
+                    .try_get_matches_from(["t", "--config", "absent.yaml"])
+                    .unwrap(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert_eq!(missing, "--config: absent.yaml: no such file");
+
+            jail.set_env("CCM_NODE_MONITOR_PERIOD", "soon");
+            let in_env = layered(&command().try_get_matches_from(["t"]).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(in_env.starts_with("CCM_NODE_MONITOR_PERIOD: "), "{in_env}");
+            assert!(in_env.contains("\"soon\""), "{in_env}");
+            Ok(())
+        });
+    }
+}

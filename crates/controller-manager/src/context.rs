@@ -1,0 +1,163 @@
+//! What a running controller gets, whoever registered it.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_provider::{CallContext, CloudProvider};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use leadermigration::ControllerName;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cached_node::CachedNode;
+use crate::client::Fence;
+use crate::compact::Compact;
+use crate::config::ControllerSettings;
+use crate::informers::{Informer, Informers};
+use crate::metrics::Metrics;
+
+/// The longest Event note the API server accepts.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// A running controller's world: its own client, the provider, the shared caches, its Event recorder,
+/// and the signals to start and stop by.
+///
+/// The client names the controller in its `User-Agent` and, when the controller runs under a lock, is
+/// fenced on it: once the lock's `valid_until` passes, writes fail locally.
+#[derive(Clone)]
+pub struct ControllerContext {
+    pub(crate) name: ControllerName,
+    pub(crate) client: kube::Client,
+    pub(crate) provider: Arc<dyn CloudProvider>,
+    pub(crate) informers: Arc<Informers>,
+    pub(crate) settings: Arc<ControllerSettings>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) stop: CancellationToken,
+    pub(crate) started: Arc<watch::Sender<bool>>,
+    /// The lock the controller runs under (none without leader election).
+    pub(crate) fence: Option<Fence>,
+    /// `<identity>/<controller>`, naming the caller of cloud calls.
+    pub(crate) caller: Arc<str>,
+}
+
+impl ControllerContext {
+    /// The controller's canonical name.
+    pub fn name(&self) -> ControllerName {
+        self.name
+    }
+
+    /// The controller's own Kubernetes client (its `User-Agent`, rate limit, and fence).
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The cloud provider.
+    pub fn provider(&self) -> &Arc<dyn CloudProvider> {
+        &self.provider
+    }
+
+    /// The cloud provider as its concrete type, for a provider's own controllers.
+    pub fn provider_as<P: CloudProvider>(&self) -> Option<Arc<P>> {
+        let any: Arc<dyn Any + Send + Sync> = self.provider.clone();
+        any.downcast::<P>().ok()
+    }
+
+    /// The manager's controller settings (upstream's flags).
+    pub fn settings(&self) -> &ControllerSettings {
+        &self.settings
+    }
+
+    /// The shared node cache (its watch starts on first use).
+    pub fn nodes(&self) -> &Informer<CachedNode> {
+        self.informers.nodes()
+    }
+
+    /// The shared service cache (its watch starts on first use).
+    pub fn services(&self) -> &Informer<Compact<Service>> {
+        self.informers.services()
+    }
+
+    /// Fires when the controller must stop; its task then returns promptly.
+    pub fn stop(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// The context for one cloud call: its deadline is the call timeout from now, and never later than the
+    /// validity of the lock this controller runs under (so a process that lost its lock cannot go on acting
+    /// on the cloud); it is cancelled when the controller stops.
+    pub fn call_context(&self) -> CallContext {
+        let now = Instant::now();
+        let mut deadline = now + self.settings.cloud_call_timeout;
+        if let Some(fence) = &self.fence {
+            deadline = deadline.min(fence.valid_until().unwrap_or(now));
+        }
+        CallContext::new(deadline, self.stop.clone(), &self.caller)
+    }
+
+    /// Tells readiness the controller is working (its caches are synced).
+    pub fn set_started(&self) {
+        self.started.send_replace(true);
+    }
+
+    /// Records one reconciliation's outcome and duration (`controller_reconciles_total`,
+    /// `controller_reconcile_duration_seconds`).
+    pub fn record_reconcile(&self, ok: bool, duration: Duration) {
+        self.metrics
+            .reconciled(self.name.as_str(), ok, duration.as_secs_f64());
+    }
+
+    /// Publishes an Event about `about`, reported by this controller and process. A note longer than the API
+    /// allows (1024 bytes) is cut. Failures are logged: an Event is never worth failing a sync.
+    pub async fn event(
+        &self,
+        about: &ObjectReference,
+        kind: EventType,
+        reason: &str,
+        action: &str,
+        mut note: String,
+    ) {
+        if note.len() > MAX_NOTE_BYTES {
+            let mut end = MAX_NOTE_BYTES;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+        }
+        let event = Event {
+            type_: kind,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, about).await {
+            tracing::debug!(controller = %self.name, %error, reason, "cannot publish event");
+        }
+    }
+}
+
+/// The recorder of one controller: its Events name it (as upstream's reporter names) and this process.
+pub(crate) fn recorder(client: kube::Client, reporter: &str, identity: &str) -> Recorder {
+    Recorder::new(
+        client,
+        Reporter {
+            controller: reporter.to_owned(),
+            instance: Some(identity.to_owned()),
+        },
+    )
+}
+
+/// A reference to `object` for Events: without the resourceVersion, so that an Event repeated about an
+/// object that changed in between is one Event with a series, as client-go's correlator makes it, not a new
+/// Event per version.
+pub fn event_reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
+    ObjectReference {
+        resource_version: None,
+        ..object.object_ref(&())
+    }
+}

@@ -1,0 +1,419 @@
+//! `service-lb-controller`: cloud load balancers for `type: LoadBalancer` services, as upstream's service
+//! controller (its Events report as `service-controller`, as upstream's).
+//!
+//! - Services of type LoadBalancer without `spec.loadBalancerClass` want one.
+//! - The `service.kubernetes.io/load-balancer-cleanup` finalizer is added *before* anything is created in
+//!   the cloud, so a load balancer is never orphaned, whatever crashes between steps.
+//! - Ensure → `status.loadBalancer.ingress`; a change of node set → update the hosts; deletion or a change of
+//!   type (upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer — a
+//!   class does not count, so a live classed service keeps its finalizer) → ask the cloud whether a load
+//!   balancer exists, delete it if so, clear the status, then remove the finalizer. Cleanup on a change of
+//!   type is not a deletion, which is why this does not use kube-runtime's `finalizer` helper.
+//! - A service deleted without our finalizer, or re-created under its name with a new UID, has the load
+//!   balancer this process ensured for it deleted (upstream's `processLoadBalancerDelete`).
+//! - A hosts update that fails on a load balancer that is gone is done (nothing to update); otherwise the
+//!   retry is a full ensure.
+//! - Node set: upstream's stable predicates (not deleting, not excluded by label, not tainted for deletion
+//!   by the cluster autoscaler; readiness is not one). Hosts are synced when a node is added or deleted, or
+//!   its provider ID or exclude label changes; the autoscaler's taint alone takes effect at the next sync
+//!   something else causes (upstream's connection draining).
+//! - `ImplementedElsewhere` counts as done; `Retry { after }` requeues after exactly that long; other
+//!   failures back off per service from 5 s doubling to 300 s (upstream's), with up to 10% jitter.
+//! - Events as upstream: EnsuringLoadBalancer, EnsuredLoadBalancer, UpdatedLoadBalancer,
+//!   DeletingLoadBalancer (only when a load balancer exists), DeletedLoadBalancer, and warnings
+//!   SyncLoadBalancerFailed (`Error syncing load balancer: …`), UpdateLoadBalancerFailed,
+//!   UnAvailableLoadBalancer, DeleteLoadBalancerFailed.
+
+mod node_set;
+mod sync;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use cloud_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
+use tokio::sync::mpsc;
+
+use self::node_set::{NodeSet, node_set, spec_hash, sync_trigger};
+pub(crate) use self::sync::ServiceError;
+use self::sync::{Target, clean_up, delete_orphan, ensure, update_hosts};
+use super::backoff::Backoff;
+use super::periodic::pause;
+use crate::cached_node::CachedNode;
+use crate::compact::Compact;
+use crate::context::ControllerContext;
+
+/// What was last done for a service: hashes of the spec and of the node set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Synced {
+    spec: u64,
+    nodes: u64,
+}
+
+/// A pass over the load balancers after the node set changed (for `nodesync_latency_seconds`).
+struct NodeSync {
+    started: Instant,
+    pending: HashSet<String>,
+}
+
+pub(super) struct ServiceContext {
+    controller: ControllerContext,
+    nodes: Store<CachedNode>,
+    /// The last node set given to the provider, while some sync still uses it.
+    materialized: Mutex<(u64, Weak<[Arc<Node>]>)>,
+    synced: Mutex<HashMap<String, Synced>>,
+    /// The service each load balancer was last ensured for, by `namespace/name`: what to delete when the
+    /// service goes without our finalizer or comes back with another UID.
+    ensured: Mutex<HashMap<String, Arc<Service>>>,
+    backoff: Backoff,
+    node_sync: Mutex<Option<NodeSync>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ServiceContext {
+    /// The node set as the provider takes it: materialised once, shared by the syncs that use it at the
+    /// same time (a pass over many services after a change of node set), and freed after them.
+    fn materialize(&self, set: &NodeSet) -> Arc<[Arc<Node>]> {
+        let mut memo = lock(&self.materialized);
+        if memo.0 == set.hash
+            && let Some(nodes) = memo.1.upgrade()
+        {
+            return nodes;
+        }
+        let nodes: Arc<[Arc<Node>]> = set.nodes.iter().map(|n| Arc::new(n.to_node())).collect();
+        *memo = (set.hash, Arc::downgrade(&nodes));
+        nodes
+    }
+
+    fn synced(&self) -> MutexGuard<'_, HashMap<String, Synced>> {
+        lock(&self.synced)
+    }
+
+    fn ensured(&self) -> MutexGuard<'_, HashMap<String, Arc<Service>>> {
+        lock(&self.ensured)
+    }
+
+    /// A load balancer was ensured for `service`.
+    fn remember(&self, key: &str, service: &Arc<Service>, synced: Synced) {
+        self.synced().insert(key.to_owned(), synced);
+        self.ensured().insert(key.to_owned(), service.clone());
+    }
+
+    /// The service's load balancer is gone: nothing is kept about it.
+    fn forget(&self, key: &str) {
+        self.synced().remove(key);
+        self.ensured().remove(key);
+        self.backoff.forget(key);
+        self.node_sync_done(key);
+    }
+
+    /// A node-set pass starts: the services whose load balancers have another node set than `hash`.
+    fn node_sync_started(&self, hash: u64) {
+        let pending: HashSet<String> = self
+            .synced()
+            .iter()
+            .filter(|(_, synced)| synced.nodes != hash)
+            .map(|(key, _)| key.clone())
+            .collect();
+        let mut node_sync = lock(&self.node_sync);
+        if pending.is_empty() {
+            self.controller.metrics.nodesync_latency.observe(0.0);
+            *node_sync = None;
+        } else {
+            *node_sync = Some(NodeSync {
+                started: Instant::now(),
+                pending,
+            });
+        }
+    }
+
+    /// `key`'s hosts were updated (or failed to be) in the current node-set pass.
+    fn node_sync_done(&self, key: &str) {
+        let mut node_sync = lock(&self.node_sync);
+        if let Some(pass) = node_sync.as_mut() {
+            pass.pending.remove(key);
+            if pass.pending.is_empty() {
+                let elapsed = pass.started.elapsed().as_secs_f64();
+                self.controller.metrics.nodesync_latency.observe(elapsed);
+                *node_sync = None;
+            }
+        }
+    }
+}
+
+fn key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Upstream's `wantsLoadBalancer`.
+fn wants_load_balancer(service: &Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer") && s.load_balancer_class.is_none())
+}
+
+fn has_finalizer(service: &Service) -> bool {
+    service
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP))
+}
+
+/// Upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer.
+fn needs_cleanup(service: &Service) -> bool {
+    let is_load_balancer = service
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"));
+    has_finalizer(service) && (service.metadata.deletion_timestamp.is_some() || !is_load_balancer)
+}
+
+fn ingress_of(service: &Service) -> Option<&LoadBalancerStatus> {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .filter(|lb| lb.ingress.as_ref().is_some_and(|i| !i.is_empty()))
+}
+
+pub(super) async fn run(controller: ControllerContext) {
+    let services = controller.services();
+    let nodes = controller.nodes();
+    tokio::select! {
+        () = controller.stop().cancelled() => return,
+        () = async { tokio::join!(services.ready(), nodes.ready()); } => {}
+    }
+    let context = Arc::new(ServiceContext {
+        controller: controller.clone(),
+        nodes: nodes.store(),
+        materialized: Mutex::new((0, Weak::<[Arc<Node>; 0]>::new())),
+        synced: Mutex::default(),
+        ensured: Mutex::default(),
+        backoff: Backoff::per_key(Duration::from_secs(5), Duration::from_secs(300)),
+        node_sync: Mutex::default(),
+    });
+    let (trigger, triggers) = mpsc::channel::<()>(1);
+    let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
+    let orphans = tokio::spawn(delete_orphans(context.clone()));
+    let triggers = futures::stream::unfold(triggers, |mut receiver| async move {
+        receiver.recv().await.map(|()| ((), receiver))
+    });
+    controller.set_started();
+    let stop = controller.stop().clone();
+    Controller::for_shared_stream(services.subscribe(), services.store())
+        .with_config(Config::default().concurrency(controller.settings().concurrent_service_syncs))
+        .reconcile_all_on(futures::stream::once(async {}).chain(triggers))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile, error_policy, context)
+        .for_each(|_| async {})
+        .await;
+    watcher.abort();
+    orphans.abort();
+}
+
+/// Triggers a pass over every service when nodes are added or deleted, or a provider ID or exclude label
+/// changes (upstream's node-sync triggers), checked at most once a second after node changes.
+async fn watch_node_set(context: Arc<ServiceContext>, trigger: mpsc::Sender<()>) {
+    let nodes = context.controller.nodes();
+    let mut changes = std::pin::pin!(futures::stream::select(nodes.subscribe(), nodes.deletions()));
+    let mut current = sync_trigger(&context.nodes);
+    loop {
+        if changes.next().await.is_none() {
+            return;
+        }
+        if !pause(context.controller.stop(), Duration::from_secs(1)).await {
+            return;
+        }
+        // Drain what arrived meanwhile; one pass covers it all.
+        while let Some(Some(_)) = futures::FutureExt::now_or_never(changes.next()) {}
+        let latest = sync_trigger(&context.nodes);
+        if latest != current {
+            current = latest;
+            context.node_sync_started(node_set(&context.nodes).hash);
+            // A full channel already holds a pending pass.
+            let _ = trigger.try_send(());
+        }
+    }
+}
+
+/// Deletes the load balancers of services deleted without our finalizer, retrying with back-off.
+async fn delete_orphans(context: Arc<ServiceContext>) {
+    let controller = &context.controller;
+    let mut deletions = std::pin::pin!(controller.services().deletions());
+    while let Some(deleted) = deletions.next().await {
+        let key = deleted.key();
+        let ensured = context.ensured().get(&key).cloned();
+        let Some(gone) = ensured.filter(|e| e.metadata.uid == deleted.meta().uid) else {
+            context.forget(&key);
+            continue;
+        };
+        let context = context.clone();
+        tokio::spawn(async move {
+            let Some(load_balancers) = context.controller.provider().load_balancer() else {
+                return;
+            };
+            loop {
+                match delete_orphan(&context, load_balancers, &gone).await {
+                    Ok(()) => {
+                        context.forget(&key);
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(service = %key, %error, "cannot delete the load balancer of a deleted service; retrying");
+                        let delay = error
+                            .retry_after()
+                            .unwrap_or_else(|| context.backoff.failed(&key));
+                        if !pause(context.controller.stop(), delay).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn error_policy(
+    service: Arc<Compact<Service>>,
+    error: &ServiceError,
+    context: Arc<ServiceContext>,
+) -> Action {
+    match error.retry_after() {
+        Some(after) => Action::requeue(after),
+        None => Action::requeue(context.backoff.failed(&service.key())),
+    }
+}
+
+async fn reconcile(
+    cached: Arc<Compact<Service>>,
+    context: Arc<ServiceContext>,
+) -> Result<Action, ServiceError> {
+    let started = Instant::now();
+    let service = Arc::new(cached.object());
+    let result = sync(service.clone(), &context).await;
+    context
+        .controller
+        .record_reconcile(result.is_ok(), started.elapsed());
+    match &result {
+        Ok(_) => context.backoff.forget(&key(&service)),
+        Err(error) => {
+            tracing::warn!(service = %key(&service), %error, "error syncing load balancer");
+            if error.is_sync_failure() {
+                let note = format!("Error syncing load balancer: {error}");
+                context
+                    .controller
+                    .event(
+                        &crate::context::event_reference(service.as_ref()),
+                        EventType::Warning,
+                        "SyncLoadBalancerFailed",
+                        "SyncLoadBalancer",
+                        note,
+                    )
+                    .await;
+            }
+        }
+    }
+    result
+}
+
+async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action, ServiceError> {
+    let controller = &context.controller;
+    let Some(load_balancers) = controller.provider().load_balancer() else {
+        return Ok(Action::await_change());
+    };
+    let target = Target {
+        context,
+        load_balancers,
+        api: Api::namespaced(
+            controller.client().clone(),
+            service.metadata.namespace.as_deref().unwrap_or("default"),
+        ),
+        name: service.metadata.name.clone().unwrap_or_default(),
+        key: key(&service),
+        cluster: &controller.settings().cluster_name,
+    };
+    // A service of this name with another UID had a load balancer: it goes first.
+    let previous = context.ensured().get(&target.key).cloned();
+    if let Some(previous) = previous.filter(|p| p.metadata.uid != service.metadata.uid) {
+        delete_orphan(context, load_balancers, &previous).await?;
+        context.forget(&target.key);
+    }
+    if needs_cleanup(&service) {
+        return clean_up(&target, &service).await;
+    }
+    if !wants_load_balancer(&service) {
+        // One this process ensured a load balancer for, that no longer wants it without our finalizer
+        // (an object older than the finalizer): cleaned up as upstream does.
+        if context.ensured().contains_key(&target.key) {
+            return clean_up(&target, &service).await;
+        }
+        return Ok(Action::await_change());
+    }
+    if service.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let set = node_set(&context.nodes);
+    let current = Synced {
+        spec: spec_hash(&service),
+        nodes: set.hash,
+    };
+    let previous = context.synced().get(&target.key).copied();
+    let has_ingress = ingress_of(&service).is_some();
+    match previous {
+        Some(previous) if previous == current && has_ingress => Ok(Action::await_change()),
+        Some(previous) if previous.spec == current.spec && has_ingress => {
+            update_hosts(&target, &service, &set, current).await
+        }
+        _ => ensure(&target, service, &set, current).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn service(value: serde_json::Value) -> Service {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn wanting_and_cleaning_up() {
+        let lb = service(json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer"}}));
+        assert!(wants_load_balancer(&lb) && !needs_cleanup(&lb));
+        let classed = service(
+            json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "other"}}),
+        );
+        assert!(!wants_load_balancer(&classed));
+        // A class never makes a live service with our finalizer need clean-up (upstream's needsCleanup).
+        let classed_with_finalizer = service(
+            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "other"}}),
+        );
+        assert!(!wants_load_balancer(&classed_with_finalizer) && !needs_cleanup(&classed_with_finalizer));
+        let changed_type = service(
+            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "ClusterIP"}}),
+        );
+        assert!(needs_cleanup(&changed_type));
+        let deleting = service(
+            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP], "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"type": "LoadBalancer"}}),
+        );
+        assert!(needs_cleanup(&deleting));
+    }
+}

@@ -1,0 +1,15 @@
+//! Test tooling, never on a manager's code path: a control plane of `cloud-controller-manager` replicas
+//! (processes) against a test API server and a fake cloud. Used by `demo`, the multi-process tests and
+//! the benchmarks, so all of them exercise the same thing.
+//!
+//! The API server and the fake cloud are given by URL (in-process or separate processes alike); the
+//! verdict comes from the API server's own records (its admin API's Lease history and request log),
+//! checked by [`leadermigration::audit`].
+
+mod admin;
+mod replica;
+mod workload;
+
+pub use admin::{Admin, holders, refused_as_invalid, wait_for_holders};
+pub use replica::{Environment, Replica, Side, Timings};
+pub use workload::{Created, Workload, has_ingress, initialized};

@@ -1,0 +1,130 @@
+//! get and list.
+
+use base64::Engine;
+use serde_json::json;
+
+use super::{not_found, object_key};
+use crate::request::{ApiRequest, selectors};
+use crate::state::{State, lock};
+use crate::status::ApiError;
+use crate::store::Key;
+use crate::store::Obj;
+use crate::wire::Reply;
+use bytes::Bytes;
+
+pub(super) fn get(state: &State, request: &ApiRequest<'_>) -> Result<Reply, ApiError> {
+    let target = &request.target;
+    let store = lock(&state.store);
+    let object = store
+        .get(target.id, &target.key())
+        .ok_or_else(|| not_found(target))?;
+    Ok(Reply::bytes(200, object.json.clone()))
+}
+
+pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, ApiError> {
+    let target = &request.target;
+    let resource = target.resource();
+    let (labels, fields) = selectors(resource, request.query)?;
+    let limit = request
+        .query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|&l| l > 0);
+    let start_after: Option<Key> = match request.query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            Some(decode_continue(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?)
+        }
+        None => None,
+    };
+    let store = lock(&state.store);
+    let resource_version = store.resource_version();
+    // The store never lags, so "not older than" is always the latest state; newer versions do not exist yet,
+    // and exact reads of past versions are not kept.
+    if let Some(requested) = request
+        .query
+        .get("resourceVersion")
+        .filter(|rv| !rv.is_empty() && *rv != "0")
+    {
+        let requested: u64 = requested
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {requested:?}")))?;
+        if requested > resource_version {
+            return Err(ApiError::too_large_resource_version(requested, resource_version));
+        }
+        if request.query.get("resourceVersionMatch") == Some("Exact") && requested != resource_version {
+            return Err(ApiError::gone(format!(
+                "resourceVersion {requested} is too old: exact reads of past versions are not kept"
+            )));
+        }
+    }
+    let mut matching = store
+        .list(target.id, target.namespace.as_deref())
+        .into_iter()
+        .filter(|o| labels.matches(&o.object) && fields.matches(&o.object))
+        .filter(|o| {
+            start_after
+                .as_ref()
+                .is_none_or(|after| object_key(&o.object) > *after)
+        });
+    let mut items: Vec<Obj> = Vec::new();
+    let mut remaining = 0usize;
+    for object in matching.by_ref() {
+        if limit.is_some_and(|l| items.len() >= l) {
+            remaining = 1;
+            break;
+        }
+        items.push(object);
+    }
+    remaining += matching.count();
+    drop(store);
+
+    let mut metadata = json!({"resourceVersion": resource_version.to_string()});
+    if remaining > 0
+        && let Some(last) = items.last()
+    {
+        metadata["continue"] = json!(encode_continue(&object_key(&last.object)));
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    let mut body = Vec::with_capacity(64 + items.iter().map(|o| o.json.len() + 1).sum::<usize>());
+    body.extend_from_slice(
+        format!(
+            r#"{{"kind":"{}List","apiVersion":"{}","metadata":{},"items":["#,
+            resource.kind,
+            resource.api_version(),
+            metadata
+        )
+        .as_bytes(),
+    );
+    for (index, object) in items.iter().enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&object.json);
+    }
+    body.extend_from_slice(b"]}");
+    Ok(Reply::bytes(200, Bytes::from(body)))
+}
+
+pub(super) fn encode_continue(key: &Key) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(key).expect("strings serialise"))
+}
+
+pub(super) fn decode_continue(token: &str) -> Option<Key> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let key = ("ns".to_owned(), "name".to_owned());
+        assert_eq!(decode_continue(&encode_continue(&key)), Some(key));
+        assert_eq!(decode_continue("!!"), None);
+    }
+}
