@@ -2,12 +2,11 @@
 //! profile `dist`), then
 //! runs `ccm-bench <name> ARGS` (e.g. `--output FILE`; `ccm-bench <name> --help` lists them).
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::Result;
 
-use crate::shell::{cargo, exec, repo_root};
+use crate::shell::{cargo, exec, target_dir};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -17,10 +16,6 @@ pub(crate) struct Args {
     /// The benchmark's arguments, e.g. `--output FILE` (see `ccm-bench <name> --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     rest: Vec<String>,
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from)
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {

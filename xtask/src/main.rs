@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chaos;
 mod fuzz;
 mod shell;
 mod test;
@@ -26,6 +27,9 @@ enum Command {
     Test(test::Args),
     /// Run a benchmark in release mode: apiserver, leader, nodes.
     Bench(bench::Args),
+    /// Six managers mid-migration under faults; fails on any overlap, a cluster that does not converge, or
+    /// a process stuck on SIGTERM.
+    Chaos(chaos::Args),
     /// Fuzz the leader-migration configuration decoder (needs the nightly toolchain; installs cargo-fuzz).
     Fuzz(fuzz::Args),
 }
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Chaos(args) => chaos::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,11 @@ pub(crate) fn repo_root() -> PathBuf {
 }
 
 /// `cargo`, as the one that runs this xtask.
+/// Where cargo builds (`CARGO_TARGET_DIR`, else `target/`).
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from)
+}
+
 pub(crate) fn cargo() -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     command.current_dir(repo_root());

@@ -1,7 +1,8 @@
 //! `cargo xtask test [-p PACKAGE]`: the one command that runs every test on a fresh machine.
 //!
 //! Set-up: checks for `kubectl` (the test API server is checked against it). Then, for a full run:
-//! `cargo fmt --check`, `cargo clippy -D warnings`, and the tests (with cargo-nextest when installed).
+//! `cargo fmt --check`, `cargo clippy -D warnings`, the tests (with cargo-nextest when installed), and a 60 s
+//! chaos run (`cargo xtask chaos`).
 
 use anyhow::{Result, bail};
 
@@ -71,6 +72,10 @@ pub(crate) fn run(args: &Args) -> Result<()> {
                 .arg("--")
                 .args(&args.runner_args),
         )?;
+    }
+    if full {
+        // The safety claim under faults, judged from the servers' own logs (a fixed seed: a failure replays).
+        crate::chaos::run(&crate::chaos::Args::ci())?;
     }
     Ok(())
 }

@@ -150,11 +150,9 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     for replica in &mut replicas {
         replica.wait(wait)?;
     }
-    let report = audit(
-        &admin.leases().await?,
-        &admin.requests().await?,
-        &environment.governance()?,
-    );
+    let mut requests = admin.requests().await?;
+    requests.extend(harness::cloud_writes(cloud.url()).await?);
+    let report = audit(&admin.leases().await?, &requests, &environment.governance()?);
     let graceful: Vec<f64> = report
         .handoffs
         .iter()

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod apiserver;
+mod chaos;
 mod leader;
+mod netns;
 mod nodes;
 mod process;
 mod stats;
@@ -28,6 +30,8 @@ enum Command {
     Leader(leader::Args),
     /// Cloud-node initialisation of a burst of nodes: rate, API writes per node, controller-manager memory.
     Nodes(nodes::Args),
+    /// Six managers mid-migration under kills, pauses, API-server and cloud faults: overlaps and convergence.
+    Chaos(chaos::Args),
 }
 
 /// Where results go.
@@ -56,5 +60,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Apiserver(args) => apiserver::run(args).await,
         Command::Leader(args) => leader::run(args).await,
         Command::Nodes(args) => nodes::run(args).await,
+        Command::Chaos(args) => chaos::run(args).await,
     }
 }

@@ -146,6 +146,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             Knobs {
                 latency_ms: args.cloud_latency_ms,
                 error_rate: 0.0,
+                hang_rate: 0.0,
             },
         ),
         ([127, 0, 0, 1], 0).into(),

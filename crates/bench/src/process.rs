@@ -47,10 +47,16 @@ pub(crate) struct ApiServer {
 
 impl ApiServer {
     pub(crate) fn start(extra: &[&str]) -> Result<ApiServer> {
+        ApiServer::start_on("127.0.0.1:0", extra)
+    }
+
+    /// As [`ApiServer::start`], listening on `listen` (`0.0.0.0:0` to be reachable from other network
+    /// namespaces).
+    pub(crate) fn start_on(listen: &str, extra: &[&str]) -> Result<ApiServer> {
         let directory = TempDir::new()?;
         let kubeconfig = directory.0.join("kubeconfig");
         let mut child = Command::new(sibling("test-apiserver")?)
-            .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
+            .args(["--listen", listen, "--kubeconfig-out"])
             .arg(&kubeconfig)
             .args(extra)
             .stdout(Stdio::piped())
@@ -124,6 +130,13 @@ impl TempDir {
         let path = std::env::temp_dir().join(format!("ccm-bench-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&path)?;
         Ok(TempDir(path))
+    }
+
+    /// Keeps the directory (for a failed run's logs) and returns its path.
+    pub(crate) fn keep(self) -> PathBuf {
+        let path = self.0.clone();
+        std::mem::forget(self);
+        path
     }
 }
 

@@ -321,8 +321,9 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         replica.wait(wait)?;
     }
 
-    let requests = admin.requests().await?;
+    let mut requests = admin.requests().await?;
     let invalid_writes = harness::refused_as_invalid(&requests).len();
+    requests.extend(harness::cloud_writes(cloud.url()).await?);
     let mut report = audit(&admin.leases().await?, &requests, &environment.governance()?);
     report
         .handoffs

@@ -8,12 +8,12 @@ const GO_MAX_SECONDS: f64 = 9_223_372_036.854_775;
 
 /// A duration written as Go writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct GoDuration(pub(crate) Duration);
+pub struct GoDuration(pub Duration);
 
 /// Not a Go duration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid duration {0:?} (use a number with a unit: ns, us, ms, s, m, h; e.g. 15s, 5m0s, 1h30m)")]
-pub(crate) struct DurationError(pub(crate) String);
+pub struct DurationError(pub String);
 
 impl std::str::FromStr for GoDuration {
     type Err = DurationError;
@@ -100,6 +100,30 @@ impl fmt::Display for GoDuration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any flag value is parsed or refused with the value named; never a panic or an overflow.
+        #[test]
+        fn any_text_is_parsed_or_refused(text in prop_oneof![
+            "\\PC{0,40}",
+            "[0-9.+-]{0,24}(ns|us|µs|ms|s|m|h|d|x){0,3}([0-9.]{0,8}(s|m|h)){0,3}",
+        ]) {
+            match text.parse::<GoDuration>() {
+                Ok(parsed) => prop_assert!(parsed.0.as_secs_f64() <= GO_MAX_SECONDS),
+                Err(error) => prop_assert_eq!(error.0, text),
+            }
+        }
+
+        /// What is printed parses back to the same duration (to the nanosecond Go keeps).
+        #[test]
+        fn printed_durations_parse_back(nanos in 0u64..9_223_372_036_854_775_807) {
+            let duration = GoDuration(Duration::from_nanos(nanos));
+            let back: GoDuration = duration.to_string().parse().unwrap();
+            let error = (back.0.as_secs_f64() - duration.0.as_secs_f64()).abs();
+            prop_assert!(error <= duration.0.as_secs_f64() * 1e-12 + 1e-9, "{} -> {:?}", duration, back);
+        }
+    }
 
     #[track_caller]
     fn check(text: &str, millis: u64, printed: &str) {

@@ -36,3 +36,4 @@ mod settings;
 mod telemetry;
 
 pub use app::main;
+pub use duration::{DurationError, GoDuration};

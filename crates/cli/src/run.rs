@@ -3,13 +3,14 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use controller_manager::{
     Cidr, ClientFactory, ControllerRegistry, ControllerSettings, LeaderElectionConfig, Manager,
-    ManagerConfig, Registry,
+    ManagerConfig, ManagerError, Registry,
 };
-use leadermigration::scopes::LossPolicy;
+use leadermigration::scopes::{LossPolicy, ScopesError};
 use leadermigration::{
     ControllerSelection, LeaseTimings, apply_migration_options, validate_leader_elect_resource_lock,
 };
@@ -118,21 +119,78 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
             problems.push(format!("{flag} must be a positive number"));
         }
     }
-    for (flag, value) in [
-        ("--node-monitor-period", settings.node_monitor_period.0),
+    // Every duration is bounded: zero would spin, and absurd values overflow timers. Upstream has no upper
+    // bounds; a day (a week for the resync period) is far beyond any working setting.
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    for (flag, value, may_be_zero, max) in [
+        (
+            "--node-monitor-period",
+            settings.node_monitor_period.0,
+            false,
+            DAY,
+        ),
         (
             "--route-reconciliation-period",
             settings.route_reconciliation_period.0,
+            false,
+            DAY,
         ),
         (
             "--node-status-update-frequency",
             settings.node_status_update_frequency.0,
+            false,
+            DAY,
         ),
-        ("--cloud-call-timeout", settings.cloud_call_timeout.0),
+        ("--cloud-call-timeout", settings.cloud_call_timeout.0, false, DAY),
+        (
+            "--kube-api-request-timeout",
+            settings.kube_api_request_timeout.0,
+            false,
+            DAY,
+        ),
+        (
+            "--controller-start-interval",
+            settings.controller_start_interval.0,
+            true,
+            DAY,
+        ),
+        ("--node-sync-period", settings.node_sync_period.0, true, DAY),
+        ("--min-resync-period", settings.min_resync_period.0, true, 7 * DAY),
+        ("--log-flush-frequency", settings.log_flush_frequency.0, true, DAY),
+        (
+            "--authentication-token-webhook-cache-ttl",
+            settings.authentication_token_webhook_cache_ttl.0,
+            true,
+            DAY,
+        ),
+        (
+            "--authorization-webhook-cache-authorized-ttl",
+            settings.authorization_webhook_cache_authorized_ttl.0,
+            true,
+            DAY,
+        ),
+        (
+            "--authorization-webhook-cache-unauthorized-ttl",
+            settings.authorization_webhook_cache_unauthorized_ttl.0,
+            true,
+            DAY,
+        ),
     ] {
-        if value.is_zero() {
+        if value.is_zero() && !may_be_zero {
             problems.push(format!("{flag} must be greater than 0"));
+        } else if value > max {
+            problems.push(format!(
+                "{flag} must be at most {}h (got {}s)",
+                max.as_secs() / 3600,
+                value.as_secs()
+            ));
         }
+    }
+    if !settings.kube_api_qps.is_finite() {
+        problems.push(format!(
+            "--kube-api-qps must be a number (got {})",
+            settings.kube_api_qps
+        ));
     }
     if !matches!(settings.logging_format.as_str(), "text" | "json") {
         problems.push(format!(
@@ -251,7 +309,8 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         &identity,
         settings.kube_api_qps,
         settings.kube_api_burst,
-    );
+    )
+    .with_request_timeout(settings.kube_api_request_timeout.0);
     let controllers = ControllerSettings {
         cluster_name: settings.cluster_name.clone(),
         cluster_cidrs,
@@ -302,6 +361,12 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         Ok(()) => {
             tracing::info!("stopped");
             Ok(ExitCode::SUCCESS)
+        }
+        Err(ManagerError::Scopes(error @ ScopesError::StopTimeout { .. })) => {
+            // Something under a lock may still be acting, and no lock was released: exit now, leaving no
+            // task time to act, and let the Leases expire.
+            tracing::error!(%error, "exiting at once");
+            std::process::exit(1)
         }
         Err(error) => {
             shutdown.cancel();

@@ -127,6 +127,24 @@ impl Cidr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `--cluster-cidr` values: parsed or refused, never a panic; what parses prints back the same.
+        #[test]
+        fn any_list_is_parsed_or_refused(text in prop_oneof![
+            "\\PC{0,40}",
+            "([0-9]{1,4}\\.[0-9]{1,4}\\.[0-9]{1,4}\\.[0-9]{1,4}/[0-9]{1,3},?){0,3}",
+            "([0-9a-f:]{0,20}/[0-9]{1,3},?){0,3}",
+        ]) {
+            if let Ok(cidrs) = Cidr::parse_list(&text) {
+                for cidr in cidrs {
+                    let again = Cidr::parse_list(&cidr.to_string()).unwrap();
+                    prop_assert_eq!(again, vec![cidr]);
+                }
+            }
+        }
+    }
 
     fn cidr(text: &str) -> Cidr {
         text.parse().unwrap()

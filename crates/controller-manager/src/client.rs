@@ -1,14 +1,17 @@
 //! Clients for controllers: one per controller, each naming itself in its `User-Agent`, rate-limited as
-//! client-go's (`--kube-api-qps`, `--kube-api-burst`), and for controllers under a lock, fenced: a write is
-//! refused locally once the lock's `valid_until` has passed, so a process that lost a lock cannot write
-//! for that lock's controllers even if its tasks are slow to stop.
+//! client-go's (`--kube-api-qps`, `--kube-api-burst`), every request but a watch bounded by a deadline
+//! (`--kube-api-request-timeout`, covering the response body too), and for controllers under a lock,
+//! fenced: a write is refused locally once the lock's `valid_until` has passed, and a write in flight is
+//! abandoned (its connection closed) when `valid_until` passes before its answer, so a process that lost
+//! a lock cannot write for that lock's controllers even if its tasks are slow to stop.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::future::Either;
+use bytes::Bytes;
 use leadermigration::audit::UserAgent;
 use leadermigration::elector::LeaderState;
 use tokio::sync::watch;
@@ -23,18 +26,35 @@ pub struct ClientFactory {
     identity: String,
     qps: f64,
     burst: u32,
+    request_timeout: Duration,
 }
 
 impl ClientFactory {
-    /// Clients for `component` with `identity`, from `base` (kubeconfig, in-cluster, …).
+    /// The default deadline of one request (`--kube-api-request-timeout`).
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// Clients for `component` with `identity`, from `base` (kubeconfig, in-cluster, …). As client-go, a
+    /// `qps` of 0 means 5, a negative one no limit, and a `burst` of 0 means 10.
     pub fn new(base: kube::Config, component: &str, identity: &str, qps: f32, burst: u32) -> ClientFactory {
+        let qps = match f64::from(qps) {
+            0.0 => 5.0,
+            negative if negative < 0.0 => 1e9,
+            qps => qps,
+        };
         ClientFactory {
             base,
             component: component.to_owned(),
             identity: identity.to_owned(),
-            qps: f64::from(qps),
-            burst,
+            qps,
+            burst: if burst == 0 { 10 } else { burst },
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// The deadline of every request but a watch, response body included.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> ClientFactory {
+        self.request_timeout = timeout;
+        self
     }
 
     /// The identity requests are attributed to.
@@ -66,12 +86,13 @@ impl ClientFactory {
             .headers
             .retain(|(name, _)| name != http::header::USER_AGENT);
         config.headers.push((http::header::USER_AGENT, user_agent));
-        let builder = kube::client::ClientBuilder::try_from(config)?
-            .with_layer(&RateLimitLayer::new(self.qps, self.burst));
-        Ok(match fence {
-            Some(fence) => builder.with_layer(&FenceLayer(fence)).build(),
-            None => builder.build(),
-        })
+        Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&RateLimitLayer::new(self.qps, self.burst))
+            .with_layer(&DeadlineLayer {
+                fence,
+                timeout: self.request_timeout,
+            })
+            .build())
     }
 }
 
@@ -91,10 +112,6 @@ pub enum ClientError {
 pub struct Fence(pub watch::Receiver<LeaderState>);
 
 impl Fence {
-    fn allows_writes(&self) -> bool {
-        self.0.borrow().is_valid_leader(Instant::now())
-    }
-
     /// Until when this process may act under the lock (`None`: it does not lead).
     pub fn valid_until(&self) -> Option<Instant> {
         let state = self.0.borrow();
@@ -116,50 +133,140 @@ pub struct Fenced {
     pub lease: String,
 }
 
-#[derive(Clone)]
-struct FenceLayer(Fence);
+/// A request that did not finish before its deadline (the request timeout, or for a write under a lock,
+/// the lock's validity); it was abandoned and its connection closed.
+#[derive(Debug, thiserror::Error)]
+#[error("request abandoned after its deadline ({why})")]
+pub struct DeadlineExceeded {
+    /// `request timeout` or `lease NAME no longer valid`.
+    pub why: String,
+}
 
-impl<S> Layer<S> for FenceLayer {
-    type Service = FenceService<S>;
+/// Bounds every request but a watch, and fences writes on the lock.
+#[derive(Clone)]
+struct DeadlineLayer {
+    fence: Option<Fence>,
+    timeout: Duration,
+}
+
+impl<S> Layer<S> for DeadlineLayer {
+    type Service = DeadlineService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FenceService {
+        DeadlineService {
             inner,
-            fence: self.0.clone(),
+            layer: self.clone(),
         }
     }
 }
 
-struct FenceService<S> {
+struct DeadlineService<S> {
     inner: S,
-    fence: Fence,
+    layer: DeadlineLayer,
 }
 
-impl<S, B> Service<http::Request<B>> for FenceService<S>
+/// Whether a request is a watch (its answer is a stream with no end; kube's watcher bounds it).
+fn is_watch<B>(request: &http::Request<B>) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+    })
+}
+
+impl<S, B, RB> Service<http::Request<B>> for DeadlineService<S>
 where
-    S: Service<http::Request<B>>,
-    S::Error: From<tower::BoxError>,
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Error: From<tower::BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<tower::BoxError>,
 {
-    type Response = S::Response;
+    type Response = http::Response<DeadlineBody<RB>>;
     type Error = S::Error;
-    type Future = Either<S::Future, futures::future::Ready<Result<S::Response, S::Error>>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let now = Instant::now();
         let write = !matches!(
             *request.method(),
             http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
         );
-        if write && !self.fence.allows_writes() {
-            let error: tower::BoxError = Box::new(Fenced {
-                lease: self.fence.lease(),
-            });
-            return Either::Right(futures::future::ready(Err(error.into())));
+        let mut deadline =
+            (!is_watch(&request)).then(|| (now + self.layer.timeout, "request timeout".to_owned()));
+        if let (true, Some(fence)) = (write, &self.layer.fence) {
+            let Some(valid_until) = fence.valid_until().filter(|until| *until > now) else {
+                let error: tower::BoxError = Box::new(Fenced { lease: fence.lease() });
+                return Box::pin(futures::future::ready(Err(error.into())));
+            };
+            if deadline.as_ref().is_none_or(|(at, _)| valid_until < *at) {
+                deadline = Some((valid_until, format!("lease {} no longer valid", fence.lease())));
+            }
         }
-        Either::Left(self.inner.call(request))
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let Some((at, why)) = deadline else {
+                return response
+                    .await
+                    .map(|r| r.map(|body| DeadlineBody::new(body, None)));
+            };
+            match tokio::time::timeout_at(at, response).await {
+                Ok(result) => result.map(|r| r.map(|body| DeadlineBody::new(body, Some((at, why))))),
+                Err(_) => {
+                    let error: tower::BoxError = Box::new(DeadlineExceeded { why });
+                    Err(error.into())
+                }
+            }
+        })
+    }
+}
+
+/// A response body that fails once its request's deadline passes (a server that stalls mid-answer).
+pub(crate) struct DeadlineBody<B> {
+    inner: Pin<Box<B>>,
+    deadline: Option<(Pin<Box<tokio::time::Sleep>>, String)>,
+}
+
+impl<B> DeadlineBody<B> {
+    fn new(inner: B, deadline: Option<(Instant, String)>) -> DeadlineBody<B> {
+        DeadlineBody {
+            inner: Box::pin(inner),
+            deadline: deadline.map(|(at, why)| (Box::pin(tokio::time::sleep_until(at)), why)),
+        }
+    }
+}
+
+impl<B> http_body::Body for DeadlineBody<B>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<tower::BoxError>,
+{
+    type Data = Bytes;
+    type Error = tower::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if let Some((sleep, why)) = self.deadline.as_mut()
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let why = why.clone();
+            return Poll::Ready(Some(Err(Box::new(DeadlineExceeded { why }))));
+        }
+        self.inner.as_mut().poll_frame(cx).map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -49,6 +49,13 @@ impl ControllerSettings {
             cloud_call_timeout: Duration::from_secs(60),
         }
     }
+
+    /// How long one unit of a controller's work (one sync) may run before the controller counts as stuck:
+    /// ten cloud-call timeouts. A sync makes a handful of cloud and Kubernetes calls, each with its own
+    /// deadline, so a sync running that long is not waiting on a call.
+    pub fn stuck_after(&self) -> Duration {
+        self.cloud_call_timeout.saturating_mul(10)
+    }
 }
 
 /// Leader election (`--leader-elect=true`), and leader migration, which only works with it (upstream).

@@ -41,8 +41,44 @@ pub struct ControllerContext {
     pub(crate) started: Arc<watch::Sender<bool>>,
     /// The lock the controller runs under (none without leader election).
     pub(crate) fence: Option<Fence>,
-    /// `<identity>/<controller>`, naming the caller of cloud calls.
+    /// The controller's `User-Agent` (component, version, identity, controller), naming the caller of cloud
+    /// calls so a cloud's logs can be judged against lock tenures as the API server's are.
     pub(crate) caller: Arc<str>,
+    /// Work in progress, for the `stuck` health verdict.
+    pub(crate) progress: Arc<Progress>,
+}
+
+/// The controller's work in progress: when each unit of work (one sync, one pass) began.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    next: std::sync::atomic::AtomicU64,
+    started: std::sync::Mutex<std::collections::BTreeMap<u64, Instant>>,
+}
+
+impl Progress {
+    fn started(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, Instant>> {
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long the oldest unit of work in progress has been running.
+    pub(crate) fn longest_running(&self) -> Option<Duration> {
+        self.started().values().min().map(|started| started.elapsed())
+    }
+}
+
+/// One unit of work in progress; it ends when dropped. See [`ControllerContext::working`].
+#[must_use = "the work ends when this is dropped"]
+pub struct Working {
+    progress: Arc<Progress>,
+    id: u64,
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.progress.started().remove(&self.id);
+    }
 }
 
 impl ControllerContext {
@@ -97,6 +133,21 @@ impl ControllerContext {
             deadline = deadline.min(fence.valid_until().unwrap_or(now));
         }
         CallContext::new(deadline, self.stop.clone(), &self.caller)
+    }
+
+    /// Marks one unit of work (a sync, a pass) as in progress until the returned guard is dropped. A unit of
+    /// work running far longer than every call in it could (see `--cloud-call-timeout`) turns the
+    /// controller's health check red: it is stuck.
+    pub fn working(&self) -> Working {
+        let id = self
+            .progress
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.progress.started().insert(id, Instant::now());
+        Working {
+            progress: self.progress.clone(),
+            id,
+        }
     }
 
     /// Tells readiness the controller is working (its caches are synced).

@@ -1,12 +1,14 @@
 //! The manager: which controllers run, under which lock, and their lifecycle.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
+use futures::FutureExt;
 use leadermigration::audit::LEADER_ELECTION;
 use leadermigration::elector::{LeaderState, Role};
 use leadermigration::scopes::{
@@ -15,10 +17,11 @@ use leadermigration::scopes::{
 use leadermigration::{ControllerName, Placement, PlanInput, Planned, plan};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::client::{ClientFactory, Fence};
 use crate::config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
-use crate::context::{ControllerContext, recorder};
+use crate::context::{ControllerContext, Progress, recorder};
 use crate::health::Health;
 use crate::informers::Informers;
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
@@ -275,7 +278,8 @@ impl Runner {
         }
     }
 
-    /// Runs `controllers` until `stop`, then waits for them to stop.
+    /// Runs `controllers` until `stop`, then waits for them to stop. Dropping this future (the scope did
+    /// not stop in time and was aborted) aborts every controller task.
     async fn run_controllers(
         &self,
         scope: &str,
@@ -298,6 +302,7 @@ impl Runner {
                 }
             };
             let (started_sender, started_receiver) = watch::channel(false);
+            let progress = Arc::new(Progress::default());
             let context = ControllerContext {
                 name,
                 client: client.clone(),
@@ -309,7 +314,8 @@ impl Runner {
                 stop: stop.child_token(),
                 started: Arc::new(started_sender),
                 fence: fence.clone(),
-                caller: format!("{}/{name}", self.clients.identity()).into(),
+                caller: self.clients.user_agent(name.as_str()).into(),
+                progress: progress.clone(),
             };
             let run = definition.run(context);
             let labels = ControllerLabels {
@@ -320,23 +326,34 @@ impl Runner {
                 .running_managed_controllers
                 .get_or_create(&labels)
                 .set(1);
-            let alive = Arc::new(AtomicBool::new(true));
-            let check = alive.clone();
+            let ended: Arc<std::sync::OnceLock<String>> = Arc::default();
+            let check = ended.clone();
+            let stuck_after = self.settings.stuck_after();
             self.health.add_health_check(name.as_str(), move || {
-                if check.load(Ordering::Relaxed) {
-                    Ok(())
-                } else {
-                    Err("the controller stopped".to_owned())
+                if let Some(why) = check.get() {
+                    return Err(why.clone());
+                }
+                match progress.longest_running() {
+                    Some(running) if running > stuck_after => Err(format!(
+                        "stuck: one unit of work has been running for {}s (more than {}s)",
+                        running.as_secs(),
+                        stuck_after.as_secs()
+                    )),
+                    _ => Ok(()),
                 }
             });
-            tasks.push((
-                name,
-                labels,
-                tokio::spawn(async move {
-                    run.await;
-                    alive.store(false, Ordering::Relaxed);
-                }),
-            ));
+            let task = tokio::spawn(async move {
+                let why = match AssertUnwindSafe(run).catch_unwind().await {
+                    Ok(()) => "the controller stopped".to_owned(),
+                    Err(panic) => {
+                        let message = panic_message(panic.as_ref());
+                        tracing::error!(controller = %name, panic = %message, "the controller panicked; its health check fails until the process restarts");
+                        format!("the controller panicked: {message}")
+                    }
+                };
+                let _ = ended.set(why);
+            });
+            tasks.push((name, labels, AbortOnDropHandle::new(task)));
             started.push(started_receiver);
         }
         let readiness = format!("controllers-started-{scope}");
@@ -359,6 +376,15 @@ impl Runner {
         self.health.remove_readiness_check(&readiness);
         tracing::info!(scope, "controllers stopped");
     }
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".to_owned())
 }
 
 #[async_trait]

@@ -196,6 +196,7 @@ async fn lifecycle_deletes_only_on_an_answer_and_only_its_providers_nodes() {
         .admin(AdminRequest::SetKnobs(Knobs {
             latency_ms: 0,
             error_rate: 1.0,
+            hang_rate: 0.0,
         }))
         .await;
     nodes

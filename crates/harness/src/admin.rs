@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use leadermigration::audit::{LeaseWrite, RequestEntry, UserAgent};
+use leadermigration::audit::{CLOUD_VERB, LeaseWrite, RequestEntry, UserAgent};
 
 /// The API server's admin API, over HTTP(S), through a kube client.
 #[derive(Clone)]
@@ -42,6 +42,13 @@ impl Admin {
     /// Every request so far.
     pub async fn requests(&self) -> Result<Vec<RequestEntry>> {
         self.lines("/_admin/requests").await
+    }
+
+    /// Removes every fault.
+    pub async fn clear_faults(&self) -> Result<()> {
+        let request = http::Request::delete("/_admin/faults").body(Vec::new())?;
+        self.client.request_text(request).await?;
+        Ok(())
     }
 
     /// Adds a fault (`FaultSpec` JSON).
@@ -100,4 +107,27 @@ pub fn refused_as_invalid(requests: &[RequestEntry]) -> Vec<&RequestEntry> {
         .filter(|r| r.method != "GET")
         .filter(|r| UserAgent::parse(&r.user_agent).is_some())
         .collect()
+}
+
+/// The changes the fake cloud at `cloud_url` applied, as the audit's request records: each judged, by its
+/// caller's `User-Agent` and the time it was applied, against the lock tenures exactly as a Kubernetes
+/// write is (path `cloud:<call>/<object>`, verb `cloud`).
+pub async fn cloud_writes(cloud_url: &str) -> Result<Vec<RequestEntry>> {
+    let client = provider_fake::FakeCloudClient::new(cloud_url);
+    let request = provider_fake::CloudRequest::Admin(provider_fake::AdminRequest::Writes { from: 0 });
+    match client.call(&request).await {
+        provider_fake::CloudResponse::Writes { writes } => Ok(writes
+            .into_iter()
+            .map(|write| RequestEntry {
+                time_us: write.time_us,
+                method: "POST".to_owned(),
+                path: format!("cloud:{}/{}", write.call, write.object),
+                user_agent: write.caller,
+                verb: Some(CLOUD_VERB.to_owned()),
+                status: 200,
+                resource_version: None,
+            })
+            .collect()),
+        other => bail!("the fake cloud at {cloud_url} did not list its writes: {other:?}"),
+    }
 }

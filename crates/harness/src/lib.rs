@@ -3,13 +3,13 @@
 //! the benchmarks, so all of them exercise the same thing.
 //!
 //! The API server and the fake cloud are given by URL (in-process or separate processes alike); the
-//! verdict comes from the API server's own records (its admin API's Lease history and request log),
-//! checked by [`leadermigration::audit`].
+//! verdict comes from the API server's and the fake cloud's own records (the Lease history, the request
+//! log, the cloud's log of applied changes with their callers), checked by [`leadermigration::audit`].
 
 mod admin;
 mod replica;
 mod workload;
 
-pub use admin::{Admin, holders, refused_as_invalid, wait_for_holders};
+pub use admin::{Admin, cloud_writes, holders, refused_as_invalid, wait_for_holders};
 pub use replica::{Environment, Replica, Side, Timings};
 pub use workload::{Created, Workload, has_ingress, initialized};

@@ -172,6 +172,18 @@ impl Replica {
 
     /// As [`Replica::start`], with more flags (later flags win).
     pub fn start_with(environment: &Environment, name: &str, side: Side, flags: &[&str]) -> Result<Replica> {
+        Replica::start_wrapped(environment, name, side, flags, &[])
+    }
+
+    /// As [`Replica::start_with`], run through `wrapper` (e.g. `ip netns exec NAME`, which execs the
+    /// binary, so the process is still the replica's).
+    pub fn start_wrapped(
+        environment: &Environment,
+        name: &str,
+        side: Side,
+        flags: &[&str],
+        wrapper: &[String],
+    ) -> Result<Replica> {
         let (config, extra): (&Path, &[&str]) = match side {
             Side::Kcm => (
                 &environment.kcm_config,
@@ -206,15 +218,33 @@ impl Replica {
         );
         args.extend(environment.extra_args.iter().cloned());
         args.extend(flags.iter().map(|&flag| flag.to_owned()));
-        Replica::spawn(environment, name, side, &args)
+        Replica::spawn_wrapped(environment, name, side, &args, wrapper)
     }
 
     /// Starts `environment.binary` with exactly `args` (e.g. a shipped manifest's), logging to the
     /// environment's log directory.
     pub fn spawn(environment: &Environment, name: &str, side: Side, args: &[String]) -> Result<Replica> {
+        Replica::spawn_wrapped(environment, name, side, args, &[])
+    }
+
+    fn spawn_wrapped(
+        environment: &Environment,
+        name: &str,
+        side: Side,
+        args: &[String],
+        wrapper: &[String],
+    ) -> Result<Replica> {
         let log = environment.log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
-        let child = Command::new(&environment.binary)
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(&environment.binary);
+                command
+            }
+            None => Command::new(&environment.binary),
+        };
+        let child = command
             .args(args)
             .env("RUST_LOG", "info,leadermigration=debug")
             .stdin(Stdio::null())
@@ -289,6 +319,16 @@ impl Replica {
     /// SIGKILL: a crash.
     pub fn kill(&self) -> Result<()> {
         self.signal("-KILL")
+    }
+
+    /// SIGSTOP: the process freezes (a long GC pause, a stalled VM), its locks run out meanwhile.
+    pub fn pause(&self) -> Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// SIGCONT: the frozen process goes on, finding its locks expired.
+    pub fn resume(&self) -> Result<()> {
+        self.signal("-CONT")
     }
 
     /// The exit status, if it has exited.

@@ -118,11 +118,14 @@ pub struct RequestEntry {
     pub resource_version: Option<u64>,
 }
 
+/// The verb of a cloud change in the audit's records: judged by time (it has no resourceVersion).
+pub const CLOUD_VERB: &str = "cloud";
+
 impl RequestEntry {
     fn is_successful_write(&self) -> bool {
         let write = matches!(
             self.verb.as_deref(),
-            Some("create" | "update" | "patch" | "delete" | "deletecollection")
+            Some("create" | "update" | "patch" | "delete" | "deletecollection" | CLOUD_VERB)
         ) || (self.verb.is_none()
             && matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
         write && (200..300).contains(&self.status)
@@ -596,6 +599,30 @@ mod tests {
         assert!(
             matches!(&report.overlaps[0], Overlap::WriteOutsideTenure { lease, identity, .. } if lease == MIGRATION && identity == "kcm-a")
         );
+    }
+
+    #[test]
+    fn cloud_changes_are_judged_by_time_against_the_same_tenures() {
+        let (leases, mut requests) = clean_history();
+        let cloud = |seconds: f64, component: &str, identity: &str| RequestEntry {
+            time_us: (seconds * 1_000_000.0) as i64,
+            method: "POST".into(),
+            path: "cloud:ensure_load_balancer/a".into(),
+            user_agent: ua(component, identity, "service-lb-controller"),
+            verb: Some(CLOUD_VERB.into()),
+            status: 200,
+            resource_version: None,
+        };
+        // kcm-a held the migration lease from 2 s to its release at 6 s; ccm-b holds it from 7 s.
+        requests.push(cloud(5.5, KCM, "kcm-a"));
+        requests.push(cloud(7.5, CCM, "ccm-b"));
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(kinds(&report), Vec::<&str>::new());
+        assert_eq!(report.writes_checked, 5);
+        // A change applied after kcm-a let go, even before ccm-b took over, is an overlap.
+        requests.push(cloud(6.5, KCM, "kcm-a"));
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(kinds(&report), ["outside"]);
     }
 
     #[test]

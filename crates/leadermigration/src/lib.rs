@@ -52,7 +52,7 @@ pub use timings::{LeaseTimings, MAX_LEASE_DURATION, TimingsError};
 mod proptests {
     use proptest::prelude::*;
 
-    use crate::MigrationConfig;
+    use crate::{ControllerSelection, MigrationConfig};
 
     const HEADER: &str =
         "apiVersion: controllermanager.config.k8s.io/v1\nkind: LeaderMigrationConfiguration\n";
@@ -69,6 +69,17 @@ mod proptests {
         fn yaml_like_text_never_panics(body in "([a-zA-Z:*&!|>{}\\[\\],\"' #-]|\n|\t|  ){0,200}") {
             let text = format!("{HEADER}{body}");
             let _ = MigrationConfig::load("fuzz", text.as_bytes(), &crate::controller_name::test_catalog());
+        }
+
+        /// `--controllers` values: resolved or refused with the flag named, never a panic.
+        #[test]
+        fn any_controllers_flag_is_resolved_or_refused(items in proptest::collection::vec(
+            prop_oneof!["\\PC{0,30}", "-?[a-z*-]{0,30}", Just("*".to_owned()), Just("-*".to_owned())],
+            0..6,
+        )) {
+            if let Err(error) = ControllerSelection::parse(&items, &crate::controller_name::test_catalog()) {
+                prop_assert!(error.to_string().contains("--controllers"), "{}", error);
+            }
         }
 
         #[test]

@@ -8,6 +8,14 @@
 //! before anyone else can take the lock). Then, by [`LossPolicy`], everything else stops, held locks are
 //! released and the error is returned (upstream exits), or the lock is contended for again. On shutdown
 //! every scope stops, then the migration locks are released, then the main lock.
+//!
+//! **A lock is released only after everything under it stopped.** When a scope does not stop within the
+//! grace period, its task is aborted, no lock is released (each elector is abandoned without its release
+//! write) and [`ScopesError::StopTimeout`] is returned: the process must exit at once and let the Leases
+//! expire, so a successor can only take them after every request this process sent is long finished.
+//!
+//! An elector whose task ends on its own (it panicked) is restarted with back-off, logged; it never leaves
+//! its lock silently uncontended.
 
 use std::time::Duration;
 
@@ -186,10 +194,14 @@ impl Running {
         }
     }
 
-    /// Stops the scope and waits for it, at most `grace`.
-    async fn stop(self, grace: Duration) -> bool {
+    /// Stops the scope and waits for it, at most `grace`; past that the task is aborted and `false` returned.
+    async fn stop(mut self, grace: Duration) -> bool {
         self.stop.cancel();
-        tokio::time::timeout(grace, self.task).await.is_ok()
+        if tokio::time::timeout(grace, &mut self.task).await.is_ok() {
+            return true;
+        }
+        self.task.abort();
+        false
     }
 }
 
@@ -201,7 +213,7 @@ struct Campaign {
 }
 
 impl Campaign {
-    /// Starts following the lock; it is contended for only while `permit` is true.
+    /// Starts following the lock after `delay`; it is contended for only while `permit` is true.
     fn start<R: ScopeRunner>(
         client: &kube::Client,
         settings: &ElectionSettings,
@@ -209,6 +221,7 @@ impl Campaign {
         kind: ScopeKind,
         runner: &R,
         permit: watch::Receiver<bool>,
+        delay: Duration,
     ) -> Result<Campaign, ElectorConfigError> {
         let config = ElectorConfig {
             namespace: settings.namespace.clone(),
@@ -221,7 +234,13 @@ impl Campaign {
         runner.elector_started(kind, &spec.lease_name, state.clone());
         let cancel = CancellationToken::new();
         let token = cancel.clone();
-        let task = tokio::spawn(async move { elector.run_when_permitted(permit, &token).await });
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                () = token.cancelled() => return Ended::CancelledBeforeLeading,
+                () = tokio::time::sleep(delay) => {}
+            }
+            elector.run_when_permitted(permit, &token).await
+        });
         Ok(Campaign {
             spec: spec.clone(),
             cancel,
@@ -235,6 +254,11 @@ impl Campaign {
         self.cancel.cancel();
         self.task.await.unwrap_or(Ended::Released)
     }
+
+    /// Stops the campaign without its release write: the lock, if held, expires on its own.
+    fn abandon(self) {
+        self.task.abort();
+    }
 }
 
 /// A held lock with its running scope.
@@ -243,13 +267,41 @@ struct Held {
     scope: Running,
 }
 
+/// Back-off for restarting a campaign whose elector ended on its own: 1 s doubling to 30 s, reset once the
+/// lock is led.
+#[derive(Debug, Default)]
+struct Restarts(std::collections::HashMap<String, Duration>);
+
+impl Restarts {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn next(&mut self, lease: &str) -> Duration {
+        let delay = self.0.entry(lease.to_owned()).or_insert(Duration::ZERO);
+        *delay = if delay.is_zero() {
+            Self::FIRST
+        } else {
+            (*delay * 2).min(Self::MAX)
+        };
+        *delay
+    }
+
+    fn led(&mut self, lease: &str) {
+        self.0.remove(lease);
+    }
+}
+
 /// Runs the scopes until `shutdown` fires (`Ok`) or a lock is lost under [`LossPolicy::Exit`] (`Err`).
+///
+/// On [`ScopesError::StopTimeout`] no lock was released: exit the process at once.
 pub async fn run_scopes<R: ScopeRunner>(
     client: kube::Client,
     config: ScopesConfig,
     runner: std::sync::Arc<R>,
     shutdown: CancellationToken,
 ) -> Result<(), ScopesError> {
+    let mut restarts = Restarts::default();
+    let mut main_delay = Duration::ZERO;
     loop {
         let (_always, permitted) = watch::channel(true);
         let main = Campaign::start(
@@ -259,6 +311,7 @@ pub async fn run_scopes<R: ScopeRunner>(
             ScopeKind::Main,
             runner.as_ref(),
             permitted.clone(),
+            main_delay,
         )?;
         // The migration locks are followed from the start, so their expiry is judged from when this process
         // first saw their record, but contended for only once the main lock is held.
@@ -272,12 +325,13 @@ pub async fn run_scopes<R: ScopeRunner>(
                 ScopeKind::Migration,
                 runner.as_ref(),
                 migration_permit.clone(),
+                Duration::ZERO,
             )?);
         }
         let mut main_state = main.state.clone();
         // Campaign for the main lock.
         tokio::select! {
-                        () = shutdown.cancelled() => {
+            () = shutdown.cancelled() => {
                 for campaign in waiting {
                     campaign.end().await;
                 }
@@ -285,15 +339,19 @@ pub async fn run_scopes<R: ScopeRunner>(
                 return Ok(());
             }
             leading = async { main_state.wait_for(|s| s.role == Role::Leading).await.is_ok() } => {
-                                if !leading {
-                    // The elector ended without leading (it only does so when cancelled).
+                if !leading {
+                    // The elector ended without leading: it panicked. Start over, backing off.
                     for campaign in waiting {
                         campaign.end().await;
                     }
+                    main_delay = restarts.next(&config.main.lease_name);
+                    tracing::error!(lease = %config.main.lease_name, retry_in = ?main_delay, "the leader elector ended unexpectedly; campaigning again");
                     continue;
                 }
             }
         }
+        restarts.led(&config.main.lease_name);
+        main_delay = Duration::ZERO;
         let main_scope = Running::start(&runner, context(&main, ScopeKind::Main));
         let mut main_held = Held {
             campaign: main,
@@ -310,8 +368,23 @@ pub async fn run_scopes<R: ScopeRunner>(
                 Event::Shutdown => break Outcome::Shutdown,
                 Event::MigrationAcquired(index) => {
                     let campaign = waiting.remove(index);
+                    restarts.led(&campaign.spec.lease_name);
                     let scope = Running::start(&runner, context(&campaign, ScopeKind::Migration));
                     held.push(Held { campaign, scope });
+                }
+                Event::CampaignEnded(index) => {
+                    let ended = waiting.remove(index);
+                    let delay = restarts.next(&ended.spec.lease_name);
+                    tracing::error!(lease = %ended.spec.lease_name, retry_in = ?delay, "the migration leader elector ended unexpectedly; campaigning again");
+                    waiting.push(Campaign::start(
+                        &client,
+                        &config.election,
+                        &ended.spec,
+                        ScopeKind::Migration,
+                        runner.as_ref(),
+                        permitted.clone(),
+                        delay,
+                    )?);
                 }
                 Event::MigrationEnded(index, ended) => {
                     let lost = held.remove(index);
@@ -327,6 +400,7 @@ pub async fn run_scopes<R: ScopeRunner>(
                     match config.on_loss {
                         LossPolicy::Exit => break Outcome::Lost(lease, reason),
                         LossPolicy::Recontend => {
+                            // The elector paces its own attempts (retry period, jitter).
                             waiting.push(Campaign::start(
                                 &client,
                                 &config.election,
@@ -334,6 +408,7 @@ pub async fn run_scopes<R: ScopeRunner>(
                                 ScopeKind::Migration,
                                 runner.as_ref(),
                                 permitted.clone(),
+                                Duration::ZERO,
                             )?);
                         }
                     }
@@ -363,9 +438,27 @@ pub async fn run_scopes<R: ScopeRunner>(
             ),
             main_scope.stop(grace),
         );
-        let mut stopped_in_time = main_stopped;
-        for (stopped, campaign) in migrations {
-            stopped_in_time &= stopped;
+        let stopped_in_time = main_stopped
+            && migrations.iter().all(|(stopped, _)| *stopped)
+            && !matches!(outcome, Outcome::StopTimeout(_));
+        if !stopped_in_time {
+            // Something under a lock may still be acting: release nothing, let every Lease expire.
+            for campaign in migrations
+                .into_iter()
+                .map(|(_, campaign)| campaign)
+                .chain(waiting)
+            {
+                campaign.abandon();
+            }
+            main_campaign.abandon();
+            let lease = match outcome {
+                Outcome::StopTimeout(lease) => lease,
+                _ => config.main.lease_name.clone(),
+            };
+            tracing::error!(%lease, ?grace, "controllers did not stop in time: no lock is released; the process must exit");
+            return Err(ScopesError::StopTimeout { lease, grace });
+        }
+        for (_, campaign) in migrations {
             campaign.end().await;
         }
         for campaign in waiting {
@@ -373,12 +466,6 @@ pub async fn run_scopes<R: ScopeRunner>(
         }
         if !main_lost {
             main_campaign.end().await;
-        }
-        if !stopped_in_time {
-            return Err(ScopesError::StopTimeout {
-                lease: config.main.lease_name.clone(),
-                grace,
-            });
         }
         match outcome {
             Outcome::Shutdown => return Ok(()),
@@ -408,6 +495,8 @@ enum Event {
     Shutdown,
     MainEnded(Ended),
     MigrationAcquired(usize),
+    /// A waiting migration campaign's elector ended without leading (it panicked).
+    CampaignEnded(usize),
     MigrationEnded(usize, Ended),
 }
 
@@ -430,16 +519,15 @@ async fn next_event(
 ) -> Event {
     let acquired = async {
         if waiting.is_empty() {
-            return std::future::pending::<usize>().await;
+            return std::future::pending::<Event>().await;
         }
         let campaigns = waiting.iter_mut().enumerate().map(|(index, campaign)| {
             Box::pin(async move {
-                // An elector ends without leading only when cancelled: treat that as never acquiring.
-                let leads = campaign.state.wait_for(|s| s.role == Role::Leading).await.is_ok();
-                if leads {
-                    index
+                // Only this function cancels a waiting campaign, so an elector that ends here ended on its own.
+                if campaign.state.wait_for(|s| s.role == Role::Leading).await.is_ok() {
+                    Event::MigrationAcquired(index)
                 } else {
-                    std::future::pending().await
+                    Event::CampaignEnded(index)
                 }
             })
         });
@@ -464,7 +552,7 @@ async fn next_event(
     tokio::select! {
         () = shutdown.cancelled() => Event::Shutdown,
         result = &mut main.campaign.task => Event::MainEnded(result.unwrap_or(Ended::Lost(LossReason::RenewDeadline))),
-        index = acquired => Event::MigrationAcquired(index),
+        event = acquired => event,
         (index, ended) = ended => Event::MigrationEnded(index, ended),
     }
 }

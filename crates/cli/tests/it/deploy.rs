@@ -816,9 +816,12 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
 
     // And the migration itself had no overlap, and wrote nothing a real server refuses.
     let admin = harness::Admin::new(client.clone());
-    let requests = admin.requests().await.unwrap();
+    let mut requests = admin.requests().await.unwrap();
     let invalid = harness::refused_as_invalid(&requests);
     assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
+    let cloud_writes = harness::cloud_writes(cloud.url()).await.unwrap();
+    assert!(!cloud_writes.is_empty(), "the cloud logged no change");
+    requests.extend(cloud_writes);
     let report = audit(
         &admin.leases().await.unwrap(),
         &requests,

@@ -133,6 +133,38 @@ fn invalid_settings_exit_2_with_one_line_naming_each_flag() {
 }
 
 #[test]
+fn absurd_durations_and_numbers_are_refused_not_overflowed() {
+    for (flag, named) in [
+        // Beyond Go's int64 nanoseconds: a parse error, not a panic.
+        (
+            "--leader-elect-renew-deadline=9300000000000000000s",
+            "--leader-elect-renew-deadline",
+        ),
+        // Within it, but beyond the API's int32 seconds.
+        (
+            "--leader-elect-lease-duration=2000000h",
+            "--leader-elect-lease-duration",
+        ),
+        ("--node-monitor-period=2000000h", "--node-monitor-period"),
+        ("--cloud-call-timeout=0s", "--cloud-call-timeout"),
+        ("--kube-api-request-timeout=25h", "--kube-api-request-timeout"),
+        (
+            "--route-reconciliation-period=-5s",
+            "--route-reconciliation-period",
+        ),
+        ("--kube-api-qps=NaN", "--kube-api-qps"),
+        ("--concurrent-service-syncs=0", "--concurrent-service-syncs"),
+        ("--concurrent-node-syncs=70000", "--concurrent-node-syncs"),
+    ] {
+        let output = binary().args(["--cloud-provider=fake", flag]).output().unwrap();
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {text}");
+        assert!(text.contains(named), "{flag}: {text}");
+        assert!(!text.contains("panicked"), "{flag}: {text}");
+    }
+}
+
+#[test]
 fn an_unknown_provider_is_named_and_nothing_starts() {
     let output = binary()
         .args([

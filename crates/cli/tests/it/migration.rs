@@ -71,9 +71,10 @@ impl Plane {
     async fn audit(&self) -> AuditReport {
         let admin = Admin::new(self.server.client());
         let leases = admin.leases().await.unwrap();
-        let requests = admin.requests().await.unwrap();
+        let mut requests = admin.requests().await.unwrap();
         let invalid = harness::refused_as_invalid(&requests);
         assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
+        requests.extend(harness::cloud_writes(self.cloud.url()).await.unwrap());
         audit(&leases, &requests, &self.environment.governance().unwrap())
     }
 

@@ -169,6 +169,7 @@ async fn forget_deleted(context: Arc<NodeContext>) {
 }
 
 async fn reconcile(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
+    let _working = context.controller.working();
     let started = Instant::now();
     let result = if node.has_taint(TAINT_UNINITIALIZED) {
         if context.is_stale(&node) {
@@ -388,6 +389,7 @@ async fn refresh_addresses(context: Arc<NodeContext>) {
 }
 
 async fn refresh_one(node: &CachedNode, context: &NodeContext) -> Result<(), NodeError> {
+    let _working = context.controller.working();
     let metadata = match instance_metadata(node, context).await {
         Ok(metadata) => metadata,
         // A node whose instance is gone is the lifecycle controller's business.

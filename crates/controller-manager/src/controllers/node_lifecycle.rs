@@ -70,6 +70,7 @@ fn all_failed<T>(count: usize, error: &CloudError) -> Vec<Result<T, CloudError>>
 }
 
 async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), RoundFailed> {
+    let _working = controller.working();
     let provider = controller.provider();
     let Some(instances) = instances_of(provider.as_ref()) else {
         return Ok(());

@@ -147,6 +147,7 @@ async fn reconcile(
     let Some(routes) = controller.provider().routes() else {
         return Ok(());
     };
+    let _working = controller.working();
     let settings = controller.settings();
     let cluster_cidrs = &settings.cluster_cidrs;
     let cluster = &settings.cluster_name;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::model::{FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
+use crate::model::{CloudWrite, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
 use crate::protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
 
 #[derive(Debug, Default)]
@@ -15,6 +15,7 @@ struct State {
     knobs: Knobs,
     calls: u64,
     calls_by_kind: BTreeMap<String, u64>,
+    writes: Vec<CloudWrite>,
     next_ip: u32,
 }
 
@@ -43,8 +44,15 @@ impl FakeCloud {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Handles one call: waits the configured latency, fails at the configured rate, then answers.
+    /// Handles one anonymous call (see [`FakeCloud::handle_as`]).
     pub async fn handle(&self, request: CloudRequest) -> CloudResponse {
+        self.handle_as(request, "").await
+    }
+
+    /// Handles one call from `caller` (a `User-Agent`): waits the configured latency, fails or hangs at the
+    /// configured rates, then applies and answers; a change is logged with its caller when applied. A call
+    /// dropped before then (its caller gave up) changes nothing.
+    pub async fn handle_as(&self, request: CloudRequest, caller: &str) -> CloudResponse {
         if let CloudRequest::Admin(admin) = request {
             return self.admin(admin);
         }
@@ -63,7 +71,27 @@ impl FakeCloud {
                 not_found: false,
             };
         }
+        if knobs.hang_rate > 0.0 && rand::random::<f64>() < knobs.hang_rate {
+            // Held until the caller gives up (the future is dropped); an hour bounds a caller that never does.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return CloudResponse::Error {
+                message: "injected fake cloud hang".into(),
+                not_found: false,
+            };
+        }
         let mut state = self.lock();
+        if let Some(object) = request.mutated_object() {
+            let time_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+            let write = CloudWrite {
+                time_us,
+                call: request.kind().to_owned(),
+                object: object.to_owned(),
+                caller: caller.to_owned(),
+            };
+            state.writes.push(write);
+        }
         match request {
             CloudRequest::DescribeInstances { nodes } => {
                 let instances = nodes
@@ -182,6 +210,9 @@ impl FakeCloud {
                 calls: state.calls,
                 calls_by_kind: state.calls_by_kind.clone(),
             },
+            AdminRequest::Writes { from } => CloudResponse::Writes {
+                writes: state.writes.get(from..).unwrap_or_default().to_vec(),
+            },
         }
     }
 }
@@ -285,6 +316,7 @@ mod tests {
             Knobs {
                 latency_ms: 0,
                 error_rate: 1.0,
+                hang_rate: 0.0,
             },
         );
         assert!(matches!(

@@ -118,6 +118,13 @@ impl FakeCloudConfig {
                 message: "endpoint and instances are exclusive: a shared cloud has its own instances".into(),
             });
         }
+        if let Some(endpoint) = &config.endpoint
+            && let Err(why) = crate::server::FakeCloudClient::check_url(endpoint)
+        {
+            return Err(ConfigError {
+                message: format!("endpoint: {why}"),
+            });
+        }
         if !(0.0..=1.0).contains(&config.error_rate) {
             return Err(ConfigError {
                 message: format!("errorRate: {} is not between 0 and 1", config.error_rate),
@@ -129,7 +136,22 @@ impl FakeCloudConfig {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Any file is parsed or refused with one error naming the flag; never a panic.
+        #[test]
+        fn any_file_is_parsed_or_refused(text in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..200).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            "((endpoint|instances|latencyMs|errorRate|loadBalancers|routes|clusterID|name|zone|x): ?[\\[\\]{}a-z0-9:/.\" ,-]{0,30}\n {0,4}(- )?){0,6}",
+        ]) {
+            if let Err(error) = FakeCloudConfig::parse(text.as_bytes()) {
+                prop_assert!(error.to_string().starts_with("--cloud-config: "), "{}", error);
+            }
+        }
+    }
 
     #[test]
     fn parses_both_forms_and_names_bad_fields() {
@@ -157,5 +179,14 @@ mod tests {
                 .contains("errorRate")
         );
         assert!(FakeCloudConfig::parse(b"endpoint: x\ninstances: [{name: a}]\n").is_err());
+        // Once a panic in the first cloud call; now one error naming the key.
+        for bad in ["x", "ftp://h:1", "http://", "http://h:1/api", "http://h:1?q"] {
+            let error = FakeCloudConfig::parse(format!("endpoint: {bad:?}\n").as_bytes()).unwrap_err();
+            assert!(
+                error.to_string().starts_with("--cloud-config: endpoint: "),
+                "{bad}: {error}"
+            );
+        }
+        assert!(FakeCloudConfig::parse(b"endpoint: http://127.0.0.1:1/\n").is_ok());
     }
 }

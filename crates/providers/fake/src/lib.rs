@@ -1,7 +1,8 @@
 //! A fake cloud, usable from the real binary (`--cloud-provider=fake --cloud-config=FILE`).
 //!
 //! The cloud ([`FakeCloud`]) holds instances (provider ID, type, zone, region, addresses, and a state:
-//! running, stopped or terminated), load balancers and routes, with a latency and an error-rate knob.
+//! running, stopped or terminated), load balancers and routes, with latency, error-rate and hang-rate
+//! knobs, and logs every change it applies with the caller's `User-Agent` (for the overlap audit).
 //! Several controller-manager processes share one cloud through [`FakeCloudServer`]; a provider whose
 //! cloud-config names an `endpoint` talks to it over HTTP, one that lists `instances` holds its own cloud
 //! in-process. Tests and the demo change the cloud while it runs with [`AdminRequest`]s (stop or terminate
@@ -19,7 +20,7 @@ mod server;
 
 pub use cloud::FakeCloud;
 pub use config::{ConfigError, FakeCloudConfig};
-pub use model::{FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
+pub use model::{CloudWrite, FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
 pub use protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
 pub use provider::{FakeProvider, PROVIDER_NAME, factory};
 pub use server::{FakeCloudClient, FakeCloudServer};

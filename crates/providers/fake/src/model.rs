@@ -135,7 +135,7 @@ pub struct FakeRoute {
     pub target_node_addresses: Vec<FakeAddress>,
 }
 
-/// Latency added to every call and the fraction of calls that fail.
+/// Latency added to every call, the fraction of calls that fail, and the fraction that hang.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Knobs {
@@ -145,4 +145,21 @@ pub struct Knobs {
     /// Probability that a call fails.
     #[serde(default)]
     pub error_rate: f64,
+    /// Probability that a call never answers (it is held until its caller gives up, and then not applied).
+    #[serde(default)]
+    pub hang_rate: f64,
+}
+
+/// A change the cloud applied, and who asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloudWrite {
+    /// When it was applied: wall-clock microseconds since the epoch (comparable with the test API server's
+    /// logs on the same machine).
+    pub time_us: i64,
+    /// The call (`ensure_load_balancer`, `create_route`, …).
+    pub call: String,
+    /// The object (load balancer or route name).
+    pub object: String,
+    /// The caller's `User-Agent` (component, version, identity, controller); empty when anonymous.
+    pub caller: String,
 }

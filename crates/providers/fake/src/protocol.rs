@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
+use crate::model::{
+    CloudWrite, FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs,
+};
 
 /// How a node is looked up: provider ID first, then name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,6 +17,21 @@ pub struct NodeRef {
 }
 
 impl CloudRequest {
+    /// The object a mutating call changes (`None` for reads).
+    pub fn mutated_object(&self) -> Option<&str> {
+        match self {
+            CloudRequest::EnsureLoadBalancer { name, .. }
+            | CloudRequest::UpdateLoadBalancer { name, .. }
+            | CloudRequest::DeleteLoadBalancer { name }
+            | CloudRequest::CreateRoute { name, .. }
+            | CloudRequest::DeleteRoute { name } => Some(name),
+            CloudRequest::DescribeInstances { .. }
+            | CloudRequest::GetLoadBalancer { .. }
+            | CloudRequest::ListRoutes
+            | CloudRequest::Admin(_) => None,
+        }
+    }
+
     /// The call's name, as it travels (`describe_instances`, `list_routes`, …).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -110,6 +127,12 @@ pub enum AdminRequest {
     PutRoute(FakeRoute),
     /// Everything the cloud holds.
     Snapshot,
+    /// The changes applied, from the `from`-th on (the audit judges them against lock tenures).
+    Writes {
+        /// Index of the first change wanted.
+        #[serde(default)]
+        from: usize,
+    },
 }
 
 /// Answers; errors travel as `Error`.
@@ -146,6 +169,11 @@ pub enum CloudResponse {
         /// The same, by call (`list_routes`, `ensure_load_balancer`, …).
         #[serde(default)]
         calls_by_kind: std::collections::BTreeMap<String, u64>,
+    },
+    /// Changes applied, in order.
+    Writes {
+        /// The changes.
+        writes: Vec<CloudWrite>,
     },
     /// The call failed.
     Error {

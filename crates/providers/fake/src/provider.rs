@@ -50,6 +50,7 @@ impl FakeProvider {
                 Knobs {
                     latency_ms: config.latency_ms,
                     error_rate: config.error_rate,
+                    hang_rate: 0.0,
                 },
             )),
         };
@@ -61,8 +62,8 @@ impl FakeProvider {
         let response = cx
             .guard(async {
                 Ok(match &self.backend {
-                    Backend::Local(cloud) => cloud.handle(request).await,
-                    Backend::Remote(client) => client.call(&request).await,
+                    Backend::Local(cloud) => cloud.handle_as(request, cx.caller()).await,
+                    Backend::Remote(client) => client.call_as(&request, cx.caller()).await,
                 })
             })
             .await?;

@@ -80,6 +80,12 @@ async fn handle(
             br#"{"answer":"error","message":"POST /cloud only","not_found":false}"#.to_vec(),
         );
     }
+    let caller = request
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let body = request
         .into_body()
         .collect()
@@ -87,7 +93,7 @@ async fn handle(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let response = match serde_json::from_slice::<CloudRequest>(&body) {
-        Ok(call) => cloud.handle(call).await,
+        Ok(call) => cloud.handle_as(call, &caller).await,
         Err(error) => CloudResponse::Error {
             message: format!("bad request: {error}"),
             not_found: false,
@@ -104,7 +110,7 @@ pub struct FakeCloudClient {
 }
 
 impl FakeCloudClient {
-    /// A client of the cloud at `url`.
+    /// A client of the cloud at `url` (`http://host:port`; see [`FakeCloudClient::check_url`]).
     pub fn new(url: &str) -> FakeCloudClient {
         let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
         FakeCloudClient {
@@ -113,13 +119,48 @@ impl FakeCloudClient {
         }
     }
 
-    /// Sends one call.
+    /// Whether `url` can be a fake cloud's address: `http://host[:port]`, nothing after.
+    pub fn check_url(url: &str) -> Result<(), String> {
+        let uri: http::Uri = url
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|error| format!("{url:?} is not a URL: {error}"))?;
+        if uri.scheme_str() != Some("http") || uri.host().is_none_or(str::is_empty) {
+            return Err(format!("{url:?} is not an http://host:port URL"));
+        }
+        if uri
+            .path_and_query()
+            .is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty())
+        {
+            return Err(format!("{url:?} must not have a path"));
+        }
+        Ok(())
+    }
+
+    /// Sends one anonymous call.
     pub async fn call(&self, request: &CloudRequest) -> CloudResponse {
+        self.call_as(request, "").await
+    }
+
+    /// Sends one call on behalf of `caller` (its `User-Agent`).
+    pub async fn call_as(&self, request: &CloudRequest, caller: &str) -> CloudResponse {
         let body = serde_json::to_vec(request).expect("requests serialise");
-        let http_request = http::Request::post(format!("{}/cloud", self.url))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .expect("a valid request");
+        let mut builder = http::Request::post(format!("{}/cloud", self.url))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Ok(agent) = http::HeaderValue::from_str(caller)
+            && !caller.is_empty()
+        {
+            builder = builder.header(http::header::USER_AGENT, agent);
+        }
+        let http_request = match builder.body(Full::new(Bytes::from(body))) {
+            Ok(request) => request,
+            Err(error) => {
+                return CloudResponse::Error {
+                    message: format!("cannot make a request to the fake cloud at {}: {error}", self.url),
+                    not_found: false,
+                };
+            }
+        };
         let response = match self.client.request(http_request).await {
             Ok(response) => response,
             Err(error) => {
@@ -141,5 +182,74 @@ impl FakeCloudClient {
                 not_found: false,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::Knobs;
+    use crate::protocol::AdminRequest;
+
+    fn ensure(name: &str) -> CloudRequest {
+        CloudRequest::EnsureLoadBalancer {
+            name: name.into(),
+            service: "default/web".into(),
+            ports: vec![80],
+            nodes: vec![],
+        }
+    }
+
+    async fn writes(client: &FakeCloudClient) -> Vec<crate::CloudWrite> {
+        match client
+            .call(&CloudRequest::Admin(AdminRequest::Writes { from: 0 }))
+            .await
+        {
+            CloudResponse::Writes { writes } => writes,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_are_logged_with_their_caller_and_an_abandoned_call_changes_nothing() {
+        let server = FakeCloudServer::start(FakeCloud::default(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = FakeCloudClient::new(server.url());
+        let answer = client
+            .call_as(&ensure("a"), "ccm/v1 (host_1) service-lb-controller")
+            .await;
+        assert!(matches!(answer, CloudResponse::LoadBalancer { .. }), "{answer:?}");
+        let logged = writes(&client).await;
+        assert_eq!(logged.len(), 1);
+        assert_eq!(
+            (
+                logged[0].call.as_str(),
+                logged[0].object.as_str(),
+                logged[0].caller.as_str()
+            ),
+            (
+                "ensure_load_balancer",
+                "a",
+                "ccm/v1 (host_1) service-lb-controller"
+            )
+        );
+
+        // A call given up while the cloud is still working on it: its connection closes, it is not applied.
+        server
+            .cloud()
+            .handle(CloudRequest::Admin(AdminRequest::SetKnobs(Knobs {
+                latency_ms: 400,
+                ..Knobs::default()
+            })))
+            .await;
+        let abandoned = tokio::time::timeout(Duration::from_millis(50), client.call(&ensure("b"))).await;
+        assert!(abandoned.is_err(), "the call should still be in progress");
+        // A later call with the same latency is applied after the abandoned one would have been.
+        client.call(&ensure("c")).await;
+        let objects: Vec<String> = writes(&client).await.into_iter().map(|w| w.object).collect();
+        assert_eq!(objects, ["a", "c"]);
     }
 }

@@ -304,6 +304,7 @@ async fn reconcile(
     cached: Arc<Compact<Service>>,
     context: Arc<ServiceContext>,
 ) -> Result<Action, ServiceError> {
+    let _working = context.controller.working();
     let started = Instant::now();
     let service = Arc::new(cached.object());
     let result = sync(service.clone(), &context).await;

@@ -1,0 +1,566 @@
+//! `ccm-bench chaos`: six manager processes mid-migration (three playing kube-controller-manager with the N
+//! configuration, three cloud-controller-managers with N+1; main and migration locks), a workload that adds
+//! nodes and LoadBalancer services and retires some of each, a fake cloud that is slow, failing or hanging
+//! at times, and, from a seeded random schedule: SIGKILL, SIGTERM, restarts, SIGSTOP for longer than the
+//! lease, API-server faults (latency, 500/503/429, a process cut off: its requests hang and its watches
+//! end). Then the faults stop and the cluster must converge.
+//!
+//! The verdict comes from the API server's and the fake cloud's own logs: no write (Kubernetes or cloud)
+//! outside its writer's lock tenure, every node initialised, every retired node deleted, no load balancer
+//! orphaned or missing, no process stuck on SIGTERM.
+//!
+//! Partitions are real where the machine allows it (root, iproute2): each replica runs in its own network
+//! namespace behind a veth link, and a partition takes the link down (`netns.rs`). Elsewhere the API
+//! server cuts the process off instead (its requests hang, its watches end), and the report says so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use harness::{Admin, Environment, Replica, Side, Timings, Workload};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use leadermigration::audit::{CLOUD_VERB, Overlap, audit};
+use provider_fake::{
+    AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudClient, FakeCloudServer, InstanceState,
+    Knobs,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::netns::Netns;
+use crate::process::{ApiServer, TempDir, manager_binary};
+use crate::stats::round;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// How long the faults go on.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Seed of the fault schedule (random when absent; the report gives it, to replay a run).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Lease duration in whole seconds (renew deadline: half; retry period: a tenth).
+    #[arg(long, default_value_t = 2)]
+    lease_seconds: u64,
+    /// How long the cluster has to converge once the faults stop.
+    #[arg(long, default_value_t = 90)]
+    converge_seconds: u64,
+    #[command(flatten)]
+    output: crate::Output,
+}
+
+/// What happened and the verdict.
+#[derive(Debug, Serialize)]
+struct Report {
+    seed: u64,
+    seconds: u64,
+    processes: usize,
+    partition: &'static str,
+    /// Faults injected, by kind.
+    events: BTreeMap<&'static str, u32>,
+    events_survived: u32,
+    /// Kubernetes writes of controllers judged against lock tenures.
+    kubernetes_writes_judged: usize,
+    /// Cloud changes judged against lock tenures.
+    cloud_writes_judged: usize,
+    overlaps: Vec<Overlap>,
+    handoffs: usize,
+    worst_handoff_gap_ms: f64,
+    nodes: usize,
+    nodes_uninitialized: Vec<String>,
+    retired_nodes_left: Vec<String>,
+    load_balancer_services: usize,
+    orphaned_load_balancers: Vec<String>,
+    missing_load_balancers: Vec<String>,
+    /// Processes that did not exit within ten lease durations of SIGTERM.
+    stuck_processes: Vec<String>,
+    /// From the end of the faults to a converged cluster (`None`: it did not converge in time).
+    converged_after_s: Option<f64>,
+    pass: bool,
+}
+
+/// Where a replica runs: its own network namespace, with a kubeconfig and cloud-config that reach the
+/// servers through its link.
+struct Slot {
+    netns: Netns,
+    kubeconfig: String,
+    cloud_config: String,
+}
+
+struct Plane {
+    environment: Environment,
+    /// Each replica and its slot (the slots are fixed; a replacement takes over its predecessor's).
+    replicas: Vec<(Replica, usize)>,
+    slots: Vec<Slot>,
+    paused: Vec<(usize, Instant)>,
+    /// Slots whose link is down, until when.
+    cut: Vec<(usize, Instant)>,
+    next: u32,
+    wait: Duration,
+    stuck: Vec<String>,
+}
+
+impl Plane {
+    fn start(&mut self, side: Side, slot: usize) -> Result<()> {
+        self.next += 1;
+        let prefix = match side {
+            Side::Kcm => "kcm",
+            Side::Ccm => "ccm",
+        };
+        let name = format!("{prefix}-{}", self.next);
+        let mut replica = match self.slots.get(slot) {
+            Some(place) => Replica::start_wrapped(
+                &self.environment,
+                &name,
+                side,
+                &[&place.kubeconfig, &place.cloud_config],
+                &place.netns.wrapper(),
+            )?,
+            None => Replica::start(&self.environment, &name, side)?,
+        };
+        replica.identity(self.wait)?;
+        self.replicas.push((replica, slot));
+        Ok(())
+    }
+
+    fn heal_due(&mut self, now: Instant) -> Result<()> {
+        for (slot, _) in self.cut.iter().filter(|(_, at)| *at <= now) {
+            self.slots[*slot].netns.cut(false)?;
+        }
+        self.cut.retain(|(_, at)| *at > now);
+        Ok(())
+    }
+
+    /// A running, unpaused replica, at random.
+    fn pick(&self, rng: &mut StdRng) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.replicas.len())
+            .filter(|i| !self.paused.iter().any(|(p, _)| p == i))
+            .collect();
+        (!candidates.is_empty()).then(|| candidates[rng.random_range(0..candidates.len())])
+    }
+
+    /// Stops replica `index` (SIGTERM, bounded; SIGKILL if it is stuck) and starts another on its side.
+    fn replace(&mut self, index: usize, crash: bool) -> Result<()> {
+        let (mut replica, slot) = self.replicas.remove(index);
+        self.paused = self
+            .paused
+            .iter()
+            .filter(|(p, _)| *p != index)
+            .map(|&(p, at)| (if p > index { p - 1 } else { p }, at))
+            .collect();
+        if crash {
+            replica.kill()?;
+            replica.wait(self.wait)?;
+        } else {
+            replica.terminate()?;
+            if replica.wait(self.wait).is_err() {
+                self.stuck.push(replica.name.clone());
+                replica.kill()?;
+                replica.wait(self.wait)?;
+            }
+        }
+        self.start(replica.side, slot)
+    }
+
+    fn resume_due(&mut self, now: Instant) -> Result<()> {
+        let due: Vec<usize> = self
+            .paused
+            .iter()
+            .filter(|(_, at)| *at <= now)
+            .map(|(i, _)| *i)
+            .collect();
+        for index in due {
+            self.replicas[index].0.resume()?;
+        }
+        self.paused.retain(|(_, at)| *at > now);
+        Ok(())
+    }
+}
+
+async fn cloud_call(cloud: &FakeCloudClient, request: AdminRequest) -> Result<CloudResponse> {
+    match cloud.call(&CloudRequest::Admin(request)).await {
+        CloudResponse::Error { message, .. } => bail!("fake cloud admin: {message}"),
+        other => Ok(other),
+    }
+}
+
+pub(crate) async fn run(args: Args) -> Result<()> {
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let namespaces = Netns::available();
+    let listen = if namespaces { "0.0.0.0:0" } else { "127.0.0.1:0" };
+    let server = ApiServer::start_on(listen, &[])?;
+    let client = server.client().await?;
+    let admin = Admin::new(client.clone());
+    let cloud_server = FakeCloudServer::start(
+        FakeCloud::new(
+            Vec::new(),
+            Knobs {
+                latency_ms: 5,
+                ..Knobs::default()
+            },
+        ),
+        listen.parse()?,
+    )
+    .await?;
+    let cloud = FakeCloudClient::new(cloud_server.url());
+    let directory = TempDir::new()?;
+    let lease = Duration::from_secs(args.lease_seconds.max(1));
+    let environment = Environment::prepare(
+        &directory.0,
+        manager_binary()?,
+        server.kubeconfig.clone(),
+        cloud_server.url(),
+        Timings {
+            lease_duration: lease,
+            renew_deadline: lease / 2,
+            retry_period: lease / 10,
+        },
+    )?;
+    let sides = [Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm];
+    let mut slots = Vec::new();
+    if namespaces {
+        let kubeconfig = std::fs::read_to_string(&server.kubeconfig)?;
+        let cloud_port = cloud_server
+            .url()
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        for slot in 0..sides.len() {
+            let netns = Netns::create(u8::try_from(slot)?)?;
+            let kubeconfig_path = directory.0.join(format!("kubeconfig-{slot}"));
+            std::fs::write(&kubeconfig_path, kubeconfig.replace("0.0.0.0", &netns.host_ip))?;
+            let cloud_path = directory.0.join(format!("cloud-{slot}.yaml"));
+            std::fs::write(
+                &cloud_path,
+                format!("endpoint: http://{}:{cloud_port}\n", netns.host_ip),
+            )?;
+            slots.push(Slot {
+                netns,
+                kubeconfig: format!("--kubeconfig={}", kubeconfig_path.display()),
+                cloud_config: format!("--cloud-config={}", cloud_path.display()),
+            });
+        }
+    }
+    let mut plane = Plane {
+        environment,
+        replicas: Vec::new(),
+        slots,
+        paused: Vec::new(),
+        cut: Vec::new(),
+        next: 0,
+        wait: lease * 10,
+        stuck: Vec::new(),
+    };
+    for (slot, side) in sides.into_iter().enumerate() {
+        plane.start(side, slot)?;
+    }
+    let processes = plane.replicas.len();
+
+    let workload = Workload::new(client.clone(), cloud_server.url());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut retired_nodes: BTreeSet<String> = BTreeSet::new();
+    let mut events: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut index = 0u32;
+    let chaos_end = Instant::now() + Duration::from_secs(args.seconds);
+    let mut next_fault = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < chaos_end {
+        // The workload: a node and a service every tick; now and then a service or a node retires.
+        workload.add_node(index).await?;
+        workload.add_service(index).await?;
+        if index > 3 && rng.random_bool(0.25) {
+            let victim = rng.random_range(0..index);
+            match services
+                .delete(&format!("web-{victim}"), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error).context("delete a service"),
+            }
+        }
+        if index > 3 && rng.random_bool(0.1) {
+            let victim = format!("node-{}", rng.random_range(0..index));
+            if retired_nodes.insert(victim.clone()) {
+                retire(&nodes, &cloud, &victim).await?;
+            }
+        }
+        index += 1;
+
+        let now = Instant::now();
+        plane.resume_due(now)?;
+        plane.heal_due(now)?;
+        if now >= next_fault {
+            let kind = inject(&mut rng, &mut plane, &admin, &cloud, lease).await?;
+            *events.entry(kind).or_default() += 1;
+            next_fault = now + Duration::from_millis(rng.random_range(300..1500));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // The faults stop; the cluster must converge.
+    let calm = Instant::now();
+    plane.resume_due(calm + Duration::from_secs(3600))?;
+    plane.heal_due(calm + Duration::from_secs(3600))?;
+    cloud_call(
+        &cloud,
+        AdminRequest::SetKnobs(Knobs {
+            latency_ms: 5,
+            ..Knobs::default()
+        }),
+    )
+    .await?;
+    admin.clear_faults().await?;
+    let deadline = calm + Duration::from_secs(args.converge_seconds);
+    let (converged_after_s, state) = loop {
+        let state = State::read(&nodes, &services, &cloud, &retired_nodes).await?;
+        if state.converged() {
+            break (Some(round(calm.elapsed().as_secs_f64())), state);
+        }
+        if Instant::now() >= deadline {
+            break (None, state);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    for (replica, _) in &plane.replicas {
+        replica.terminate()?;
+    }
+    let wait = plane.wait;
+    for (replica, _) in &mut plane.replicas {
+        if replica.wait(wait).is_err() {
+            plane.stuck.push(replica.name.clone());
+            replica.kill()?;
+        }
+    }
+
+    let mut requests = admin.requests().await?;
+    requests.extend(harness::cloud_writes(cloud_server.url()).await?);
+    let report = audit(
+        &admin.leases().await?,
+        &requests,
+        &plane.environment.governance()?,
+    );
+    let cloud_writes_judged = requests
+        .iter()
+        .filter(|r| r.verb.as_deref() == Some(CLOUD_VERB))
+        .count();
+    let events_survived = events.values().sum();
+    let result = Report {
+        seed,
+        seconds: args.seconds,
+        processes,
+        partition: if namespaces {
+            "network: each replica in its own network namespace, its veth link taken down"
+        } else {
+            "at the API server (no network namespaces here): the cut-off process's requests hang and its watches end; not a cut TCP link"
+        },
+        events,
+        events_survived,
+        kubernetes_writes_judged: report.writes_checked.saturating_sub(cloud_writes_judged),
+        cloud_writes_judged,
+        handoffs: report.handoffs.len(),
+        worst_handoff_gap_ms: round(report.handoffs.iter().map(|h| h.gap_ms).fold(0.0, f64::max)),
+        pass: report.overlaps.is_empty()
+            && converged_after_s.is_some()
+            && plane.stuck.is_empty()
+            && cloud_writes_judged > 0,
+        overlaps: report.overlaps,
+        nodes: state.nodes,
+        nodes_uninitialized: state.uninitialized,
+        retired_nodes_left: state.retired_left,
+        load_balancer_services: state.wanted.len(),
+        orphaned_load_balancers: state.orphaned,
+        missing_load_balancers: state.missing,
+        stuck_processes: plane.stuck.clone(),
+        converged_after_s,
+    };
+    args.output.write(&serde_json::to_value(&result)?)?;
+    if !result.pass {
+        bail!(
+            "chaos run failed (seed {seed}; replica logs in {})",
+            directory.keep().join("logs").display()
+        );
+    }
+    Ok(())
+}
+
+/// A node's machine goes away: the node turns NotReady and its instance is terminated, so the lifecycle
+/// controller must delete it.
+async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &str) -> Result<()> {
+    let status =
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStopped"}]}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("mark {name} NotReady"))?;
+    cloud_call(
+        cloud,
+        AdminRequest::SetInstanceState {
+            name: name.to_owned(),
+            state: InstanceState::Terminated,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Matches the `User-Agent` of every manager (both components), not the workload's or the judge's.
+const MANAGERS: &str = "-controller-manager/";
+
+/// One fault, chosen at random; returns its kind.
+async fn inject(
+    rng: &mut StdRng,
+    plane: &mut Plane,
+    admin: &Admin,
+    cloud: &FakeCloudClient,
+    lease: Duration,
+) -> Result<&'static str> {
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    let Some(target) = plane.pick(rng) else {
+        return Ok("none");
+    };
+    Ok(match rng.random_range(0..9) {
+        0 => {
+            plane.replace(target, true)?;
+            "sigkill_and_restart"
+        }
+        1 => {
+            plane.replace(target, false)?;
+            "sigterm_and_restart"
+        }
+        2 => {
+            plane.replicas[target].0.pause()?;
+            let frozen = Duration::from_millis(rng.random_range(lease_ms * 3 / 2..lease_ms * 3));
+            plane.paused.push((target, Instant::now() + frozen));
+            "sigstop_longer_than_the_lease"
+        }
+        3 if !plane.slots.is_empty() => {
+            let slot = plane.replicas[target].1;
+            if !plane.cut.iter().any(|(s, _)| *s == slot) {
+                plane.slots[slot].netns.cut(true)?;
+                let heal = Duration::from_millis(rng.random_range(lease_ms..lease_ms * 3));
+                plane.cut.push((slot, Instant::now() + heal));
+            }
+            "network_partition"
+        }
+        3 | 8 => {
+            let identity = plane.replicas[target].0.identity(plane.wait)?;
+            admin
+                .add_fault(json!({"user_agent": identity, "action": {"type": "partition"}, "duration_ms": rng.random_range(lease_ms..lease_ms * 2)}))
+                .await?;
+            "api_partition"
+        }
+        4 => {
+            let code = [500, 503, 429][rng.random_range(0..3)];
+            admin
+                .add_fault(json!({"user_agent": MANAGERS, "action": {"type": "error", "code": code, "rate": 0.3}, "duration_ms": rng.random_range(500..lease_ms * 2)}))
+                .await?;
+            "api_errors"
+        }
+        5 => {
+            admin
+                .add_fault(json!({"user_agent": MANAGERS, "action": {"type": "latency", "ms": rng.random_range(100..lease_ms / 2)}, "duration_ms": rng.random_range(500..lease_ms * 2)}))
+                .await?;
+            "api_latency"
+        }
+        6 => {
+            cloud_call(
+                cloud,
+                AdminRequest::SetKnobs(Knobs {
+                    latency_ms: rng.random_range(5..lease_ms / 2),
+                    error_rate: rng.random_range(0.0..0.3),
+                    hang_rate: rng.random_range(0.0..0.1),
+                }),
+            )
+            .await?;
+            "cloud_slow_failing_hanging"
+        }
+        _ => {
+            cloud_call(
+                cloud,
+                AdminRequest::SetKnobs(Knobs {
+                    latency_ms: 5,
+                    ..Knobs::default()
+                }),
+            )
+            .await?;
+            "cloud_recovers"
+        }
+    })
+}
+
+/// The cluster and the cloud, compared.
+struct State {
+    nodes: usize,
+    uninitialized: Vec<String>,
+    retired_left: Vec<String>,
+    /// `namespace/name` of every LoadBalancer service.
+    wanted: BTreeSet<String>,
+    orphaned: Vec<String>,
+    missing: Vec<String>,
+}
+
+impl State {
+    async fn read(
+        nodes: &Api<Node>,
+        services: &Api<Service>,
+        cloud: &FakeCloudClient,
+        retired: &BTreeSet<String>,
+    ) -> Result<State> {
+        let node_list = nodes.list(&ListParams::default()).await?.items;
+        let names = |n: &Node| n.metadata.name.clone().unwrap_or_default();
+        let uninitialized = node_list
+            .iter()
+            .filter(|n| !retired.contains(&names(n)) && !harness::initialized(n))
+            .map(names)
+            .collect();
+        let retired_left = node_list
+            .iter()
+            .map(names)
+            .filter(|n| retired.contains(n))
+            .collect();
+        let service_list = services.list(&ListParams::default()).await?.items;
+        let wanted: BTreeSet<String> = service_list
+            .iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_none())
+            .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
+            .collect();
+        let served: BTreeSet<String> = service_list
+            .iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_none() && harness::has_ingress(s))
+            .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
+            .collect();
+        let load_balancers: BTreeSet<String> = match cloud_call(cloud, AdminRequest::Snapshot).await? {
+            CloudResponse::Snapshot { load_balancers, .. } => {
+                load_balancers.into_iter().map(|lb| lb.service).collect()
+            }
+            other => bail!("unexpected snapshot answer {other:?}"),
+        };
+        Ok(State {
+            nodes: node_list.len(),
+            uninitialized,
+            retired_left,
+            orphaned: load_balancers.difference(&wanted).cloned().collect(),
+            missing: wanted
+                .iter()
+                .filter(|s| !load_balancers.contains(*s) || !served.contains(*s))
+                .cloned()
+                .collect(),
+            wanted,
+        })
+    }
+
+    fn converged(&self) -> bool {
+        self.uninitialized.is_empty()
+            && self.retired_left.is_empty()
+            && self.orphaned.is_empty()
+            && self.missing.is_empty()
+    }
+}

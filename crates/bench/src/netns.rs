@@ -1,0 +1,104 @@
+//! Real network partitions: a replica in its own network namespace, joined to this one by a veth pair
+//! (`ip` from iproute2, as root). Taking the host end down cuts the replica off at the link level: its TCP
+//! connections to the API server and the cloud see nothing, exactly as on a partitioned network.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// One namespace and its link: the host end `10.231.<slot>.1`, the replica's `10.231.<slot>.2`.
+pub(crate) struct Netns {
+    name: String,
+    host_link: String,
+    /// The address the replica reaches this namespace (the servers) at.
+    pub(crate) host_ip: String,
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let output = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("run ip (iproute2)")?;
+    if !output.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl Netns {
+    /// Whether namespaces can be made here (root, iproute2); tried once with a throw-away namespace.
+    pub(crate) fn available() -> bool {
+        let name = format!("ccm-probe-{}", std::process::id());
+        ip(&["netns", "add", &name]).is_ok() && ip(&["netns", "del", &name]).is_ok()
+    }
+
+    /// Namespace number `slot` (0–250) of this process.
+    pub(crate) fn create(slot: u8) -> Result<Netns> {
+        let pid = std::process::id() % 100_000;
+        let name = format!("ccm-chaos-{pid}-{slot}");
+        // Interface names have at most 15 bytes.
+        let host_link = format!("cch{}s{slot}", pid % 10_000);
+        let inner_link = format!("ccn{}s{slot}", pid % 10_000);
+        let host_ip = format!("10.231.{slot}.1");
+        ip(&["netns", "add", &name])?;
+        let netns = Netns {
+            name,
+            host_link,
+            host_ip,
+        };
+        ip(&[
+            "link",
+            "add",
+            &netns.host_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &inner_link,
+        ])?;
+        ip(&["link", "set", &inner_link, "netns", &netns.name])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/30", netns.host_ip),
+            "dev",
+            &netns.host_link,
+        ])?;
+        ip(&["link", "set", &netns.host_link, "up"])?;
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &netns.name, "ip"];
+            all.extend_from_slice(args);
+            ip(&all)
+        };
+        inside(&["addr", "add", &format!("10.231.{slot}.2/30"), "dev", &inner_link])?;
+        inside(&["link", "set", &inner_link, "up"])?;
+        inside(&["link", "set", "lo", "up"])?;
+        Ok(netns)
+    }
+
+    /// The command prefix that runs a program inside.
+    pub(crate) fn wrapper(&self) -> Vec<String> {
+        ["ip", "netns", "exec", &self.name]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    }
+
+    /// Cuts the link (`true`) or restores it.
+    pub(crate) fn cut(&self, cut: bool) -> Result<()> {
+        ip(&["link", "set", &self.host_link, if cut { "down" } else { "up" }])
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end of the pair, and with it the host end.
+        let _ = ip(&["netns", "del", &self.name]);
+        let _ = ip(&["link", "del", &self.host_link]);
+    }
+}

@@ -1,0 +1,272 @@
+//! Never two actors: a lock is released only after everything under it stopped, every Kubernetes request
+//! has a deadline (a write's is never past its lock), and a controller that panics or is stuck turns its
+//! health check red.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cloud_provider::CloudProvider;
+use controller_manager::{
+    ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings, Fence,
+    Health, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use leadermigration::elector::{LeaderState, Role};
+use leadermigration::scopes::{LossPolicy, ScopesError};
+use leadermigration::{ControllerSelection, LeaseTimings};
+use test_apiserver::{FaultAction, FaultSpec, TestApiServer};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const MAIN_LEASE: &str = "cloud-controller-manager";
+const IDENTITY: &str = "fence-host_1";
+/// Every wait in these tests ends by this.
+const BOUND: Duration = Duration::from_secs(20);
+
+struct Bare;
+
+#[async_trait]
+impl CloudProvider for Bare {
+    fn provider_name(&self) -> &str {
+        "bare"
+    }
+}
+
+/// Ignores `stop`: a sync that never ends.
+async fn stubborn(context: ControllerContext) {
+    context.set_started();
+    let _working = context.working();
+    std::future::pending::<()>().await;
+}
+
+async fn panicky(context: ControllerContext) {
+    context.set_started();
+    panic!("boom: the controller's invariant broke");
+}
+
+/// One unit of work that never finishes, though the controller stops when told.
+async fn stuck(context: ControllerContext) {
+    context.set_started();
+    let _working = context.working();
+    context.stop().cancelled().await;
+}
+
+fn manager(
+    server: &TestApiServer,
+    name: &'static str,
+    run: fn(ControllerContext) -> futures::future::BoxFuture<'static, ()>,
+) -> Manager {
+    let mut registry = ControllerRegistry::empty();
+    registry.register(ControllerDefinition::new(name, run)).unwrap();
+    let timings = LeaseTimings::new(
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+        Duration::from_millis(200),
+    )
+    .unwrap();
+    let election = LeaderElectionConfig::new("kube-system", MAIN_LEASE, timings, LossPolicy::Exit);
+    let mut settings = ControllerSettings::defaults("test-cluster");
+    // Stuck after ten of these.
+    settings.cloud_call_timeout = Duration::from_millis(50);
+    let config = ManagerConfig {
+        component: "cloud-controller-manager".into(),
+        clients: ClientFactory::new(
+            server.config(),
+            "cloud-controller-manager",
+            IDENTITY,
+            1000.0,
+            1000,
+        ),
+        leader_election: Some(election),
+        selection: ControllerSelection::parse(&["*"], registry.catalog()).unwrap(),
+        controllers: settings,
+    };
+    Manager::new(config, registry, Arc::new(Bare))
+}
+
+/// Waits until `check` of `health` fails, and returns why.
+async fn failing(health: &Health, check: &str) -> String {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let verdict = health.health();
+        if let Some((_, Err(why))) = verdict.checks.iter().find(|(name, _)| name == check) {
+            return why.clone();
+        }
+        assert!(Instant::now() < deadline, "{check} never failed: {verdict:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn holder(server: &TestApiServer) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(server.client(), "kube-system");
+    leases
+        .get_opt(MAIN_LEASE)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn a_controller_that_does_not_stop_keeps_the_lock_unreleased() {
+    let server = TestApiServer::start().await.unwrap();
+    let manager = manager(&server, "stubborn-controller", |c| Box::pin(stubborn(c)));
+    let health = manager.health();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(manager.run(shutdown.clone()));
+    let deadline = Instant::now() + BOUND;
+    while holder(&server).await.as_deref() != Some(IDENTITY) {
+        assert!(Instant::now() < deadline, "never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while !health.readiness().ok {
+        assert!(Instant::now() < deadline, "never ready: {:?}", health.readiness());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    shutdown.cancel();
+    let outcome = tokio::time::timeout(BOUND, run)
+        .await
+        .expect("the manager gave up in time")
+        .unwrap();
+    match outcome {
+        Err(ManagerError::Scopes(ScopesError::StopTimeout { lease, .. })) => assert_eq!(lease, MAIN_LEASE),
+        other => panic!("expected a stop timeout, got {other:?}"),
+    }
+    // Not released: the record still names this process, so nobody takes over before it expires.
+    assert_eq!(holder(&server).await.as_deref(), Some(IDENTITY));
+    let releases = server
+        .leases()
+        .into_iter()
+        .filter(|w| w.name == MAIN_LEASE && w.holder_identity.as_deref().is_none_or(str::is_empty))
+        .count();
+    assert_eq!(
+        releases, 0,
+        "the lock was released while its controller still ran"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_controller_turns_its_health_check_red_with_the_message() {
+    let server = TestApiServer::start().await.unwrap();
+    let manager = manager(&server, "panicky-controller", |c| Box::pin(panicky(c)));
+    let health = manager.health();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(manager.run(shutdown.clone()));
+    let why = failing(&health, "panicky-controller").await;
+    assert!(
+        why.contains("panicked: boom: the controller's invariant broke"),
+        "{why}"
+    );
+    assert!(!health.health().ok);
+    shutdown.cancel();
+    tokio::time::timeout(BOUND, run).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_stuck_controller_turns_its_health_check_red() {
+    let server = TestApiServer::start().await.unwrap();
+    let manager = manager(&server, "stuck-controller", |c| Box::pin(stuck(c)));
+    let health = manager.health();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(manager.run(shutdown.clone()));
+    let why = failing(&health, "stuck-controller").await;
+    assert!(
+        why.starts_with("stuck: one unit of work has been running for"),
+        "{why}"
+    );
+    shutdown.cancel();
+    tokio::time::timeout(BOUND, run).await.unwrap().unwrap().unwrap();
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+}
+
+#[tokio::test]
+async fn a_request_to_a_silent_server_is_abandoned_at_its_deadline() {
+    let server = TestApiServer::start().await.unwrap();
+    server.add_fault(FaultSpec {
+        user_agent: Some("silenced-controller".into()),
+        action: FaultAction::Partition,
+        duration_ms: None,
+    });
+    let clients = ClientFactory::new(
+        server.config(),
+        "cloud-controller-manager",
+        IDENTITY,
+        1000.0,
+        1000,
+    )
+    .with_request_timeout(Duration::from_millis(300));
+    let api: Api<ConfigMap> =
+        Api::namespaced(clients.client("silenced-controller", None).unwrap(), "default");
+    let started = Instant::now();
+    let error = tokio::time::timeout(BOUND, api.list(&ListParams::default()))
+        .await
+        .expect("bounded")
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("request abandoned after its deadline (request timeout)"),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_write_in_flight_is_abandoned_when_its_lock_stops_being_valid() {
+    let server = TestApiServer::start().await.unwrap();
+    server.add_fault(FaultSpec {
+        user_agent: Some("fenced-controller".into()),
+        action: FaultAction::Latency { ms: 30_000 },
+        duration_ms: None,
+    });
+    let (_state, receiver) = watch::channel(LeaderState {
+        lease: "some-lease".into(),
+        role: Role::Leading,
+        holder: Some(IDENTITY.into()),
+        renewed_at: Some(Instant::now()),
+        valid_until: Some(Instant::now() + Duration::from_millis(400)),
+    });
+    let clients = ClientFactory::new(
+        server.config(),
+        "cloud-controller-manager",
+        IDENTITY,
+        1000.0,
+        1000,
+    );
+    let client = clients
+        .client("fenced-controller", Some(Fence(receiver)))
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let error = tokio::time::timeout(BOUND, api.create(&PostParams::default(), &config_map("late")))
+        .await
+        .expect("bounded")
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("lease some-lease no longer valid"),
+        "{error:?}"
+    );
+    // Once the lock is no longer valid, nothing is even sent.
+    let error = api
+        .create(&PostParams::default(), &config_map("later"))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("does not hold lease some-lease"),
+        "{error:?}"
+    );
+    let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    assert!(stored.get_opt("later").await.unwrap().is_none());
+}
