@@ -136,10 +136,28 @@ pub struct Fenced {
 /// A request that did not finish before its deadline (the request timeout, or for a write under a lock,
 /// the lock's validity); it was abandoned and its connection closed.
 #[derive(Debug, thiserror::Error)]
-#[error("request abandoned after its deadline ({why})")]
+#[error("request abandoned after its deadline ({})", why.describe())]
 pub struct DeadlineExceeded {
-    /// `request timeout` or `lease NAME no longer valid`.
-    pub why: String,
+    /// Which deadline passed.
+    pub why: Deadline,
+}
+
+/// Which deadline a request has.
+#[derive(Debug, Clone)]
+pub enum Deadline {
+    /// `--kube-api-request-timeout`.
+    RequestTimeout,
+    /// The validity of the lock the writing controller runs under (its Lease's name).
+    Lease(Arc<str>),
+}
+
+impl Deadline {
+    fn describe(&self) -> String {
+        match self {
+            Deadline::RequestTimeout => "request timeout".to_owned(),
+            Deadline::Lease(lease) => format!("lease {lease} no longer valid"),
+        }
+    }
 }
 
 /// Bounds every request but a watch, and fences writes on the lock.
@@ -155,6 +173,7 @@ impl<S> Layer<S> for DeadlineLayer {
     fn layer(&self, inner: S) -> Self::Service {
         DeadlineService {
             inner,
+            lease: self.fence.as_ref().map(|f| Arc::from(f.lease())),
             layer: self.clone(),
         }
     }
@@ -163,6 +182,7 @@ impl<S> Layer<S> for DeadlineLayer {
 struct DeadlineService<S> {
     inner: S,
     layer: DeadlineLayer,
+    lease: Option<Arc<str>>,
 }
 
 /// Whether a request is a watch (its answer is a stream with no end; kube's watcher bounds it).
@@ -177,14 +197,13 @@ fn is_watch<B>(request: &http::Request<B>) -> bool {
 impl<S, B, RB> Service<http::Request<B>> for DeadlineService<S>
 where
     S: Service<http::Request<B>, Response = http::Response<RB>>,
-    S::Error: From<tower::BoxError> + Send + 'static,
-    S::Future: Send + 'static,
-    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    S::Error: From<tower::BoxError>,
+    RB: http_body::Body<Data = Bytes>,
     RB::Error: Into<tower::BoxError>,
 {
     type Response = http::Response<DeadlineBody<RB>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = DeadlineFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -197,46 +216,96 @@ where
             http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
         );
         let mut deadline =
-            (!is_watch(&request)).then(|| (now + self.layer.timeout, "request timeout".to_owned()));
-        if let (true, Some(fence)) = (write, &self.layer.fence) {
+            (!is_watch(&request)).then(|| (now + self.layer.timeout, Deadline::RequestTimeout));
+        if let (true, Some(fence), Some(lease)) = (write, &self.layer.fence, &self.lease) {
             let Some(valid_until) = fence.valid_until().filter(|until| *until > now) else {
-                let error: tower::BoxError = Box::new(Fenced { lease: fence.lease() });
-                return Box::pin(futures::future::ready(Err(error.into())));
+                return DeadlineFuture::Refused {
+                    lease: Some(lease.clone()),
+                };
             };
             if deadline.as_ref().is_none_or(|(at, _)| valid_until < *at) {
-                deadline = Some((valid_until, format!("lease {} no longer valid", fence.lease())));
+                deadline = Some((valid_until, Deadline::Lease(lease.clone())));
             }
         }
         let response = self.inner.call(request);
-        Box::pin(async move {
-            let Some((at, why)) = deadline else {
-                return response
-                    .await
-                    .map(|r| r.map(|body| DeadlineBody::new(body, None)));
-            };
-            match tokio::time::timeout_at(at, response).await {
-                Ok(result) => result.map(|r| r.map(|body| DeadlineBody::new(body, Some((at, why))))),
-                Err(_) => {
-                    let error: tower::BoxError = Box::new(DeadlineExceeded { why });
-                    Err(error.into())
-                }
-            }
-        })
+        match deadline {
+            Some((at, why)) => DeadlineFuture::Bounded {
+                response,
+                sleep: tokio::time::sleep_until(at),
+                why: Some((at, why)),
+            },
+            None => DeadlineFuture::Unbounded { response },
+        }
     }
 }
 
-/// A response body that fails once its request's deadline passes (a server that stalls mid-answer).
-pub(crate) struct DeadlineBody<B> {
-    inner: Pin<Box<B>>,
-    deadline: Option<(Pin<Box<tokio::time::Sleep>>, String)>,
+pin_project_lite::pin_project! {
+    /// The answer of a [`DeadlineService`]: the inner response, failing at the deadline.
+    #[project = DeadlineProjection]
+    pub(crate) enum DeadlineFuture<F> {
+        Refused { lease: Option<Arc<str>> },
+        Unbounded { #[pin] response: F },
+        Bounded {
+            #[pin]
+            response: F,
+            #[pin]
+            sleep: tokio::time::Sleep,
+            why: Option<(Instant, Deadline)>,
+        },
+    }
+}
+
+impl<F, RB, E> Future for DeadlineFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>>,
+    E: From<tower::BoxError>,
+{
+    type Output = Result<http::Response<DeadlineBody<RB>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            DeadlineProjection::Refused { lease } => {
+                let lease = lease.take().map_or_else(String::new, |l| l.to_string());
+                let error: tower::BoxError = Box::new(Fenced { lease });
+                Poll::Ready(Err(error.into()))
+            }
+            DeadlineProjection::Unbounded { response } => response
+                .poll(cx)
+                .map(|r| r.map(|r| r.map(|body| DeadlineBody::new(body, None)))),
+            DeadlineProjection::Bounded { response, sleep, why } => {
+                if let Poll::Ready(result) = response.poll(cx) {
+                    let deadline = why.take();
+                    return Poll::Ready(result.map(|r| r.map(|body| DeadlineBody::new(body, deadline))));
+                }
+                if sleep.poll(cx).is_ready() {
+                    let why = why.take().map_or(Deadline::RequestTimeout, |(_, why)| why);
+                    let error: tower::BoxError = Box::new(DeadlineExceeded { why });
+                    return Poll::Ready(Err(error.into()));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that fails once its request's deadline passes (a server that stalls mid-answer).
+    pub(crate) struct DeadlineBody<B> {
+        #[pin]
+        inner: B,
+        #[pin]
+        sleep: Option<tokio::time::Sleep>,
+        why: Option<Deadline>,
+    }
 }
 
 impl<B> DeadlineBody<B> {
-    fn new(inner: B, deadline: Option<(Instant, String)>) -> DeadlineBody<B> {
-        DeadlineBody {
-            inner: Box::pin(inner),
-            deadline: deadline.map(|(at, why)| (Box::pin(tokio::time::sleep_until(at)), why)),
-        }
+    fn new(inner: B, deadline: Option<(Instant, Deadline)>) -> DeadlineBody<B> {
+        let (sleep, why) = match deadline {
+            Some((at, why)) => (Some(tokio::time::sleep_until(at)), Some(why)),
+            None => (None, None),
+        };
+        DeadlineBody { inner, sleep, why }
     }
 }
 
@@ -249,16 +318,17 @@ where
     type Error = tower::BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        if let Some((sleep, why)) = self.deadline.as_mut()
-            && sleep.as_mut().poll(cx).is_ready()
+        let this = self.project();
+        if let Some(sleep) = this.sleep.as_pin_mut()
+            && sleep.poll(cx).is_ready()
         {
-            let why = why.clone();
+            let why = this.why.clone().unwrap_or(Deadline::RequestTimeout);
             return Poll::Ready(Some(Err(Box::new(DeadlineExceeded { why }))));
         }
-        self.inner.as_mut().poll_frame(cx).map_err(Into::into)
+        this.inner.poll_frame(cx).map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -30,7 +30,7 @@ mod runtime;
 
 pub use cached_node::CachedNode;
 pub use cidr::{Cidr, CidrError};
-pub use client::{ClientError, ClientFactory, DeadlineExceeded, Fence, Fenced};
+pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fence, Fenced};
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};

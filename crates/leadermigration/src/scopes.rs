@@ -556,3 +556,22 @@ async fn next_event(
         (index, ended) = ended => Event::MigrationEnded(index, ended),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_per_lease_and_reset_once_led() {
+        let mut restarts = Restarts::default();
+        let seconds: Vec<u64> = (0..7).map(|_| restarts.next("a").as_secs()).collect();
+        assert_eq!(seconds, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(
+            restarts.next("b"),
+            Duration::from_secs(1),
+            "each lease backs off on its own"
+        );
+        restarts.led("a");
+        assert_eq!(restarts.next("a"), Duration::from_secs(1));
+    }
+}
