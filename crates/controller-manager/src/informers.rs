@@ -61,20 +61,20 @@ where
     fn start(api: Api<K>, shutdown: &CancellationToken) -> Informer<K> {
         let (store, writer) = reflector::store_shared::<K>(256);
         let mut handle = writer.subscribe().expect("a shared writer has subscribers");
-        // kube-runtime's shared reflector passes on changes only: deletions are taken from the watch before
-        // it, and so are the objects a re-list no longer has (deleted while the watch was down), which the
-        // cache still holds at that point.
+        // kube-runtime's shared reflector passes on changes only: deletions are taken from the watch, and
+        // so are the objects a re-list no longer has (deleted while the watch was down). Those are found
+        // before the re-list replaces the cache (which still holds them then); every deletion is announced
+        // after the cache has applied it, so a listener that reads the cache never finds the object there.
         let (deleted, _) = broadcast::channel(DELETIONS_BUFFER);
         let announce = deleted.clone();
         let cache = store.clone();
         let mut relisted: Option<HashSet<ObjectRef<K>>> = None;
+        let gone = Arc::new(std::sync::Mutex::new(Vec::<Arc<K>>::new()));
+        let found_gone = gone.clone();
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(K::project)
             .inspect(move |event| match event {
-                Ok(watcher::Event::Delete(object)) => {
-                    let _ = announce.send(Arc::new(object.clone()));
-                }
                 Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
                 Ok(watcher::Event::InitApply(object)) => {
                     if let Some(seen) = relisted.as_mut() {
@@ -83,18 +83,30 @@ where
                 }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(seen) = relisted.take() {
-                        for gone in cache
-                            .state()
-                            .into_iter()
-                            .filter(|cached| !seen.contains(&ObjectRef::from_obj(cached.as_ref())))
-                        {
-                            let _ = announce.send(gone);
-                        }
+                        let mut gone = crate::lock(&found_gone);
+                        gone.extend(
+                            cache
+                                .state()
+                                .into_iter()
+                                .filter(|cached| !seen.contains(&ObjectRef::from_obj(cached.as_ref()))),
+                        );
                     }
                 }
-                Ok(watcher::Event::Apply(_)) | Err(_) => {}
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) | Err(_) => {}
             })
-            .reflect_shared(writer);
+            .reflect_shared(writer)
+            .inspect(move |event| match event {
+                Ok(watcher::Event::Delete(object)) => {
+                    let _ = announce.send(Arc::new(object.clone()));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let gone = std::mem::take(&mut *crate::lock(&gone));
+                    for object in gone {
+                        let _ = announce.send(object);
+                    }
+                }
+                _ => {}
+            });
         let (feed, _) = broadcast::channel(256);
         let forward = feed.clone();
         let (ready_sender, ready) = watch::channel(false);

@@ -24,6 +24,7 @@ use crate::config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
 use crate::context::{ControllerContext, Progress, recorder};
 use crate::health::Health;
 use crate::informers::Informers;
+use crate::lock;
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
 use crate::registry::ControllerRegistry;
 
@@ -446,10 +447,6 @@ impl ScopeRunner for Runner {
         self.health
             .add_health_check("leaderElection", move || all.iter().try_for_each(|check| check()));
     }
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 type ElectorCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;

@@ -440,6 +440,66 @@ async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draini
     running.stop().await;
 }
 
+/// Regression (seen in CI): node changes are looked at once a second. A node that joined and left within
+/// that second left the names as they were, so no pass followed; but the service's own change had put the
+/// node in its load balancer meanwhile, and there it stayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer() {
+    let cluster = Cluster::start(vec![
+        FakeInstance::running("n1", 1),
+        FakeInstance::running("n2", 2),
+    ])
+    .await;
+    let nodes = cluster.nodes();
+    nodes
+        .create(&PostParams::default(), &node("n1", json!({})))
+        .await
+        .unwrap();
+    let services = cluster.services();
+    services
+        .create(&PostParams::default(), &lb_service("web", json!({})))
+        .await
+        .unwrap();
+    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+    eventually("web's load balancer on n1", || async {
+        load_balancers(&cluster)
+            .await
+            .first()
+            .is_some_and(|lb| lb.nodes == ["n1"])
+    })
+    .await;
+
+    nodes
+        .create(&PostParams::default(), &node("n2", json!({})))
+        .await
+        .unwrap();
+    // A change to the service ensures its load balancer on the node set of the moment: n1 and n2.
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("web's load balancer on n1 and n2", || async {
+        load_balancers(&cluster)
+            .await
+            .first()
+            .is_some_and(|lb| lb.nodes == ["n1", "n2"])
+    })
+    .await;
+    nodes.delete("n2", &DeleteParams::default()).await.unwrap();
+    eventually("n2 out of web's load balancer", || async {
+        load_balancers(&cluster)
+            .await
+            .first()
+            .is_some_and(|lb| lb.nodes == ["n1"])
+    })
+    .await;
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_as_upstream_and_outside_the_cluster_cidr_none() {
     // Every node has an instance, or the lifecycle controller deletes it (none is Ready).

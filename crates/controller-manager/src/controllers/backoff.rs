@@ -4,7 +4,9 @@
 //! to 10% of random jitter, so keys that failed together do not retry together.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
+
+use crate::lock;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -40,10 +42,6 @@ pub(crate) struct Backoff {
     cap: Duration,
     failures: Mutex<HashMap<String, u32>>,
     bucket: Option<Mutex<Bucket>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Backoff {

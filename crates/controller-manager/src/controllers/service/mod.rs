@@ -28,7 +28,7 @@ mod node_set;
 mod sync;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use cloud_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
@@ -49,6 +49,7 @@ use super::periodic::pause;
 use crate::cached_node::CachedNode;
 use crate::compact::Compact;
 use crate::context::ControllerContext;
+use crate::lock;
 
 /// What was last done for a service: hashes of the spec and of the node set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,10 +75,6 @@ pub(super) struct ServiceContext {
     ensured: Mutex<HashMap<String, Arc<Service>>>,
     backoff: Backoff,
     node_sync: Mutex<Option<NodeSync>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl ServiceContext {
@@ -229,21 +226,30 @@ pub(super) async fn run(controller: ControllerContext) {
 
 /// Triggers a pass over every service when nodes are added or deleted, or a provider ID or exclude label
 /// changes (upstream's node-sync triggers), checked at most once a second after node changes.
+///
+/// A deletion always triggers: a node added and deleted within one second leaves the names as they were,
+/// yet a service synced meanwhile (its own change triggers that) may have put it in its load balancer.
+/// A pass is cheap where nothing changed: each service compares its node set's hash first.
 async fn watch_node_set(context: Arc<ServiceContext>, trigger: mpsc::Sender<()>) {
     let nodes = context.controller.nodes();
-    let mut changes = std::pin::pin!(futures::stream::select(nodes.subscribe(), nodes.deletions()));
+    let mut changes = std::pin::pin!(futures::stream::select(
+        nodes.subscribe().map(|_| false),
+        nodes.deletions().map(|_| true)
+    ));
     let mut current = sync_trigger(&context.nodes);
     loop {
-        if changes.next().await.is_none() {
+        let Some(mut deleted) = changes.next().await else {
             return;
-        }
+        };
         if !pause(context.controller.stop(), Duration::from_secs(1)).await {
             return;
         }
         // Drain what arrived meanwhile; one pass covers it all.
-        while let Some(Some(_)) = futures::FutureExt::now_or_never(changes.next()) {}
+        while let Some(Some(deletion)) = futures::FutureExt::now_or_never(changes.next()) {
+            deleted |= deletion;
+        }
         let latest = sync_trigger(&context.nodes);
-        if latest != current {
+        if latest != current || deleted {
             current = latest;
             context.node_sync_started(node_set(&context.nodes).hash);
             // A full channel already holds a pending pass.
