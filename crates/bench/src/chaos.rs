@@ -3,11 +3,13 @@
 //! nodes and LoadBalancer services and retires some of each, a fake cloud that is slow, failing or hanging
 //! at times, and, from a seeded random schedule: SIGKILL, SIGTERM, restarts, SIGSTOP for longer than the
 //! lease, API-server faults (latency, 500/503/429, a process cut off: its requests hang and its watches
-//! end). Then the faults stop and the cluster must converge.
+//! end). A process that exits on its own (a leader that lost its lease exits, as upstream's) is restarted
+//! in its slot, as kubelet restarts a pod's container. Then the faults stop and the cluster must converge.
 //!
 //! The verdict comes from the API server's and the fake cloud's own logs: no write (Kubernetes or cloud)
 //! outside its writer's lock tenure, every node initialised, every retired node deleted, no load balancer
-//! orphaned or missing, no process stuck on SIGTERM.
+//! orphaned or missing, no process stuck on SIGTERM, no process that ended on its own other than by
+//! `exit(1)` (a panic or a stray signal fails the run).
 //!
 //! Partitions are real where the machine allows it (root, iproute2): each replica runs in its own network
 //! namespace behind a veth link, and a partition takes the link down (`netns.rs`). Elsewhere the API
@@ -78,6 +80,10 @@ struct Report {
     missing_load_balancers: Vec<String>,
     /// Processes that did not exit within ten lease durations of SIGTERM.
     stuck_processes: Vec<String>,
+    /// Processes that exited on their own (a lost lease ends the process, as upstream's), by exit status;
+    /// each was restarted in its slot, as kubelet restarts a pod's container. Anything but status 1 (a
+    /// panic, a signal nobody sent) fails the run.
+    exits: BTreeMap<String, u32>,
     /// From the end of the faults to a converged cluster (`None`: it did not converge in time).
     converged_after_s: Option<f64>,
     pass: bool,
@@ -102,7 +108,20 @@ struct Plane {
     next: u32,
     wait: Duration,
     stuck: Vec<String>,
+    exits: BTreeMap<String, u32>,
 }
+
+/// How a replica is stopped before its replacement starts.
+#[derive(Clone, Copy)]
+enum Stop {
+    Kill,
+    Terminate,
+    /// It exited on its own.
+    Exited,
+}
+
+/// A replica ending on its own ends this way: `exit(1)` after a lost lease.
+const EXPECTED_EXIT: &str = "exit status: 1";
 
 impl Plane {
     fn start(&mut self, side: Side, slot: usize) -> Result<()> {
@@ -143,8 +162,25 @@ impl Plane {
         (!candidates.is_empty()).then(|| candidates[rng.random_range(0..candidates.len())])
     }
 
-    /// Stops replica `index` (SIGTERM, bounded; SIGKILL if it is stuck) and starts another on its side.
-    fn replace(&mut self, index: usize, crash: bool) -> Result<()> {
+    /// Restarts the replicas that exited on their own, in their slots, as kubelet restarts a container.
+    fn restart_exited(&mut self) -> Result<()> {
+        let mut exited: Vec<usize> = Vec::new();
+        for (index, (replica, _)) in self.replicas.iter_mut().enumerate() {
+            if let Some(status) = replica.try_wait() {
+                *self.exits.entry(status.to_string()).or_default() += 1;
+                exited.push(index);
+            }
+        }
+        // From the back: a removal does not move the replicas still to restart.
+        for index in exited.into_iter().rev() {
+            self.replace(index, Stop::Exited)?;
+        }
+        Ok(())
+    }
+
+    /// Stops replica `index` (SIGKILL; or SIGTERM, bounded, then SIGKILL if it is stuck) and starts another
+    /// on its side, in its slot.
+    fn replace(&mut self, index: usize, stop: Stop) -> Result<()> {
         let (mut replica, slot) = self.replicas.remove(index);
         self.paused = self
             .paused
@@ -152,16 +188,20 @@ impl Plane {
             .filter(|(p, _)| *p != index)
             .map(|&(p, at)| (if p > index { p - 1 } else { p }, at))
             .collect();
-        if crash {
-            replica.kill()?;
-            replica.wait(self.wait)?;
-        } else {
-            replica.terminate()?;
-            if replica.wait(self.wait).is_err() {
-                self.stuck.push(replica.name.clone());
+        match stop {
+            Stop::Kill => {
                 replica.kill()?;
                 replica.wait(self.wait)?;
             }
+            Stop::Terminate => {
+                replica.terminate()?;
+                if replica.wait(self.wait).is_err() {
+                    self.stuck.push(replica.name.clone());
+                    replica.kill()?;
+                    replica.wait(self.wait)?;
+                }
+            }
+            Stop::Exited => {}
         }
         self.start(replica.side, slot)
     }
@@ -256,6 +296,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         next: 0,
         wait: lease * 10,
         stuck: Vec::new(),
+        exits: BTreeMap::new(),
     };
     for (slot, side) in sides.into_iter().enumerate() {
         plane.start(side, slot)?;
@@ -296,6 +337,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         let now = Instant::now();
         plane.resume_due(now)?;
         plane.heal_due(now)?;
+        plane.restart_exited()?;
         if now >= next_fault {
             let kind = inject(&mut rng, &mut plane, &admin, &cloud, lease).await?;
             *events.entry(kind).or_default() += 1;
@@ -326,6 +368,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         if Instant::now() >= deadline {
             break (None, state);
         }
+        plane.restart_exited()?;
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
 
@@ -370,6 +413,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         pass: report.overlaps.is_empty()
             && converged_after_s.is_some()
             && plane.stuck.is_empty()
+            && plane.exits.keys().all(|status| status == EXPECTED_EXIT)
             && cloud_writes_judged > 0,
         overlaps: report.overlaps,
         nodes: state.nodes,
@@ -379,6 +423,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         orphaned_load_balancers: state.orphaned,
         missing_load_balancers: state.missing,
         stuck_processes: plane.stuck.clone(),
+        exits: plane.exits.clone(),
         converged_after_s,
     };
     args.output.write(&serde_json::to_value(&result)?)?;
@@ -428,11 +473,11 @@ async fn inject(
     };
     Ok(match rng.random_range(0..9) {
         0 => {
-            plane.replace(target, true)?;
+            plane.replace(target, Stop::Kill)?;
             "sigkill_and_restart"
         }
         1 => {
-            plane.replace(target, false)?;
+            plane.replace(target, Stop::Terminate)?;
             "sigterm_and_restart"
         }
         2 => {
