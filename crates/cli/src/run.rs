@@ -338,9 +338,17 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
 
     let shutdown = CancellationToken::new();
     if let Some(serving) = serving {
-        let address =
-            crate::serve::start(serving, manager.health(), manager.metrics(), shutdown.clone()).await?;
-        tracing::info!(%address, "serving healthz, livez, readyz and metrics over HTTPS");
+        let open_files = crate::serve::raise_open_files_limit();
+        let limits = crate::serve::Limits::for_open_files(open_files);
+        let address = crate::serve::start(
+            serving,
+            limits,
+            manager.health(),
+            manager.metrics(),
+            shutdown.clone(),
+        )
+        .await?;
+        tracing::info!(%address, open_files, max_connections = limits.max_connections, "serving healthz, livez, readyz and metrics over HTTPS");
     }
     let signals = shutdown.clone();
     tokio::spawn(async move {

@@ -26,6 +26,16 @@ struct Manager {
 
 impl Manager {
     fn start(dir: &Path, server: &TestApiServer, flags: &[&str], env: &[(&str, String)]) -> Manager {
+        Manager::spawn(binary(), dir, server, flags, env)
+    }
+
+    fn spawn(
+        mut command: std::process::Command,
+        dir: &Path,
+        server: &TestApiServer,
+        flags: &[&str],
+        env: &[(&str, String)],
+    ) -> Manager {
         let cloud_config = dir.join("cloud.yaml");
         std::fs::write(
             &cloud_config,
@@ -33,7 +43,7 @@ impl Manager {
         )
         .unwrap();
         let log = dir.join("manager.log");
-        let child = binary()
+        let child = command
             .arg("--cloud-provider=fake")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
@@ -302,6 +312,150 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
         "{metrics}"
     );
     assert!(manager.terminate().success(), "{}", manager.log());
+}
+
+/// Descriptors the process has open (Linux).
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| entries.count())
+        .unwrap_or(0)
+}
+
+/// CPU time the process has used (Linux: utime + stime, in clock ticks).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which is in parentheses and may hold spaces).
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of stat; here, after the name, 11 and 12 (0-based).
+    field(11) + field(12)
+}
+
+async fn renew_time(server: &TestApiServer) -> Option<String> {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(server.client(), "kube-system");
+    let lease = leases.get_opt("cloud-controller-manager").await.ok()??;
+    lease
+        .spec
+        .and_then(|s| s.renew_time)
+        .map(|t| format!("{:?}", t.0))
+}
+
+/// Issue 16: idle connections held open by whoever reaches the port (the default binds 0.0.0.0) must
+/// neither exhaust the descriptors the API client needs to renew the Lease, nor lock out probes, nor
+/// make the accept loop spin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)]
+async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes() {
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: prlimit (util-linux) is not installed; it sets the manager's descriptor limit");
+        return;
+    }
+    let server = TestApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let port = free_port();
+    // 1024 descriptors: the connection cap is a quarter of them.
+    const OPEN_FILES: usize = 1024;
+    let mut command = std::process::Command::new("prlimit");
+    command
+        .arg(format!("--nofile={OPEN_FILES}:{OPEN_FILES}"))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_cloud-controller-manager"));
+    let manager = Manager::spawn(
+        command,
+        dir.path(),
+        &server,
+        &[
+            "--leader-elect=true",
+            "--leader-elect-lease-duration=4s",
+            "--leader-elect-renew-deadline=3s",
+            "--leader-elect-retry-period=500ms",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-private-key-file={}", key_file.display()),
+        ],
+        &[],
+    );
+    let pid = manager.child.id();
+    let connector = tls_client(&cert.pem());
+    let address: SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + WAIT;
+    while !(tokio::net::TcpStream::connect(address).await.is_ok()
+        && get(&connector, address, "/readyz").await.0 == 200
+        && renew_time(&server).await.is_some())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never ready and leading:\n{}",
+            manager.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Three times the manager's descriptors, held open without a byte sent (the test's own limit allowing).
+    let own_limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let flood = (3 * OPEN_FILES).min(usize::try_from(own_limit.saturating_sub(256)).unwrap_or(usize::MAX));
+    assert!(
+        flood > OPEN_FILES,
+        "this test needs more than {OPEN_FILES} descriptors of its own; it has {own_limit}"
+    );
+    let mut held = Vec::with_capacity(flood);
+    for _ in 0..flood {
+        match tokio::net::TcpStream::connect(address).await {
+            Ok(stream) => held.push(stream),
+            Err(error) => panic!("connect {} failed: {error}\n{}", held.len(), manager.log()),
+        }
+    }
+    let ticks_before = cpu_ticks(pid);
+    let observed_from = Instant::now();
+
+    // The Lease goes on being renewed, and a probe on a fresh connection is answered.
+    let mut renewals = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + WAIT;
+    while renewals.len() < 4 {
+        if let Some(renewed) = renew_time(&server).await {
+            renewals.insert(renewed);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Lease was not renewed under the flood:\n{}",
+            manager.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(get(&connector, address, "/readyz").await, (200, "ok".to_owned()));
+    let descriptors = open_descriptors(pid);
+    assert!(
+        descriptors <= OPEN_FILES / 4 + 128,
+        "{descriptors} descriptors open with {flood} connections held; the cap is {}",
+        OPEN_FILES / 4
+    );
+    // No busy loop: well under one core while nothing but idle connections arrive.
+    let ticks_per_second = 100.0;
+    let cpu = (cpu_ticks(pid) - ticks_before) as f64 / ticks_per_second;
+    let wall = observed_from.elapsed().as_secs_f64();
+    assert!(
+        cpu < 0.5 * wall,
+        "{cpu:.2} s of CPU in {wall:.2} s with idle connections held"
+    );
+    assert!(manager.log().contains("max_connections=256"), "{}", manager.log());
+    drop(held);
 }
 
 /// What the collector received: each request's path and body.
