@@ -225,11 +225,18 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
                 false
             }
         };
+        let cipher_suites =
+            crate::serve::cipher_suites(&settings.tls_cipher_suites).unwrap_or_else(|problem| {
+                problems.push(problem);
+                None
+            });
         address.map(|ip| Serving {
             address: SocketAddr::new(ip, settings.secure_port),
             cert_file: files.0.then(|| settings.tls_cert_file.clone()),
             key_file: files.1.then(|| settings.tls_private_key_file.clone()),
             tls13_only,
+            cipher_suites,
+            reload_check: crate::serve::RELOAD_CHECK,
         })
     };
     if !problems.is_empty() {

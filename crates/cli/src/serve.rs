@@ -13,17 +13,21 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use controller_manager::{Health, Metrics, Verdict};
 use http_body_util::Full;
+use rustls::SupportedCipherSuite;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
 /// Where and how to serve.
@@ -32,6 +36,151 @@ pub(crate) struct Serving {
     pub(crate) cert_file: Option<String>,
     pub(crate) key_file: Option<String>,
     pub(crate) tls13_only: bool,
+    /// The TLS 1.2 suites to offer (`None`: the defaults).
+    pub(crate) cipher_suites: Option<Vec<SupportedCipherSuite>>,
+    /// How often the certificate files are looked at, at most.
+    pub(crate) reload_check: Duration,
+}
+
+/// `--tls-cipher-suites`, by Go's names: the TLS 1.2 suites to offer. TLS 1.3 names are accepted and, as
+/// in Go, change nothing. `None` for an empty list.
+pub(crate) fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCipherSuite>>, String> {
+    use rustls::crypto::ring::cipher_suite as suite;
+    const TLS13: [&str; 3] = [
+        "TLS_AES_128_GCM_SHA256",
+        "TLS_AES_256_GCM_SHA384",
+        "TLS_CHACHA20_POLY1305_SHA256",
+    ];
+    let names: Vec<&str> = names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let mut chosen = Vec::new();
+    for name in names {
+        let found = match name {
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
+                suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            }
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" => {
+                suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+            }
+            _ if TLS13.contains(&name) => continue,
+            _ if name.starts_with("TLS_") && (name.contains("_WITH_") || name.contains("_RC4_")) => {
+                return Err(format!(
+                    "--tls-cipher-suites: {name} is not available here: only ECDHE suites with AES-GCM or ChaCha20-Poly1305 are (rustls implements no CBC, RC4, 3DES or RSA key-exchange suite)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "--tls-cipher-suites: cipher suite {name} not supported or doesn't exist"
+                ));
+            }
+        };
+        if !chosen.contains(&found) {
+            chosen.push(found);
+        }
+    }
+    Ok(Some(chosen))
+}
+
+/// The files' contents: what tells that a pair changed (a few kilobytes; modification times are too coarse
+/// to tell two writes within a clock tick apart).
+type Stamp = [Option<Vec<u8>>; 2];
+
+fn stamp(files: [&Path; 2]) -> Stamp {
+    files.map(|file| std::fs::read(file).ok())
+}
+
+fn load_pair(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("--tls-cert-file: cannot read {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--tls-cert-file: {} is not PEM certificates", cert.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!("--tls-cert-file: {} holds no certificate", cert.display());
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).with_context(|| {
+        format!(
+            "--tls-private-key-file: cannot read a PEM private key from {}",
+            key.display()
+        )
+    })?;
+    CertifiedKey::from_der(chain, key_der, provider)
+        .context("--tls-cert-file/--tls-private-key-file: the key does not match the certificate")
+}
+
+/// The serving certificate from files, read again when they change (checked at a handshake, at most every
+/// [`Serving::reload_check`]): a rotated certificate is served without a restart. A pair that does not load
+/// leaves the previous one in service, with a warning (once per change).
+#[derive(Debug)]
+struct ReloadingCertificate {
+    files: [PathBuf; 2],
+    check_every: Duration,
+    provider: Arc<CryptoProvider>,
+    state: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    stamp: Stamp,
+    checked: Instant,
+}
+
+/// How often the certificate files are looked at, at most.
+pub(crate) const RELOAD_CHECK: Duration = Duration::from_secs(1);
+
+impl ReloadingCertificate {
+    fn load(
+        cert: &Path,
+        key: &Path,
+        check_every: Duration,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<ReloadingCertificate> {
+        let stamp = stamp([cert, key]);
+        let loaded = load_pair(cert, key, &provider)?;
+        Ok(ReloadingCertificate {
+            files: [cert.to_owned(), key.to_owned()],
+            check_every,
+            provider,
+            state: Mutex::new(Loaded {
+                key: Arc::new(loaded),
+                stamp,
+                checked: Instant::now(),
+            }),
+        })
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.checked.elapsed() >= self.check_every {
+            state.checked = Instant::now();
+            let [cert, key] = &self.files;
+            let now = stamp([cert, key]);
+            if now != state.stamp {
+                state.stamp = now;
+                match load_pair(cert, key, &self.provider) {
+                    Ok(loaded) => {
+                        state.key = Arc::new(loaded);
+                        tracing::info!(cert = %cert.display(), "serving the changed certificate");
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            error = format!("{error:#}"),
+                            "cannot load the changed certificate; serving the previous one"
+                        );
+                    }
+                }
+            }
+        }
+        Some(state.key.clone())
+    }
 }
 
 /// What a caller can hold of the server.
@@ -80,37 +229,43 @@ pub(crate) fn raise_open_files_limit() -> u64 {
 }
 
 fn tls_config(serving: &Serving) -> Result<rustls::ServerConfig> {
-    let (chain, key) = match (&serving.cert_file, &serving.key_file) {
-        (Some(cert), Some(key)) => {
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(Path::new(cert))
-                .with_context(|| format!("--tls-cert-file: cannot read {cert}"))?
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("--tls-cert-file: {cert} is not PEM certificates"))?;
-            let key = PrivateKeyDer::from_pem_file(Path::new(key)).with_context(|| {
-                format!("--tls-private-key-file: cannot read a PEM private key from {key}")
-            })?;
-            (chain, key)
-        }
+    let mut provider = rustls::crypto::ring::default_provider();
+    let mut tls13_only = serving.tls13_only;
+    if let Some(chosen) = &serving.cipher_suites {
+        provider
+            .cipher_suites
+            .retain(|s| s.version() == &rustls::version::TLS13 || chosen.contains(s));
+        // Only TLS 1.3 names: nothing is left to offer over TLS 1.2.
+        tls13_only |= chosen.is_empty();
+    }
+    let provider = Arc::new(provider);
+    let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
+        &[&rustls::version::TLS13]
+    } else {
+        rustls::DEFAULT_VERSIONS
+    };
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)?
+        .with_no_client_auth();
+    let mut config = match (&serving.cert_file, &serving.key_file) {
+        (Some(cert), Some(key)) => builder.with_cert_resolver(Arc::new(ReloadingCertificate::load(
+            Path::new(cert),
+            Path::new(key),
+            serving.reload_check,
+            provider,
+        )?)),
         _ => {
             let host = crate::identity::hostname();
             let names = vec!["localhost".to_owned(), host];
             let certified = rcgen::generate_simple_self_signed(names)
                 .context("cannot generate a self-signed certificate")?;
             let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
-            (vec![certified.cert.der().clone()], key)
+            tracing::info!("no --tls-cert-file: serving a self-signed certificate made in memory");
+            builder
+                .with_single_cert(vec![certified.cert.der().clone()], key)
+                .context("cannot use the self-signed certificate")?
         }
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let versions: &[&rustls::SupportedProtocolVersion] = if serving.tls13_only {
-        &[&rustls::version::TLS13]
-    } else {
-        rustls::DEFAULT_VERSIONS
-    };
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(versions)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .context("--tls-cert-file/--tls-private-key-file: the key does not match the certificate")?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -360,25 +515,35 @@ mod tests {
 
     const BOUND: Duration = Duration::from_secs(10);
 
-    /// A server on a loopback port with `limits` and a certificate for `localhost`, and a client config
-    /// that trusts it.
-    async fn serve(limits: Limits) -> (SocketAddr, tokio_rustls::TlsConnector, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
+    /// A certificate for `localhost` and its key, in PEM, and the certificate in DER.
+    fn pair() -> (String, String, CertificateDer<'static>) {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
             .unwrap()
             .self_signed(&key)
             .unwrap();
-        let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        std::fs::write(&cert_file, cert.pem()).unwrap();
-        std::fs::write(&key_file, key.serialize_pem()).unwrap();
-        let serving = Serving {
+        (cert.pem(), key.serialize_pem(), cert.der().clone())
+    }
+
+    /// Serving from files in `dir` (`tls.crt`, `tls.key`) on a loopback port.
+    fn serving(dir: &Path) -> Serving {
+        Serving {
             address: ([127, 0, 0, 1], 0).into(),
-            cert_file: Some(cert_file.display().to_string()),
-            key_file: Some(key_file.display().to_string()),
+            cert_file: Some(dir.join("tls.crt").display().to_string()),
+            key_file: Some(dir.join("tls.key").display().to_string()),
             tls13_only: false,
-        };
-        let address = start(
+            cipher_suites: None,
+            reload_check: RELOAD_CHECK,
+        }
+    }
+
+    fn write_pair(dir: &Path, cert: &str, key: &str) {
+        std::fs::write(dir.join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.join("tls.key"), key).unwrap();
+    }
+
+    async fn start_serving(serving: Serving, limits: Limits) -> SocketAddr {
+        start(
             serving,
             limits,
             Arc::new(Health::default()),
@@ -386,16 +551,153 @@ mod tests {
             CancellationToken::new(),
         )
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A client that trusts `root`; with `tls12_suite`, one that speaks TLS 1.2 with that suite only.
+    fn client(
+        root: &CertificateDer<'static>,
+        tls12_suite: Option<SupportedCipherSuite>,
+    ) -> tokio_rustls::TlsConnector {
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert.der().clone()).unwrap();
-        let client =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        (address, tokio_rustls::TlsConnector::from(Arc::new(client)), dir)
+        roots.add(root.clone()).unwrap();
+        let mut provider = rustls::crypto::ring::default_provider();
+        let versions: &[&rustls::SupportedProtocolVersion] = match tls12_suite {
+            Some(suite) => {
+                provider.cipher_suites = vec![suite];
+                &[&rustls::version::TLS12]
+            }
+            None => rustls::DEFAULT_VERSIONS,
+        };
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
+    /// Whether a TLS handshake with `connector` succeeds.
+    async fn handshakes(address: SocketAddr, connector: &tokio_rustls::TlsConnector) -> bool {
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        tokio::time::timeout(BOUND, connector.connect(name, tcp))
+            .await
+            .expect("the handshake ends")
+            .is_ok()
+    }
+
+    /// A server on a loopback port with `limits` and a certificate for `localhost`, and a client config
+    /// that trusts it.
+    async fn serve(limits: Limits) -> (SocketAddr, tokio_rustls::TlsConnector, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key, der) = pair();
+        write_pair(dir.path(), &cert, &key);
+        let address = start_serving(serving(dir.path()), limits).await;
+        (address, client(&der, None), dir)
+    }
+
+    #[test]
+    fn cipher_suites_by_their_go_names() {
+        use rustls::crypto::ring::cipher_suite as suite;
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert_eq!(cipher_suites(&[]), Ok(None));
+        assert_eq!(
+            cipher_suites(&names(&[
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            ])),
+            Ok(Some(vec![
+                suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+                suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            ]))
+        );
+        assert_eq!(
+            cipher_suites(&names(&["TLS_CHACHA20_POLY1305_SHA256"])),
+            Ok(Some(vec![]))
+        );
+        let cbc = cipher_suites(&names(&["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"])).unwrap_err();
+        assert!(
+            cbc.starts_with("--tls-cipher-suites: TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA is not available"),
+            "{cbc}"
+        );
+        assert_eq!(
+            cipher_suites(&names(&["TLS_NOPE"])),
+            Err("--tls-cipher-suites: cipher suite TLS_NOPE not supported or doesn't exist".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_chosen_tls12_suites_are_offered() {
+        use rustls::crypto::ring::cipher_suite as suite;
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key, der) = pair();
+        write_pair(dir.path(), &cert, &key);
+        let mut chosen = serving(dir.path());
+        chosen.cipher_suites = Some(vec![suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]);
+        let address = start_serving(chosen, Limits::for_open_files(1024)).await;
+        assert!(
+            handshakes(
+                address,
+                &client(&der, Some(suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384))
+            )
+            .await
+        );
+        assert!(
+            !handshakes(
+                address,
+                &client(&der, Some(suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256))
+            )
+            .await
+        );
+        assert!(
+            handshakes(address, &client(&der, None)).await,
+            "TLS 1.3 is not restricted"
+        );
+
+        let mut tls13 = serving(dir.path());
+        tls13.cipher_suites = Some(Vec::new());
+        let address = start_serving(tls13, Limits::for_open_files(1024)).await;
+        assert!(
+            !handshakes(
+                address,
+                &client(&der, Some(suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384))
+            )
+            .await
+        );
+        assert!(handshakes(address, &client(&der, None)).await);
+    }
+
+    #[tokio::test]
+    async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first_cert, first_key, first) = pair();
+        write_pair(dir.path(), &first_cert, &first_key);
+        let mut rotating = serving(dir.path());
+        rotating.reload_check = Duration::ZERO;
+        let address = start_serving(rotating, Limits::for_open_files(1024)).await;
+        assert!(handshakes(address, &client(&first, None)).await);
+
+        let (second_cert, second_key, second) = pair();
+        write_pair(dir.path(), &second_cert, &second_key);
+        assert!(
+            handshakes(address, &client(&second, None)).await,
+            "the rotated certificate is not served"
+        );
+        assert!(!handshakes(address, &client(&first, None)).await);
+
+        // A key that does not match, then one that is not a key: the second pair stays in service.
+        let (_, other_key, _) = pair();
+        std::fs::write(dir.path().join("tls.key"), &other_key).unwrap();
+        assert!(handshakes(address, &client(&second, None)).await);
+        std::fs::write(dir.path().join("tls.key"), "not a key").unwrap();
+        assert!(handshakes(address, &client(&second, None)).await);
+
+        let (third_cert, third_key, third) = pair();
+        write_pair(dir.path(), &third_cert, &third_key);
+        assert!(handshakes(address, &client(&third, None)).await);
     }
 
     /// An HTTPS connection: its request sender and the connection's own future (done when it closes).

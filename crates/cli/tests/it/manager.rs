@@ -114,13 +114,20 @@ fn invalid_settings_exit_2_with_one_line_naming_each_flag() {
             "--leader-elect-lease-duration=15s",
             "--leader-elect-renew-deadline=20s",
             "--logging-format=xml",
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA",
         ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let text = stderr(&output);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("error: --tls-cipher-suites: TLS_RSA_WITH_RC4_128_SHA is not available")),
+        "{text}"
+    );
     assert!(
         lines.iter().any(|l| l.contains("--leader-elect-renew-deadline")),
         "{text}"
