@@ -69,6 +69,11 @@ impl Auth {
         token
     }
 
+    /// The user a token stands for (a TokenReview's answer).
+    pub(crate) fn review_token(&self, token: &str) -> Option<UserInfo> {
+        self.tokens.get(token).cloned()
+    }
+
     /// The user of a request. `Ok(None)`: anonymous with RBAC off (allowed everything).
     pub(crate) fn authenticate(&self, authorization: Option<&str>) -> Result<Option<UserInfo>, ()> {
         let token = authorization
@@ -80,6 +85,96 @@ impl Auth {
             (None, true) => Err(()),
         }
     }
+}
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews` and
+/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, answered as the real server does: the token's
+/// user, and the decision of the authoriser that decides this server's own requests. With RBAC off every
+/// review of a known token authenticates and every access is allowed.
+pub(crate) fn review(auth: &Auth, store: &Store, kind: Review, body: &Value) -> Result<Value, String> {
+    let spec = body.get("spec").ok_or("spec: Required value")?;
+    let status = match kind {
+        Review::Token => {
+            let token = spec.get("token").and_then(Value::as_str).unwrap_or_default();
+            match auth.review_token(token) {
+                Some(user) => json!({
+                    "authenticated": true,
+                    "user": {"username": user.name, "groups": user.groups},
+                    "audiences": spec.get("audiences").cloned().unwrap_or_else(|| json!([])),
+                }),
+                None => json!({"authenticated": false, "error": "invalid bearer token"}),
+            }
+        }
+        Review::SubjectAccess => {
+            let user = UserInfo {
+                name: spec
+                    .get("user")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                groups: strings(spec, "groups"),
+            };
+            if user.name.is_empty() && user.groups.is_empty() {
+                return Err(
+                    "spec.user: Invalid value: \"\": at least one of user or group must be specified"
+                        .to_owned(),
+                );
+            }
+            let decision = match (spec.get("nonResourceAttributes"), spec.get("resourceAttributes")) {
+                (Some(attributes), None) => {
+                    let verb = attributes.get("verb").and_then(Value::as_str).unwrap_or_default();
+                    let path = attributes.get("path").and_then(Value::as_str).unwrap_or_default();
+                    authorize(store, &user, &Attributes::NonResource { verb, path })
+                }
+                (None, Some(attributes)) => {
+                    let text = |key: &str| {
+                        attributes
+                            .get(key)
+                            .and_then(Value::as_str)
+                            .filter(|v| !v.is_empty())
+                    };
+                    authorize(
+                        store,
+                        &user,
+                        &Attributes::Resource {
+                            verb: text("verb").unwrap_or_default(),
+                            group: text("group").unwrap_or_default(),
+                            resource: text("resource").unwrap_or_default(),
+                            subresource: text("subresource"),
+                            namespace: text("namespace"),
+                            name: text("name"),
+                        },
+                    )
+                }
+                _ => {
+                    return Err("spec.resourceAttributes: Invalid value: exactly one of nonResourceAttributes and resourceAttributes must be specified".to_owned());
+                }
+            };
+            match decision {
+                _ if !auth.rbac => json!({"allowed": true, "reason": "RBAC is off"}),
+                Ok(()) => json!({"allowed": true, "reason": "allowed by RBAC"}),
+                Err(_) => json!({"allowed": false}),
+            }
+        }
+    };
+    let (api_version, kind) = match kind {
+        Review::Token => ("authentication.k8s.io/v1", "TokenReview"),
+        Review::SubjectAccess => ("authorization.k8s.io/v1", "SubjectAccessReview"),
+    };
+    Ok(json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"creationTimestamp": null},
+        "spec": spec,
+        "status": status,
+    }))
+}
+
+/// The reviews the server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Review {
+    Token,
+    SubjectAccess,
 }
 
 /// What a request asks to do, in RBAC terms.
@@ -286,6 +381,14 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
             "metadata": {"name": "system:discovery", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:discovery"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "system:auth-delegator", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+            ],
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
-use crate::auth::{Attributes, authorize};
+use crate::auth::{Attributes, Review, authorize};
 use crate::observe::{RequestRecord, format_us};
 use crate::request::{ApiRequest, parse_target, verb};
 use crate::selectors::FieldSelector;
@@ -189,6 +189,56 @@ async fn handle(
             Value::String(text) => Reply::bytes(200, Bytes::from(text)),
             document => Reply::json(200, &document),
         });
+    }
+
+    // Reviews: created and answered, never stored.
+    let review = match segments.as_slice() {
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] => {
+            Some((Review::Token, "authentication.k8s.io", "tokenreviews"))
+        }
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => Some((
+            Review::SubjectAccess,
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+        )),
+        _ => None,
+    };
+    if let Some((kind, group, plural)) = review {
+        if method != Method::POST {
+            return Err(ApiError::method_not_allowed(method.as_str(), &path));
+        }
+        record.verb = Some("create".to_owned());
+        record.resource = Some(format!("{plural}.{group}"));
+        if let Some(user) = &user {
+            let store = lock(&state.store);
+            authorize(
+                &store,
+                user,
+                &Attributes::Resource {
+                    verb: "create",
+                    group,
+                    resource: plural,
+                    subresource: None,
+                    namespace: None,
+                    name: None,
+                },
+            )
+            .map_err(ApiError::forbidden)?;
+        }
+        let body = request
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&body)
+            .map_err(|error| ApiError::bad_request(format!("the body is not JSON: {error}")))?;
+        let answer = {
+            let auth = lock(&state.auth);
+            let store = lock(&state.store);
+            crate::auth::review(&auth, &store, kind, &body).map_err(ApiError::bad_request)?
+        };
+        return Ok(Reply::json(201, &answer));
     }
 
     let (group, version, rest) = match segments.as_slice() {

@@ -103,3 +103,92 @@ async fn unknown_tokens_are_unauthorized_in_rbac_mode() {
         "RBAC off: anyone may ask"
     );
 }
+
+/// TokenReview and SubjectAccessReview, sent by the real kubectl, answered by the authoriser that decides
+/// the server's own requests; creating them needs `system:auth-delegator`'s rules, as on a real cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_and_access_reviews_answer_as_the_servers_own_authoriser() {
+    let server = TestApiServer::start_with(Config {
+        rbac: true,
+        tls: true,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let reader = server.mint_token(UserInfo::service_account("monitoring", "prometheus"));
+    ok(&kubectl_with_input(
+        server.kubeconfig_path(),
+        &["apply", "--server-side", "-f", "-"],
+        Some(
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metrics-reader}
+rules:
+- {nonResourceURLs: [/metrics], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: metrics-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
+subjects:
+- {kind: ServiceAccount, name: prometheus, namespace: monitoring}
+"#,
+        ),
+    ));
+    let create = |path: &str, body: serde_json::Value| {
+        let output = kubectl_with_input(
+            server.kubeconfig_path(),
+            &["create", "--raw", path, "-f", "-"],
+            Some(&body.to_string()),
+        );
+        serde_json::from_str::<serde_json::Value>(&ok(&output)).unwrap()
+    };
+    let tokens = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let review = create(
+        tokens,
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": reader}}),
+    );
+    assert_eq!(review["kind"], "TokenReview");
+    assert_eq!(review["status"]["authenticated"], true);
+    assert_eq!(
+        review["status"]["user"]["username"],
+        "system:serviceaccount:monitoring:prometheus"
+    );
+    let unknown = create(
+        tokens,
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "nope"}}),
+    );
+    assert_eq!(unknown["status"]["authenticated"], false);
+
+    let access = |user: &str, path: &str| {
+        create(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+                "user": user, "groups": ["system:authenticated"],
+                "nonResourceAttributes": {"verb": "get", "path": path},
+            }}),
+        )["status"]["allowed"]
+            .clone()
+    };
+    assert_eq!(
+        access("system:serviceaccount:monitoring:prometheus", "/metrics"),
+        true
+    );
+    assert_eq!(
+        access("system:serviceaccount:monitoring:prometheus", "/debug/pprof/"),
+        false
+    );
+    assert_eq!(access("system:serviceaccount:other:someone", "/metrics"), false);
+
+    // A caller without system:auth-delegator's rules may not ask.
+    let as_reader = server.client_with(&reader, "test");
+    let request = http::Request::post(tokens)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&json!({"spec": {"token": "x"}})).unwrap())
+        .unwrap();
+    match as_reader.request::<serde_json::Value>(request).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("expected 403, got {other:?}"),
+    }
+}
