@@ -235,6 +235,7 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
             cert_file: files.0.then(|| settings.tls_cert_file.clone()),
             key_file: files.1.then(|| settings.tls_private_key_file.clone()),
             tls13_only,
+            client_ca_file: (!settings.client_ca_file.is_empty()).then(|| settings.client_ca_file.clone()),
             cipher_suites,
             reload_check: crate::serve::RELOAD_CHECK,
         })
@@ -278,6 +279,64 @@ async fn kube_config(settings: &Settings) -> Result<kube::Config> {
     Ok(config)
 }
 
+/// The clients that ask the API server who a caller is and what they may read: from
+/// `--authentication-kubeconfig` and `--authorization-kubeconfig`, or else the manager's own connection
+/// (upstream uses the in-cluster configuration, and outside a cluster none).
+async fn delegation(
+    settings: &Settings,
+    clients: &ClientFactory,
+    component: &str,
+    identity: &str,
+) -> Result<std::sync::Arc<crate::serve::auth::Delegation>> {
+    const AGENT: &str = "delegated-auth";
+    let client = |flag: &'static str, file: String| async move {
+        if file.is_empty() {
+            return clients.client(AGENT, None).map_err(anyhow::Error::from);
+        }
+        let kubeconfig = kube::config::Kubeconfig::read_from(&file)
+            .with_context(|| format!("--{flag}: cannot read {file}"))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("--{flag}: {file} cannot be used"))?;
+        ClientFactory::new(
+            config,
+            component,
+            identity,
+            settings.kube_api_qps,
+            settings.kube_api_burst,
+        )
+        .with_request_timeout(settings.kube_api_request_timeout.0)
+        .client(AGENT, None)
+        .map_err(anyhow::Error::from)
+    };
+    let authentication = client(
+        "authentication-kubeconfig",
+        settings.authentication_kubeconfig.clone(),
+    )
+    .await?;
+    let authorization = client(
+        "authorization-kubeconfig",
+        settings.authorization_kubeconfig.clone(),
+    )
+    .await?;
+    Ok(crate::serve::auth::Delegation::new(
+        crate::serve::auth::DelegationSettings {
+            always_allow_paths: settings
+                .authorization_always_allow_paths
+                .iter()
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect(),
+            token_ttl: settings.authentication_token_webhook_cache_ttl.0,
+            allowed_ttl: settings.authorization_webhook_cache_authorized_ttl.0,
+            denied_ttl: settings.authorization_webhook_cache_unauthorized_ttl.0,
+        },
+        Some(authentication),
+        Some(authorization),
+    ))
+}
+
 /// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
 pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCode> {
     let Startup {
@@ -318,6 +377,13 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         settings.kube_api_burst,
     )
     .with_request_timeout(settings.kube_api_request_timeout.0);
+    let serving = match serving {
+        Some(serving) => Some((
+            serving,
+            delegation(&settings, &clients, &component, &identity).await?,
+        )),
+        None => None,
+    };
     let controllers = ControllerSettings {
         cluster_name: settings.cluster_name.clone(),
         cluster_cidrs,
@@ -344,12 +410,13 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
     }
 
     let shutdown = CancellationToken::new();
-    if let Some(serving) = serving {
+    if let Some((serving, delegation)) = serving {
         let open_files = crate::serve::raise_open_files_limit();
         let limits = crate::serve::Limits::for_open_files(open_files);
         let address = crate::serve::start(
             serving,
             limits,
+            delegation,
             manager.health(),
             manager.metrics(),
             shutdown.clone(),

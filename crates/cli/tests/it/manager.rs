@@ -465,6 +465,210 @@ async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes()
     drop(held);
 }
 
+/// `curl` over HTTPS: (status, body); `None` when no HTTP answer came (a refused handshake).
+fn curl(address: SocketAddr, ca: &Path, path: &str, extra: &[&str]) -> Option<(u16, String)> {
+    let output = std::process::Command::new("curl")
+        .args([
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "20",
+            "--write-out",
+            "\n%{http_code}",
+        ])
+        .arg("--cacert")
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("localhost:{}:127.0.0.1", address.port()))
+        .args(extra)
+        .arg(format!("https://localhost:{}{path}", address.port()))
+        .output()
+        .expect("curl runs");
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n')?;
+    Some((code.trim().parse().ok()?, body.to_owned()))
+}
+
+/// A certificate signed by `ca` for a client named `name` in `groups`, written to `dir` as
+/// `<file>.crt` and `<file>.key`.
+fn client_certificate(
+    dir: &Path,
+    file: &str,
+    ca: &rcgen::Issuer<'_, rcgen::KeyPair>,
+    name: &str,
+    groups: &[&str],
+) -> Vec<String> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    for group in groups {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, *group);
+    }
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let certificate = params.signed_by(&key, ca).unwrap();
+    let (cert_file, key_file) = (dir.join(format!("{file}.crt")), dir.join(format!("{file}.key")));
+    std::fs::write(&cert_file, certificate.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    vec![
+        "--cert".to_owned(),
+        cert_file.display().to_string(),
+        "--key".to_owned(),
+        key_file.display().to_string(),
+    ]
+}
+
+/// Issue 16: the API server decides who may read what, as for upstream's managers: tokens by
+/// TokenReview (cached), client certificates by `--client-ca-file`, paths by SubjectAccessReview;
+/// health is open to all. curl is the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate() {
+    let server = TestApiServer::start_with(test_apiserver::Config {
+        rbac: true,
+        tls: true,
+        ..test_apiserver::Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let client_ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "client-ca");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        std::fs::write(dir.path().join("client-ca.crt"), certificate.pem()).unwrap();
+        rcgen::Issuer::new(params, key)
+    };
+    let stranger_ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        rcgen::Issuer::new(params, rcgen::KeyPair::generate().unwrap())
+    };
+
+    // A metrics reader, as the shipped monitoring role would grant it.
+    let admin = server.client();
+    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "metrics-reader"},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    kube::Api::all(admin.clone())
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "metrics-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"},
+            {"kind": "User", "name": "scraper"},
+        ],
+    }))
+    .unwrap();
+    kube::Api::all(admin)
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    let prometheus = server.mint_token(test_apiserver::UserInfo::service_account(
+        "monitoring",
+        "prometheus",
+    ));
+    let stranger = server.mint_token(test_apiserver::UserInfo::service_account("default", "stranger"));
+
+    let port = free_port();
+    let manager = Manager::start(
+        dir.path(),
+        &server,
+        &[
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-private-key-file={}", key_file.display()),
+            &format!("--client-ca-file={}", dir.path().join("client-ca.crt").display()),
+        ],
+        &[],
+    );
+    let address: SocketAddr = ([127, 0, 0, 1], port).into();
+    let get = |path: &str, extra: &[String]| {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        curl(address, &cert_file, path, &extra)
+    };
+    let deadline = Instant::now() + WAIT;
+    while get("/healthz", &[]).is_none_or(|(code, _)| code != 200) {
+        assert!(Instant::now() < deadline, "never served:\n{}", manager.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let bearer = |token: &str| vec!["--header".to_owned(), format!("Authorization: Bearer {token}")];
+    // Health is open to all; metrics are not.
+    assert_eq!(get("/readyz", &[]).map(|r| r.0), Some(200));
+    let (code, body) = get("/metrics", &[]).unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/metrics\""#),
+        "{body}"
+    );
+    // A token the API server does not know: 401, everywhere.
+    assert_eq!(get("/metrics", &bearer("made-up")).map(|r| r.0), Some(401));
+    assert_eq!(get("/healthz", &bearer("made-up")).map(|r| r.0), Some(401));
+    // A bound service account reads metrics; another does not.
+    for _ in 0..3 {
+        let (code, body) = get("/metrics", &bearer(&prometheus)).unwrap();
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("running_managed_controllers"), "{body}");
+    }
+    let (code, body) = get("/metrics", &bearer(&stranger)).unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("system:serviceaccount:default:stranger"), "{body}");
+    // Answers are cached: three scrapes with one token made one TokenReview and one SubjectAccessReview.
+    let reviews = |resource: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.resource.as_deref() == Some(resource))
+            .count()
+    };
+    assert_eq!(
+        reviews("tokenreviews.authentication.k8s.io"),
+        3,
+        "made-up once (its refusal is cached too), prometheus once, stranger once"
+    );
+    assert_eq!(
+        reviews("subjectaccessreviews.authorization.k8s.io"),
+        3,
+        "anonymous, prometheus, stranger"
+    );
+
+    // Client certificates: the name and organizations the CA signed.
+    let masters = client_certificate(dir.path(), "masters", &client_ca, "ops", &["system:masters"]);
+    assert_eq!(get("/metrics", &masters).map(|r| r.0), Some(200));
+    let scraper = client_certificate(dir.path(), "scraper", &client_ca, "scraper", &[]);
+    assert_eq!(get("/metrics", &scraper).map(|r| r.0), Some(200));
+    let viewer = client_certificate(dir.path(), "viewer", &client_ca, "viewer", &[]);
+    let (code, body) = get("/metrics", &viewer).unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(r#"User \"viewer\""#), "{body}");
+    // A certificate from another CA does not get past the handshake.
+    let forged = client_certificate(dir.path(), "forged", &stranger_ca, "ops", &["system:masters"]);
+    assert_eq!(get("/metrics", &forged), None);
+    drop(manager);
+}
+
 /// What the collector received: each request's path and body.
 type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 

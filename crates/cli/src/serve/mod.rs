@@ -1,7 +1,8 @@
 //! `/healthz`, `/livez`, `/readyz` (with `/<check>` and `?verbose`) and `/metrics` over HTTPS.
 //!
-//! TLS from `--tls-cert-file`/`--tls-private-key-file`, or an in-memory self-signed certificate. Delegated
-//! authentication and authorization are not implemented yet: bind to a private address.
+//! TLS from `--tls-cert-file`/`--tls-private-key-file`, or an in-memory self-signed certificate; client
+//! certificates verified against `--client-ca-file` when one is given. Who may read what is decided by the
+//! API server ([`auth`]: TokenReview, SubjectAccessReview), as upstream's secure serving.
 //!
 //! Nobody who can reach the port can make the process unable to renew its Lease ([`Limits`]): a TLS
 //! handshake and a request's headers each have a deadline (a kept-alive connection waiting for its next
@@ -30,12 +31,18 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) mod auth;
+
+use self::auth::{Decision, Delegation, User};
+
 /// Where and how to serve.
 pub(crate) struct Serving {
     pub(crate) address: SocketAddr,
     pub(crate) cert_file: Option<String>,
     pub(crate) key_file: Option<String>,
     pub(crate) tls13_only: bool,
+    /// `--client-ca-file`: client certificates it signed authenticate their callers.
+    pub(crate) client_ca_file: Option<String>,
     /// The TLS 1.2 suites to offer (`None`: the defaults).
     pub(crate) cipher_suites: Option<Vec<SupportedCipherSuite>>,
     /// How often the certificate files are looked at, at most.
@@ -244,9 +251,35 @@ fn tls_config(serving: &Serving) -> Result<rustls::ServerConfig> {
     } else {
         rustls::DEFAULT_VERSIONS
     };
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(versions)?
-        .with_no_client_auth();
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
+    let builder = match &serving.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(file) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in CertificateDer::pem_file_iter(Path::new(file))
+                .with_context(|| format!("--client-ca-file: cannot read {file}"))?
+            {
+                let certificate = certificate
+                    .with_context(|| format!("--client-ca-file: {file} is not PEM certificates"))?;
+                roots.add(certificate).with_context(|| {
+                    format!("--client-ca-file: {file} holds a certificate that is not a CA")
+                })?;
+            }
+            if roots.is_empty() {
+                anyhow::bail!("--client-ca-file: {file} holds no certificate");
+            }
+            // A caller without a certificate is still served (then a token or anonymity decides).
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .allow_unauthenticated()
+            .build()
+            .with_context(|| format!("--client-ca-file: {file} cannot verify clients"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
     let mut config = match (&serving.cert_file, &serving.key_file) {
         (Some(cert), Some(key)) => builder.with_cert_resolver(Arc::new(ReloadingCertificate::load(
             Path::new(cert),
@@ -337,6 +370,7 @@ fn accept_backoff(previous: Duration) -> Duration {
 pub(crate) async fn start(
     serving: Serving,
     limits: Limits,
+    delegation: Arc<Delegation>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -381,12 +415,17 @@ pub(crate) async fn start(
             let Some(admitted) = Connections::admit(&table) else {
                 continue;
             };
-            let (acceptor, health, metrics) = (acceptor.clone(), health.clone(), metrics.clone());
+            let acceptor = acceptor.clone();
+            let endpoints = Endpoints {
+                delegation: delegation.clone(),
+                health: health.clone(),
+                metrics: metrics.clone(),
+            };
             tokio::spawn(async move {
                 let close = admitted.connection.close.clone();
                 tokio::select! {
                     () = close.cancelled() => {}
-                    () = serve_connection(stream, acceptor, limits, &admitted.connection, health, metrics) => {}
+                    () = serve_connection(stream, acceptor, limits, &admitted.connection, endpoints) => {}
                 }
                 drop(admitted);
             });
@@ -395,23 +434,38 @@ pub(crate) async fn start(
     Ok(address)
 }
 
+/// What a connection serves.
+#[derive(Clone)]
+struct Endpoints {
+    delegation: Arc<Delegation>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+}
+
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     limits: Limits,
     connection: &Arc<Connection>,
-    health: Arc<Health>,
-    metrics: Arc<Metrics>,
+    endpoints: Endpoints,
 ) {
     let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake, acceptor.accept(stream)).await else {
         return;
     };
+    // Verified against --client-ca-file by the handshake.
+    let certificate_user: Option<Arc<User>> = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| auth::certificate_user(leaf))
+        .map(Arc::new);
     let busy = connection.clone();
     let service = hyper::service::service_fn(move |request| {
-        let (health, metrics, busy) = (health.clone(), metrics.clone(), busy.clone());
+        let (endpoints, busy, certificate_user) = (endpoints.clone(), busy.clone(), certificate_user.clone());
         async move {
             busy.busy.store(true, Ordering::Relaxed);
-            let response = handle(request, health, metrics).await;
+            let response = handle(request, &endpoints, certificate_user.as_deref()).await;
             busy.busy.store(false, Ordering::Relaxed);
             response
         }
@@ -465,15 +519,46 @@ fn checks(endpoint: &str, verdict: &Verdict, only: Option<&str>, verbose: bool) 
     }
 }
 
+/// A `v1` Status, as upstream's filters answer a refused request.
+fn status(code: u16, reason: &str, message: &str) -> http::Response<Full<Bytes>> {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "details": {}, "code": code,
+    });
+    respond(code, "application/json", body.to_string())
+}
+
 async fn handle(
     request: http::Request<hyper::body::Incoming>,
-    health: Arc<Health>,
-    metrics: Arc<Metrics>,
+    endpoints: &Endpoints,
+    certificate_user: Option<&User>,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
         return Ok(respond(405, TEXT, "method not allowed\n".to_owned()));
     }
+    let authorization = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match endpoints
+        .delegation
+        .decide(request.uri().path(), authorization, certificate_user)
+        .await
+    {
+        Decision::Allow => {}
+        Decision::Unauthenticated => return Ok(status(401, "Unauthorized", "Unauthorized")),
+        Decision::Forbidden(message) => return Ok(status(403, "Forbidden", &message)),
+        Decision::Failed(message) => {
+            tracing::warn!(%message, "refusing a request that cannot be authorized");
+            return Ok(status(
+                500,
+                "InternalError",
+                &format!("Internal Server Error: {message}"),
+            ));
+        }
+    }
+    let (health, metrics) = (&endpoints.health, &endpoints.metrics);
     let query = request.uri().query().unwrap_or_default();
     let verbose = query
         .split('&')
@@ -532,6 +617,7 @@ mod tests {
             cert_file: Some(dir.join("tls.crt").display().to_string()),
             key_file: Some(dir.join("tls.key").display().to_string()),
             tls13_only: false,
+            client_ca_file: None,
             cipher_suites: None,
             reload_check: RELOAD_CHECK,
         }
@@ -546,6 +632,16 @@ mod tests {
         start(
             serving,
             limits,
+            auth::Delegation::new(
+                auth::DelegationSettings {
+                    always_allow_paths: vec!["/healthz".into(), "/livez".into(), "/readyz".into()],
+                    token_ttl: Duration::from_secs(10),
+                    allowed_ttl: Duration::from_secs(10),
+                    denied_ttl: Duration::from_secs(10),
+                },
+                None,
+                None,
+            ),
             Arc::new(Health::default()),
             Arc::new(Metrics::new()),
             CancellationToken::new(),
