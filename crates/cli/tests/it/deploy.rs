@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use test_apiserver::{Config, RequestRecord, TestApiServer, UserInfo};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{binary, repo_root, stderr, stdout};
+use crate::support::{binary, curl, free_port, repo_root, stderr, stdout};
 
 const WAIT: Duration = Duration::from_secs(30);
 const KCM: &str = "kube-controller-manager";
@@ -445,14 +445,16 @@ fn kubeconfig_for(server: &TestApiServer, dir: &Path, file: &str, user: UserInfo
 }
 
 /// A shipped manifest's arguments, with what differs on this machine appended (later flags win): files
-/// where the manifest mounts them, a free port, and the harness's short election timings.
-fn localized(args: &[String], environment: &Environment, kubeconfig: &Path) -> Vec<String> {
+/// where the manifest mounts them, `port` to serve on (0: none) on loopback, and the harness's short
+/// election timings.
+fn localized(args: &[String], environment: &Environment, kubeconfig: &Path, port: u16) -> Vec<String> {
     let mut args = args.to_vec();
     args.extend([
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--cloud-config={}", environment.cloud_config.display()),
         format!("--leader-migration-config={}", environment.ccm_config.display()),
-        "--secure-port=0".to_owned(),
+        format!("--secure-port={port}"),
+        "--bind-address=127.0.0.1".to_owned(),
         "--node-monitor-period=500ms".to_owned(),
         "--route-reconciliation-period=1s".to_owned(),
     ]);
@@ -614,7 +616,7 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         &environment,
         "ccm-static-pod",
         Side::Ccm,
-        &localized(&static_args, &environment, &static_pod_user),
+        &localized(&static_args, &environment, &static_pod_user, 0),
     )
     .unwrap();
     let static_id = static_replica.identity(WAIT).unwrap();
@@ -624,11 +626,12 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     .await
     .unwrap();
     stop_gracefully(&mut kcms[0]);
+    let metrics_port = free_port();
     let mut deployment_replica = Replica::spawn(
         &environment,
         "ccm-deployment",
         Side::Ccm,
-        &localized(&deployment_args, &environment, &service_account),
+        &localized(&deployment_args, &environment, &service_account, metrics_port),
     )
     .unwrap();
     let deployment_id = deployment_replica.identity(WAIT).unwrap();
@@ -754,6 +757,33 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         },
     )
     .await;
+    // A scraper bound to the shipped metrics-reader role reads /metrics (the manager asks the API server
+    // with the shipped rules); nobody else does.
+    // (As metrics-reader.yaml shows; created here through the API, since the test API server does not decode
+    // the protobuf that `kubectl create clusterrolebinding` sends.)
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "prometheus:cloud-controller-manager-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cloud-controller-manager:metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+    }))
+    .unwrap();
+    Api::all(client.clone())
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    let scraper = server.mint_token(UserInfo::service_account("monitoring", "prometheus"));
+    let metrics_address = ([127, 0, 0, 1], metrics_port).into();
+    let bearer = format!("Authorization: Bearer {scraper}");
+    let (code, body) = curl(metrics_address, None, "/metrics", &["--header", &bearer]).expect("served");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        curl(metrics_address, None, "/metrics", &[]).map(|r| r.0),
+        Some(403)
+    );
+    assert_eq!(
+        curl(metrics_address, None, "/healthz", &[]).map(|r| r.0),
+        Some(200)
+    );
     stop_gracefully(&mut deployment_replica);
 
     // Judged from the server's records.

@@ -14,7 +14,7 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use test_apiserver::TestApiServer;
 
-use crate::support::{binary, stderr};
+use crate::support::{binary, curl, free_port, stderr};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -231,14 +231,6 @@ async fn get(connector: &tokio_rustls::TlsConnector, address: SocketAddr, path: 
     let status = response.status().as_u16();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -465,33 +457,6 @@ async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes()
     drop(held);
 }
 
-/// `curl` over HTTPS: (status, body); `None` when no HTTP answer came (a refused handshake).
-fn curl(address: SocketAddr, ca: &Path, path: &str, extra: &[&str]) -> Option<(u16, String)> {
-    let output = std::process::Command::new("curl")
-        .args([
-            "--silent",
-            "--show-error",
-            "--max-time",
-            "20",
-            "--write-out",
-            "\n%{http_code}",
-        ])
-        .arg("--cacert")
-        .arg(ca)
-        .arg("--resolve")
-        .arg(format!("localhost:{}:127.0.0.1", address.port()))
-        .args(extra)
-        .arg(format!("https://localhost:{}{path}", address.port()))
-        .output()
-        .expect("curl runs");
-    if !output.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n')?;
-    Some((code.trim().parse().ok()?, body.to_owned()))
-}
-
 /// A certificate signed by `ca` for a client named `name` in `groups`, written to `dir` as
 /// `<file>.crt` and `<file>.key`.
 fn client_certificate(
@@ -606,7 +571,7 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     let address: SocketAddr = ([127, 0, 0, 1], port).into();
     let get = |path: &str, extra: &[String]| {
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        curl(address, &cert_file, path, &extra)
+        curl(address, Some(&cert_file), path, &extra)
     };
     let deadline = Instant::now() + WAIT;
     while get("/healthz", &[]).is_none_or(|(code, _)| code != 200) {

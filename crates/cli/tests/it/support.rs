@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The binary under test.
@@ -31,4 +32,49 @@ pub(crate) fn stdout(output: &Output) -> String {
 
 pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `curl` over HTTPS to `localhost` at `address`, trusting `ca` (or, without one, any certificate):
+/// (status, body); `None` when no HTTP answer came (a refused handshake).
+pub(crate) fn curl(
+    address: SocketAddr,
+    ca: Option<&Path>,
+    path: &str,
+    extra: &[&str],
+) -> Option<(u16, String)> {
+    let output = std::process::Command::new("curl")
+        .args([
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "20",
+            "--write-out",
+            "\n%{http_code}",
+        ])
+        .args(match ca {
+            Some(ca) => vec!["--cacert".to_owned(), ca.display().to_string()],
+            // A self-signed certificate made in memory.
+            None => vec!["--insecure".to_owned()],
+        })
+        .arg("--resolve")
+        .arg(format!("localhost:{}:127.0.0.1", address.port()))
+        .args(extra)
+        .arg(format!("https://localhost:{}{path}", address.port()))
+        .output()
+        .expect("curl runs");
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n')?;
+    Some((code.trim().parse().ok()?, body.to_owned()))
+}
+
+/// A port nothing listens on now.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -32,6 +32,15 @@ pub(crate) async fn handle(state: &Arc<State>, request: ApiRequest<'_>) -> Resul
         "get" => get(state, &request),
         "list" => list(state, &request),
         "watch" => watch::start(state, &request.target, request.query, request.user_agent),
+        // kubectl's typed commands (`kubectl create clusterrolebinding`, …) send protobuf, which a real
+        // server decodes and this one does not: say so, rather than that JSON did not parse.
+        "create" | "update"
+            if request
+                .content_type
+                .starts_with("application/vnd.kubernetes.protobuf") =>
+        {
+            Err(ApiError::unsupported_media_type(request.content_type))
+        }
         "create" => create(state, &request),
         "update" => update(state, &request),
         "patch" => match PatchType::from_content_type(request.content_type) {

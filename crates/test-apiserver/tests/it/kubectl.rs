@@ -322,3 +322,26 @@ async fn a_short_watch_sees_a_change() {
     let modified = events.iter().find(|e| e["type"] == "MODIFIED").unwrap();
     assert_eq!(modified["object"]["data"]["watched"], "yes");
 }
+
+/// kubectl's typed commands send protobuf, which this server does not decode: it says so with a 415 (a
+/// real server would accept them), not that JSON did not parse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_bodies_are_refused_as_an_unsupported_media_type() {
+    let server = TestApiServer::start().await.unwrap();
+    let output = kubectl(
+        server.kubeconfig_path(),
+        &[
+            "create",
+            "clusterrolebinding",
+            "b",
+            "--clusterrole=view",
+            "--user=u",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("the body of the request was in an unknown format"),
+        "{stderr}"
+    );
+}
