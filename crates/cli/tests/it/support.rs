@@ -70,11 +70,22 @@ pub(crate) fn curl(
     Some((code.trim().parse().ok()?, body.to_owned()))
 }
 
-/// A port nothing listens on now.
+/// A port nothing listens on now, for a manager to bind.
+///
+/// Not the kernel's pick (`:0`): that port is free again the moment it is released, so two tests running at
+/// once (nextest runs each in its own process) can be handed the same one before either manager binds it.
+/// Each process takes ports from its own block below the ephemeral range, by its process id.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    const BLOCK: u16 = 10;
+    let block = u16::try_from(std::process::id() % 2_000).unwrap_or(0);
+    let base = 10_000 + block * BLOCK;
+    for _ in 0..BLOCK {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % BLOCK;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {base}..{}", base + BLOCK);
 }
