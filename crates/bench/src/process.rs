@@ -56,7 +56,7 @@ impl ApiServer {
         let directory = TempDir::new()?;
         let kubeconfig = directory.0.join("kubeconfig");
         let mut child = Command::new(sibling("test-apiserver")?)
-            .args(["--listen", listen, "--kubeconfig-out"])
+            .args(["--admin", "--listen", listen, "--kubeconfig-out"])
             .arg(&kubeconfig)
             .args(extra)
             .stdout(Stdio::piped())

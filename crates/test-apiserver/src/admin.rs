@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::auth::UserInfo;
 use crate::faults::{FaultAction, FaultSpec};
+use crate::observe::Since;
 use crate::state::{State, lock};
 use crate::wire::{Query, Reply};
 
@@ -38,8 +39,26 @@ fn json_lines<T: Serialize>(records: impl Iterator<Item = T>) -> Reply {
     Reply::bytes(200, Bytes::from(body))
 }
 
-fn error(code: u16, message: &str) -> Reply {
-    Reply::json(code, &json!({"error": message}))
+/// The records asked for, or 410 when some of them were dropped: a reader (an audit) must not get a log
+/// with a silent gap.
+fn kept_or_gone<T: Serialize>(what: &str, records: Since<'_, T>) -> Reply {
+    match records {
+        Since::Kept(records) => json_lines(records.into_iter()),
+        Since::Dropped { first_kept } => error(
+            410,
+            &format!(
+                "the oldest {what} were dropped (the log keeps the most recent ones; the first kept is number {first_kept}); start the server with a larger --log-limit"
+            ),
+        ),
+    }
+}
+
+/// An error as a `v1` Status (so Kubernetes clients read its message), with the message under `error` too.
+pub(crate) fn error(code: u16, message: &str) -> Reply {
+    Reply::json(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message, "error": message}),
+    )
 }
 
 async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Reply> {
@@ -74,13 +93,19 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
         (Method::GET, ["healthz"]) => Reply::bytes(200, Bytes::from_static(b"ok")),
         (Method::GET, ["requests"]) => {
             let logs = lock(&state.logs);
-            json_lines(logs.requests.iter().filter(|r| r.seq > since))
+            kept_or_gone("requests", logs.requests_since(since))
         }
         (Method::GET, ["leases"]) => {
             let logs = lock(&state.logs);
-            json_lines(logs.leases.iter().filter(|r| r.seq > since))
+            kept_or_gone("lease writes", logs.leases_since(since))
         }
-        (Method::GET, ["counters"]) => Reply::json(200, &json!(lock(&state.logs).counters)),
+        (Method::GET, ["counters"]) => {
+            let logs = lock(&state.logs);
+            let mut counters = json!(logs.counters);
+            counters["dropped requests"] = json!(logs.dropped_requests);
+            counters["dropped lease writes"] = json!(logs.dropped_leases);
+            Reply::json(200, &counters)
+        }
         (Method::GET, ["faults"]) => {
             let faults: Vec<Value> = lock(&state.faults)
                 .list()

@@ -28,6 +28,10 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Where to write the admin kubeconfig; a temporary directory owned by the server when absent.
     pub kubeconfig_out: Option<PathBuf>,
+    /// Records kept of each log (requests, Lease writes); older ones are dropped and counted.
+    pub log_limit: usize,
+    /// Serve the admin API (`/_admin/`, which can change RBAC and mint tokens), to loopback callers only.
+    pub admin: bool,
 }
 
 impl Default for Config {
@@ -39,6 +43,8 @@ impl Default for Config {
             history_limit: 20_000,
             bookmark_interval: Duration::from_secs(1),
             kubeconfig_out: None,
+            log_limit: 500_000,
+            admin: false,
         }
     }
 }
@@ -80,9 +86,13 @@ pub struct TestApiServer {
 }
 
 impl TestApiServer {
-    /// Starts a server with the default configuration on a free loopback port.
+    /// Starts a server with the default configuration and the admin API on a free loopback port.
     pub async fn start() -> Result<TestApiServer, StartError> {
-        TestApiServer::start_with(Config::default()).await
+        TestApiServer::start_with(Config {
+            admin: true,
+            ..Config::default()
+        })
+        .await
     }
 
     /// Starts a server.
@@ -116,7 +126,7 @@ impl TestApiServer {
         }
         let state = Arc::new(State {
             store: Mutex::new(store),
-            logs: Mutex::new(observe::Logs::default()),
+            logs: Mutex::new(observe::Logs::new(config.log_limit)),
             faults: Mutex::new(faults::Faults::default()),
             auth: Mutex::new(auth::Auth::new(config.rbac)),
             clock: observe::Clock::new(),
@@ -124,6 +134,7 @@ impl TestApiServer {
             close_watches: tokio::sync::watch::channel(CloseWatches::default()).0,
             settings: Settings {
                 bookmark_interval: config.bookmark_interval,
+                admin: config.admin,
             },
         });
         let tls = if config.tls { Some(tls::generate()?) } else { None };
@@ -238,12 +249,12 @@ impl TestApiServer {
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        lock(&self.state.logs).requests.clone()
+        lock(&self.state.logs).requests.iter().cloned().collect()
     }
 
     /// Every Lease write so far.
     pub fn leases(&self) -> Vec<LeaseRecord> {
-        lock(&self.state.logs).leases.clone()
+        lock(&self.state.logs).leases.iter().cloned().collect()
     }
 
     /// Request counts by `"<verb> <resource>"`.

@@ -34,6 +34,14 @@ struct Args {
     /// Milliseconds between watch bookmarks.
     #[arg(long, default_value_t = 1000)]
     bookmark_interval_ms: u64,
+    /// Records kept of the request log and of the Lease write history each; older ones are dropped,
+    /// counted, and a reader asking for them gets 410.
+    #[arg(long, default_value_t = 500_000)]
+    log_limit: usize,
+    /// Serve the admin API under /_admin/ (request log, faults, RBAC switch, token minting), to loopback
+    /// callers only. Off by default: it can make anyone an administrator.
+    #[arg(long)]
+    admin: bool,
 }
 
 #[tokio::main]
@@ -50,7 +58,23 @@ async fn main() -> ExitCode {
         history_limit: args.history_limit,
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
         kubeconfig_out: args.kubeconfig_out,
+        log_limit: args.log_limit,
+        admin: args.admin,
     };
+    if !args.listen.ip().is_loopback() {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "test-apiserver: WARNING: listening on {} reaches beyond this machine. This is a test double: it has no real authentication{}, and must never hold anything that matters.",
+                args.listen,
+                if args.rbac {
+                    ""
+                } else {
+                    " and, without --rbac, lets anyone do anything"
+                }
+            );
+        }
+    }
     let server = match TestApiServer::start_with(config).await {
         Ok(server) => server,
         Err(error) => {

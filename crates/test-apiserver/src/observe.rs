@@ -4,7 +4,7 @@
 //! from the start time plus a monotonic elapsed time), so records of both logs can be ordered against each
 //! other. `resource_version` orders writes exactly: it is assigned under the store's lock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -119,18 +119,71 @@ pub struct LeaseRecord {
     pub user_agent: String,
 }
 
-/// The logs, kept in memory for the server's lifetime.
-#[derive(Debug, Default)]
+/// The logs, in memory: the last [`Logs::limit`] records of each, and how many older ones were dropped (a
+/// reader that asks for dropped records is told so, never handed a log with a silent gap).
+#[derive(Debug)]
 pub(crate) struct Logs {
-    pub(crate) requests: Vec<RequestRecord>,
-    pub(crate) leases: Vec<LeaseRecord>,
+    pub(crate) requests: VecDeque<RequestRecord>,
+    pub(crate) leases: VecDeque<LeaseRecord>,
     /// `"<verb> <resource>"` → count.
     pub(crate) counters: BTreeMap<String, u64>,
+    limit: usize,
+    request_seq: u64,
+    lease_seq: u64,
+    pub(crate) dropped_requests: u64,
+    pub(crate) dropped_leases: u64,
+}
+
+/// Records of a log after a sequence number, or how many of them are gone.
+pub(crate) enum Since<'a, T> {
+    Kept(Vec<&'a T>),
+    /// Records after the asked sequence number were dropped: the first kept one's number.
+    Dropped {
+        first_kept: u64,
+    },
+}
+
+fn since<T>(log: &VecDeque<T>, after: u64, dropped: u64, seq: impl Fn(&T) -> u64) -> Since<'_, T> {
+    // Sequence numbers start at 1; the first kept record is number `dropped + 1`.
+    if after < dropped {
+        return Since::Dropped {
+            first_kept: dropped + 1,
+        };
+    }
+    Since::Kept(log.iter().filter(|r| seq(r) > after).collect())
 }
 
 impl Logs {
+    pub(crate) fn new(limit: usize) -> Logs {
+        Logs {
+            requests: VecDeque::new(),
+            leases: VecDeque::new(),
+            counters: BTreeMap::new(),
+            limit: limit.max(1),
+            request_seq: 0,
+            lease_seq: 0,
+            dropped_requests: 0,
+            dropped_leases: 0,
+        }
+    }
+
+    /// Requests after sequence number `after`.
+    pub(crate) fn requests_since(&self, after: u64) -> Since<'_, RequestRecord> {
+        since(&self.requests, after, self.dropped_requests, |r| r.seq)
+    }
+
+    /// Lease writes after sequence number `after`.
+    pub(crate) fn leases_since(&self, after: u64) -> Since<'_, LeaseRecord> {
+        since(&self.leases, after, self.dropped_leases, |r| r.seq)
+    }
+
     pub(crate) fn record_request(&mut self, mut record: RequestRecord) {
-        record.seq = self.requests.len() as u64 + 1;
+        self.request_seq += 1;
+        record.seq = self.request_seq;
+        if self.requests.len() >= self.limit {
+            self.requests.pop_front();
+            self.dropped_requests += 1;
+        }
         if let (Some(verb), Some(resource)) = (&record.verb, &record.resource) {
             let resource = match &record.subresource {
                 Some(sub) => format!("{resource}/{sub}"),
@@ -138,11 +191,16 @@ impl Logs {
             };
             *self.counters.entry(format!("{verb} {resource}")).or_default() += 1;
         }
-        self.requests.push(record);
+        self.requests.push_back(record);
     }
 
     pub(crate) fn record_lease(&mut self, mut record: LeaseRecord) {
-        record.seq = self.leases.len() as u64 + 1;
-        self.leases.push(record);
+        self.lease_seq += 1;
+        record.seq = self.lease_seq;
+        if self.leases.len() >= self.limit {
+            self.leases.pop_front();
+            self.dropped_leases += 1;
+        }
+        self.leases.push_back(record);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Every request to `/api`, `/apis`, `/version`, `/healthz`, `/openapi` goes through: faults (a
 //! partitioned client hangs here) → authentication → routing → authorisation → the handler → the request
-//! log. `/_admin/*` bypasses all of it.
+//! log. `/_admin/*` bypasses all of it, so it is served only when asked for ([`crate::Config::admin`]) and
+//! only to loopback callers.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,11 +25,24 @@ use crate::{admin, discovery, verbs};
 use bytes::Bytes;
 use serde_json::Value;
 
-/// Accepts connections until the task is aborted.
+/// Accepts connections until the task is aborted. Accept errors (out of descriptors) are retried after a
+/// pause, not in a busy loop.
 pub(crate) async fn serve(state: Arc<State>, listener: TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) {
+    let mut pause = std::time::Duration::ZERO;
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                pause = std::time::Duration::ZERO;
+                accepted
+            }
+            Err(_) => {
+                pause = (pause * 2).clamp(
+                    std::time::Duration::from_millis(5),
+                    std::time::Duration::from_secs(1),
+                );
+                tokio::time::sleep(pause).await;
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
@@ -37,20 +51,20 @@ pub(crate) async fn serve(state: Arc<State>, listener: TcpListener, tls: Option<
             match tls {
                 Some(acceptor) => {
                     if let Ok(stream) = acceptor.accept(stream).await {
-                        serve_connection(state, stream).await;
+                        serve_connection(state, stream, peer).await;
                     }
                 }
-                None => serve_connection(state, stream).await,
+                None => serve_connection(state, stream, peer).await,
             }
         });
     }
 }
 
-async fn serve_connection<Io>(state: Arc<State>, io: Io)
+async fn serve_connection<Io>(state: Arc<State>, io: Io, peer: std::net::SocketAddr)
 where
     Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |request| entry(state.clone(), request));
+    let service = hyper::service::service_fn(move |request| entry(state.clone(), request, peer));
     let connection = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service);
@@ -58,9 +72,23 @@ where
     let _ = connection.await;
 }
 
-async fn entry(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn entry(
+    state: Arc<State>,
+    request: Request<Incoming>,
+    peer: std::net::SocketAddr,
+) -> Result<Response<Body>, Infallible> {
     if request.uri().path().starts_with("/_admin/") {
-        return Ok(admin::handle(&state, request).await.into_response());
+        let reply = if !state.settings.admin {
+            admin::error(404, "the admin API is off (start the server with --admin)")
+        } else if !peer.ip().is_loopback() {
+            admin::error(
+                403,
+                &format!("the admin API answers loopback callers only, not {}", peer.ip()),
+            )
+        } else {
+            admin::handle(&state, request).await
+        };
+        return Ok(reply.into_response());
     }
     let started = Instant::now();
     let user_agent = request

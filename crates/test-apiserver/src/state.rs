@@ -20,6 +20,8 @@ pub(crate) struct CloseWatches {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) bookmark_interval: Duration,
+    /// The admin API is served (to loopback callers).
+    pub(crate) admin: bool,
 }
 
 /// Everything the server shares between requests.

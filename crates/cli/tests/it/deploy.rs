@@ -531,6 +531,7 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     let server = TestApiServer::start_with(Config {
         rbac: true,
         tls: true,
+        admin: true,
         ..Config::default()
     })
     .await

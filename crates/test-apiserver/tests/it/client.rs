@@ -574,3 +574,40 @@ async fn objects_need_an_existing_namespace_and_valid_names() {
     assert_eq!((code, reason.as_str()), (422, "Invalid"));
     assert_eq!(server.object_count("", "configmaps"), 0, "nothing was stored");
 }
+
+/// Issue 16: the logs keep their most recent records; a reader asking for dropped ones is told so (410),
+/// and the counters say how many went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_logs_never_hand_out_a_silent_gap() {
+    let server = TestApiServer::start_with(test_apiserver::Config {
+        admin: true,
+        log_limit: 5,
+        ..test_apiserver::Config::default()
+    })
+    .await
+    .unwrap();
+    let client = server.client();
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    for _ in 0..8 {
+        namespaces.get("default").await.unwrap();
+    }
+    let kept = server.requests();
+    assert_eq!(kept.len(), 5);
+    let last = kept.last().unwrap().seq;
+    assert_eq!(last, 8);
+    let get = |path: &str| {
+        let request = http::Request::get(path).body(Vec::new()).unwrap();
+        let client = client.clone();
+        async move { client.request_text(request).await }
+    };
+    match get("/_admin/requests?since=0").await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 410, "{status:?}"),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    let recent = get(&format!("/_admin/requests?since={}", last - 2))
+        .await
+        .unwrap();
+    assert_eq!(recent.lines().count(), 2, "{recent}");
+    let counters: serde_json::Value = serde_json::from_str(&get("/_admin/counters").await.unwrap()).unwrap();
+    assert!(counters["dropped requests"].as_u64().unwrap() >= 3, "{counters}");
+}
