@@ -498,11 +498,16 @@ fn checks(endpoint: &str, verdict: &Verdict, only: Option<&str>, verbose: bool) 
             None => (404, format!("{endpoint} check {name:?} not found\n")),
         };
     }
+    // As upstream: the list (served to anyone, on an always-allowed path) withholds why a check failed; the
+    // log has it, and so does the check's own path.
     let mut text = String::new();
     for (name, result) in &verdict.checks {
         match result {
             Ok(()) => text.push_str(&format!("[+]{name} ok\n")),
-            Err(why) => text.push_str(&format!("[-]{name} failed: {why}\n")),
+            Err(why) => {
+                tracing::info!(check = %name, reason = %why, "{endpoint} check failed");
+                text.push_str(&format!("[-]{name} failed: reason withheld\n"));
+            }
         }
     }
     for (name, note) in &verdict.notes {
@@ -922,7 +927,7 @@ mod tests {
         assert_eq!(status, 500);
         assert_eq!(
             body,
-            "[+]leader-election ok\n[-]cloud-node-controller failed: stopped\nhealthz check failed\n"
+            "[+]leader-election ok\n[-]cloud-node-controller failed: reason withheld\nhealthz check failed\n"
         );
         assert_eq!(
             checks("healthz", &verdict, Some("leader-election"), false),
