@@ -235,7 +235,8 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
             cert_file: files.0.then(|| settings.tls_cert_file.clone()),
             key_file: files.1.then(|| settings.tls_private_key_file.clone()),
             tls13_only,
-            client_ca_file: (!settings.client_ca_file.is_empty()).then(|| settings.client_ca_file.clone()),
+            // From --client-ca-file, or looked up in the cluster when serving starts.
+            client_ca: None,
             cipher_suites,
             reload_check: crate::serve::RELOAD_CHECK,
         })
@@ -337,6 +338,57 @@ async fn delegation(
     ))
 }
 
+/// Where a cluster publishes the CA of the client certificates it issues (kube-apiserver writes it).
+const AUTHENTICATION_CONFIG_MAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
+
+/// The CA that verifies client certificates: `--client-ca-file`; or, unless `--authentication-skip-lookup`,
+/// the `client-ca-file` key of `kube-system/extension-apiserver-authentication` (as upstream: a missing
+/// ConfigMap means none; a lookup that fails stops the start unless
+/// `--authentication-tolerate-lookup-failure`).
+async fn client_ca(settings: &Settings, clients: &ClientFactory) -> Result<Option<crate::serve::ClientCa>> {
+    use crate::serve::ClientCa;
+    if !settings.client_ca_file.is_empty() {
+        let file = &settings.client_ca_file;
+        let pem = std::fs::read(file).with_context(|| format!("--client-ca-file: cannot read {file}"))?;
+        return Ok(Some(ClientCa {
+            source: format!("--client-ca-file: {file}"),
+            pem,
+        }));
+    }
+    if settings.authentication_skip_lookup {
+        return Ok(None);
+    }
+    let (namespace, name) = AUTHENTICATION_CONFIG_MAP;
+    let client = clients.client("delegated-auth", None)?;
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, namespace);
+    let looked_up = tokio::time::timeout(std::time::Duration::from_secs(30), config_maps.get_opt(name))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within 30s"))
+        .and_then(|answer| answer.map_err(anyhow::Error::from));
+    match looked_up {
+        Ok(Some(config_map)) => Ok(config_map
+            .data
+            .and_then(|mut data| data.remove("client-ca-file"))
+            .filter(|pem| !pem.trim().is_empty())
+            .map(|pem| ClientCa {
+                source: format!("ConfigMap {namespace}/{name}, key client-ca-file"),
+                pem: pem.into_bytes(),
+            })),
+        Ok(None) => {
+            tracing::info!(configmap = %format!("{namespace}/{name}"), "no client CA published in the cluster: client certificates will not authenticate");
+            Ok(None)
+        }
+        Err(error) if settings.authentication_tolerate_lookup_failure => {
+            tracing::warn!(%error, configmap = %format!("{namespace}/{name}"), "cannot look up the client CA; going on without it (--authentication-tolerate-lookup-failure)");
+            Ok(None)
+        }
+        Err(error) => Err(error.context(format!(
+            "cannot look up the client CA in ConfigMap {namespace}/{name} (grant the Role extension-apiserver-authentication-reader, give --client-ca-file, or pass --authentication-skip-lookup or --authentication-tolerate-lookup-failure)"
+        ))),
+    }
+}
+
 /// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
 pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCode> {
     let Startup {
@@ -378,10 +430,13 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
     )
     .with_request_timeout(settings.kube_api_request_timeout.0);
     let serving = match serving {
-        Some(serving) => Some((
-            serving,
-            delegation(&settings, &clients, &component, &identity).await?,
-        )),
+        Some(mut serving) => {
+            serving.client_ca = client_ca(&settings, &clients).await?;
+            Some((
+                serving,
+                delegation(&settings, &clients, &component, &identity).await?,
+            ))
+        }
         None => None,
     };
     let controllers = ControllerSettings {

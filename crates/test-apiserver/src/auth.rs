@@ -392,6 +392,11 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["extension-apiserver-authentication"], "verbs": ["get", "list", "watch"]}],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "system::leader-locking-kube-controller-manager", "namespace": "kube-system", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
             "rules": [
                 {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]},

@@ -41,12 +41,38 @@ pub(crate) struct Serving {
     pub(crate) cert_file: Option<String>,
     pub(crate) key_file: Option<String>,
     pub(crate) tls13_only: bool,
-    /// `--client-ca-file`: client certificates it signed authenticate their callers.
-    pub(crate) client_ca_file: Option<String>,
+    /// Client certificates it signed authenticate their callers.
+    pub(crate) client_ca: Option<ClientCa>,
     /// The TLS 1.2 suites to offer (`None`: the defaults).
     pub(crate) cipher_suites: Option<Vec<SupportedCipherSuite>>,
     /// How often the certificate files are looked at, at most.
     pub(crate) reload_check: Duration,
+}
+
+/// The CA bundle that verifies client certificates, and where it came from (for errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientCa {
+    /// `--client-ca-file: <file>`, or the ConfigMap it was looked up in.
+    pub(crate) source: String,
+    pub(crate) pem: Vec<u8>,
+}
+
+impl ClientCa {
+    /// Trust anchors of the bundle.
+    fn roots(&self) -> Result<rustls::RootCertStore> {
+        let source = &self.source;
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(&self.pem) {
+            let certificate = certificate.with_context(|| format!("{source}: not PEM certificates"))?;
+            roots
+                .add(certificate)
+                .with_context(|| format!("{source}: holds a certificate that is not a CA"))?;
+        }
+        if roots.is_empty() {
+            anyhow::bail!("{source}: holds no certificate");
+        }
+        Ok(roots)
+    }
 }
 
 /// `--tls-cipher-suites`, by Go's names: the TLS 1.2 suites to offer. TLS 1.3 names are accepted and, as
@@ -253,30 +279,17 @@ fn tls_config(serving: &Serving) -> Result<rustls::ServerConfig> {
     };
     let builder =
         rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
-    let builder = match &serving.client_ca_file {
+    let builder = match &serving.client_ca {
         None => builder.with_no_client_auth(),
-        Some(file) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for certificate in CertificateDer::pem_file_iter(Path::new(file))
-                .with_context(|| format!("--client-ca-file: cannot read {file}"))?
-            {
-                let certificate = certificate
-                    .with_context(|| format!("--client-ca-file: {file} is not PEM certificates"))?;
-                roots.add(certificate).with_context(|| {
-                    format!("--client-ca-file: {file} holds a certificate that is not a CA")
-                })?;
-            }
-            if roots.is_empty() {
-                anyhow::bail!("--client-ca-file: {file} holds no certificate");
-            }
+        Some(ca) => {
             // A caller without a certificate is still served (then a token or anonymity decides).
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
+                Arc::new(ca.roots()?),
                 provider.clone(),
             )
             .allow_unauthenticated()
             .build()
-            .with_context(|| format!("--client-ca-file: {file} cannot verify clients"))?;
+            .with_context(|| format!("{}: cannot verify clients", ca.source))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -622,7 +635,7 @@ mod tests {
             cert_file: Some(dir.join("tls.crt").display().to_string()),
             key_file: Some(dir.join("tls.key").display().to_string()),
             tls13_only: false,
-            client_ca_file: None,
+            client_ca: None,
             cipher_suites: None,
             reload_check: RELOAD_CHECK,
         }

@@ -383,6 +383,9 @@ fn access(record: &RequestRecord) -> Option<Access> {
     ))
 }
 
+/// Roles of kube-apiserver's bootstrap policy the shipped manifests bind.
+const BOOTSTRAP_ROLES: [&str; 1] = ["extension-apiserver-authentication-reader"];
+
 /// Every rule the shipped manifests grant the cloud-controller-manager identities, one [`Access`] per
 /// verb and named object, after checking that none uses a wildcard.
 fn granted(objects: &[Value]) -> BTreeSet<Access> {
@@ -397,11 +400,22 @@ fn granted(objects: &[Value]) -> BTreeSet<Access> {
         .iter()
         .filter(|o| (o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding") && binds_ccm(o))
     {
-        let role = find(
-            objects,
+        let (kind, name) = (
             binding["roleRef"]["kind"].as_str().unwrap(),
             binding["roleRef"]["name"].as_str().unwrap(),
         );
+        // A role every cluster has (kube-apiserver's bootstrap policy) is not ours to trim: its binding
+        // must only not be refused.
+        if BOOTSTRAP_ROLES.contains(&name) {
+            assert!(
+                !objects
+                    .iter()
+                    .any(|o| o["kind"] == kind && o["metadata"]["name"] == name),
+                "{name} is the cluster's own"
+            );
+            continue;
+        }
+        let role = find(objects, kind, name);
         for rule in role["rules"].as_array().unwrap() {
             let names = strings(&rule["resourceNames"]);
             for group in strings(&rule["apiGroups"]) {

@@ -634,6 +634,110 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     drop(manager);
 }
 
+/// Issue 16: without `--client-ca-file`, the client CA comes from the ConfigMap kube-apiserver publishes
+/// (`kube-system/extension-apiserver-authentication`), unless `--authentication-skip-lookup`; a lookup
+/// that is refused stops the start with the ConfigMap named, unless tolerated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
+    let server = TestApiServer::start_with(test_apiserver::Config {
+        rbac: true,
+        tls: true,
+        ..test_apiserver::Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client_ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        (certificate.pem(), rcgen::Issuer::new(params, key))
+    };
+    let published: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+        "data": {"client-ca-file": client_ca.0},
+    }))
+    .unwrap();
+    kube::Api::namespaced(server.client(), "kube-system")
+        .create(&Default::default(), &published)
+        .await
+        .unwrap();
+    let masters = client_certificate(dir.path(), "masters", &client_ca.1, "ops", &["system:masters"]);
+    let start = |flags: &[&str], kubeconfig: Option<&Path>| {
+        let port = free_port();
+        let mut all = vec![
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={port}"),
+        ];
+        if let Some(kubeconfig) = kubeconfig {
+            all.push(format!("--kubeconfig={}", kubeconfig.display()));
+        }
+        all.extend(flags.iter().map(|f| (*f).to_owned()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let manager = Manager::start(dir.path(), &server, &all, &[]);
+        (manager, SocketAddr::from(([127, 0, 0, 1], port)))
+    };
+    // Served with a self-signed certificate made in memory: curl trusts any.
+    let get = |address: SocketAddr, path: &str, extra: &[String]| {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        curl(address, None, path, &extra)
+    };
+    let wait_served = |manager: &Manager, address: SocketAddr| {
+        let deadline = Instant::now() + WAIT;
+        while get(address, "/healthz", &[]).is_none_or(|(code, _)| code != 200) {
+            assert!(Instant::now() < deadline, "never served:\n{}", manager.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    let (looked_up, address) = start(&[], None);
+    wait_served(&looked_up, address);
+    assert_eq!(get(address, "/metrics", &masters).map(|r| r.0), Some(200));
+    drop(looked_up);
+
+    let (skipped, address) = start(&["--authentication-skip-lookup"], None);
+    wait_served(&skipped, address);
+    assert_eq!(get(address, "/metrics", &masters).map(|r| r.0), Some(403));
+    drop(skipped);
+
+    // An identity that may not read the ConfigMap.
+    let nobody = dir.path().join("nobody.kubeconfig");
+    server
+        .write_kubeconfig(
+            &nobody,
+            &server.mint_token(test_apiserver::UserInfo {
+                name: "nobody".to_owned(),
+                groups: vec!["system:authenticated".to_owned()],
+            }),
+        )
+        .unwrap();
+    let (mut refused, _) = start(&[], Some(&nobody));
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = refused.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running:\n{}", refused.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    assert!(
+        refused.log().contains(
+            "cannot look up the client CA in ConfigMap kube-system/extension-apiserver-authentication"
+        ),
+        "{}",
+        refused.log()
+    );
+    let (tolerated, address) = start(&["--authentication-tolerate-lookup-failure"], Some(&nobody));
+    wait_served(&tolerated, address);
+    assert!(
+        tolerated.log().contains("cannot look up the client CA"),
+        "{}",
+        tolerated.log()
+    );
+}
+
 /// What the collector received: each request's path and body.
 type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
