@@ -87,11 +87,17 @@ impl Auth {
     }
 }
 
-/// `POST /apis/authentication.k8s.io/v1/tokenreviews` and
-/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`, answered as the real server does: the token's
-/// user, and the decision of the authoriser that decides this server's own requests. With RBAC off every
-/// review of a known token authenticates and every access is allowed.
-pub(crate) fn review(auth: &Auth, store: &Store, kind: Review, body: &Value) -> Result<Value, String> {
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`, `…/authorization.k8s.io/v1/subjectaccessreviews` and
+/// `…/selfsubjectaccessreviews` (for `caller`, as `kubectl auth can-i` asks), answered as the real server
+/// does: the token's user, and the decision of the authoriser that decides this server's own requests.
+/// With RBAC off every review of a known token authenticates and every access is allowed.
+pub(crate) fn review(
+    auth: &Auth,
+    store: &Store,
+    kind: Review,
+    body: &Value,
+    caller: Option<&UserInfo>,
+) -> Result<Value, String> {
     let spec = body.get("spec").ok_or("spec: Required value")?;
     let status = match kind {
         Review::Token => {
@@ -105,14 +111,22 @@ pub(crate) fn review(auth: &Auth, store: &Store, kind: Review, body: &Value) -> 
                 None => json!({"authenticated": false, "error": "invalid bearer token"}),
             }
         }
-        Review::SubjectAccess => {
-            let user = UserInfo {
-                name: spec
-                    .get("user")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                groups: strings(spec, "groups"),
+        Review::SubjectAccess | Review::SelfSubjectAccess => {
+            let user = match (kind, caller) {
+                (Review::SelfSubjectAccess, Some(caller)) => caller.clone(),
+                // RBAC off and no token: allowed whatever is asked.
+                (Review::SelfSubjectAccess, None) => UserInfo {
+                    name: "system:anonymous".to_owned(),
+                    groups: vec!["system:unauthenticated".to_owned()],
+                },
+                _ => UserInfo {
+                    name: spec
+                        .get("user")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    groups: strings(spec, "groups"),
+                },
             };
             if user.name.is_empty() && user.groups.is_empty() {
                 return Err(
@@ -160,6 +174,7 @@ pub(crate) fn review(auth: &Auth, store: &Store, kind: Review, body: &Value) -> 
     let (api_version, kind) = match kind {
         Review::Token => ("authentication.k8s.io/v1", "TokenReview"),
         Review::SubjectAccess => ("authorization.k8s.io/v1", "SubjectAccessReview"),
+        Review::SelfSubjectAccess => ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
     };
     Ok(json!({
         "apiVersion": api_version,
@@ -175,6 +190,7 @@ pub(crate) fn review(auth: &Auth, store: &Store, kind: Review, body: &Value) -> 
 pub(crate) enum Review {
     Token,
     SubjectAccess,
+    SelfSubjectAccess,
 }
 
 /// What a request asks to do, in RBAC terms.
@@ -380,6 +396,17 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": "system:discovery", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:discovery"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "system:basic-user", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [{"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"], "verbs": ["create"]}],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:basic-user", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:basic-user"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}],
         }),
         json!({

@@ -229,11 +229,19 @@ async fn handle(
             "authorization.k8s.io",
             "subjectaccessreviews",
         )),
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => Some((
+            Review::SelfSubjectAccess,
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+        )),
         _ => None,
     };
     if let Some((kind, group, plural)) = review {
         if method != Method::POST {
             return Err(ApiError::method_not_allowed(method.as_str(), &path));
+        }
+        if content_type.starts_with("application/vnd.kubernetes.protobuf") {
+            return Err(ApiError::unsupported_media_type(&content_type));
         }
         record.verb = Some("create".to_owned());
         record.resource = Some(format!("{plural}.{group}"));
@@ -264,7 +272,7 @@ async fn handle(
         let answer = {
             let auth = lock(&state.auth);
             let store = lock(&state.store);
-            crate::auth::review(&auth, &store, kind, &body).map_err(ApiError::bad_request)?
+            crate::auth::review(&auth, &store, kind, &body, user.as_ref()).map_err(ApiError::bad_request)?
         };
         return Ok(Reply::json(201, &answer));
     }

@@ -192,3 +192,65 @@ subjects:
         other => panic!("expected 403, got {other:?}"),
     }
 }
+
+/// A SelfSubjectAccessReview (what `kubectl auth can-i` asks; kubectl sends it as protobuf, which this
+/// server refuses with 415, so kube-rs asks here) is answered for the caller, who may always ask
+/// (system:basic-user).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_subject_access_reviews_are_answered_for_the_caller() {
+    let server = TestApiServer::start_with(Config {
+        rbac: true,
+        tls: true,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let token = server.mint_token(UserInfo::service_account("monitoring", "prometheus"));
+    let as_prometheus = server.client_with(&token, "test");
+    let can_i = |attributes: serde_json::Value| {
+        let client = as_prometheus.clone();
+        async move {
+            let review: k8s_openapi::api::authorization::v1::SelfSubjectAccessReview =
+                serde_json::from_value(json!({"spec": attributes})).unwrap();
+            kube::Api::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>::all(client)
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .allowed
+        }
+    };
+    let metrics = json!({"nonResourceAttributes": {"verb": "get", "path": "/metrics"}});
+    let nodes = json!({"resourceAttributes": {"verb": "get", "resource": "nodes"}});
+    assert!(!can_i(metrics.clone()).await);
+    ok(&kubectl_with_input(
+        server.kubeconfig_path(),
+        &["apply", "--server-side", "-f", "-"],
+        Some(
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metrics-reader}
+rules:
+- {nonResourceURLs: [/metrics], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: metrics-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
+subjects:
+- {kind: ServiceAccount, name: prometheus, namespace: monitoring}
+"#,
+        ),
+    ));
+    assert!(can_i(metrics).await);
+    assert!(!can_i(nodes).await);
+    // kubectl's own can-i sends protobuf: refused as such, not misread.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("prometheus.kubeconfig");
+    server.write_kubeconfig(&kubeconfig, &token).unwrap();
+    let output = kubectl_with_input(&kubeconfig, &["auth", "can-i", "get", "/metrics"], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown format"), "{stderr}");
+}
