@@ -237,6 +237,7 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
             tls13_only,
             // From --client-ca-file, or looked up in the cluster when serving starts.
             client_ca: None,
+            front_proxy: None,
             cipher_suites,
             reload_check: crate::serve::RELOAD_CHECK,
         })
@@ -341,22 +342,51 @@ async fn delegation(
 /// Where a cluster publishes the CA of the client certificates it issues (kube-apiserver writes it).
 const AUTHENTICATION_CONFIG_MAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
 
-/// The CA that verifies client certificates: `--client-ca-file`; or, unless `--authentication-skip-lookup`,
-/// the `client-ca-file` key of `kube-system/extension-apiserver-authentication` (as upstream: a missing
-/// ConfigMap means none; a lookup that fails stops the start unless
-/// `--authentication-tolerate-lookup-failure`).
-async fn client_ca(settings: &Settings, clients: &ClientFactory) -> Result<Option<crate::serve::ClientCa>> {
-    use crate::serve::ClientCa;
-    if !settings.client_ca_file.is_empty() {
-        let file = &settings.client_ca_file;
-        let pem = std::fs::read(file).with_context(|| format!("--client-ca-file: cannot read {file}"))?;
-        return Ok(Some(ClientCa {
-            source: format!("--client-ca-file: {file}"),
+/// Who may authenticate by certificate: the client CA (`--client-ca-file`) and the front proxy
+/// (`--requestheader-client-ca-file` and the header flags). What a flag leaves out is looked up, unless
+/// `--authentication-skip-lookup`, in `kube-system/extension-apiserver-authentication` (its `client-ca-file`
+/// and `requestheader-*` keys), as upstream: a missing ConfigMap means none; a lookup that fails stops the
+/// start unless `--authentication-tolerate-lookup-failure`.
+async fn authentication_sources(
+    settings: &Settings,
+    clients: &ClientFactory,
+) -> Result<(Option<crate::serve::ClientCa>, Option<crate::serve::FrontProxy>)> {
+    use crate::serve::{ClientCa, FrontProxy};
+    let read = |flag: &str, file: &str| -> Result<ClientCa> {
+        let pem = std::fs::read(file).with_context(|| format!("--{flag}: cannot read {file}"))?;
+        Ok(ClientCa {
+            source: format!("--{flag}: {file}"),
             pem,
-        }));
-    }
-    if settings.authentication_skip_lookup {
-        return Ok(None);
+        })
+    };
+    let listed = |values: &[String]| -> Vec<String> {
+        values
+            .iter()
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .collect()
+    };
+    let mut client_ca = if settings.client_ca_file.is_empty() {
+        None
+    } else {
+        Some(read("client-ca-file", &settings.client_ca_file)?)
+    };
+    let mut front_proxy = if settings.requestheader_client_ca_file.is_empty() {
+        None
+    } else {
+        Some(FrontProxy {
+            ca: read(
+                "requestheader-client-ca-file",
+                &settings.requestheader_client_ca_file,
+            )?,
+            allowed_names: listed(&settings.requestheader_allowed_names),
+            username_headers: listed(&settings.requestheader_username_headers),
+            group_headers: listed(&settings.requestheader_group_headers),
+        })
+    };
+    let complete = client_ca.is_some() && front_proxy.is_some();
+    if complete || settings.authentication_skip_lookup {
+        return Ok((client_ca, front_proxy));
     }
     let (namespace, name) = AUTHENTICATION_CONFIG_MAP;
     let client = clients.client("delegated-auth", None)?;
@@ -365,28 +395,65 @@ async fn client_ca(settings: &Settings, clients: &ClientFactory) -> Result<Optio
     let looked_up = tokio::time::timeout(std::time::Duration::from_secs(30), config_maps.get_opt(name))
         .await
         .map_err(|_| anyhow::anyhow!("no answer within 30s"))
-        .and_then(|answer| answer.map_err(anyhow::Error::from));
-    match looked_up {
-        Ok(Some(config_map)) => Ok(config_map
-            .data
-            .and_then(|mut data| data.remove("client-ca-file"))
-            .filter(|pem| !pem.trim().is_empty())
-            .map(|pem| ClientCa {
-                source: format!("ConfigMap {namespace}/{name}, key client-ca-file"),
-                pem: pem.into_bytes(),
-            })),
+        .and_then(|answer| {
+            answer.map_err(|error| match error {
+                kube::Error::Api(status) => anyhow::anyhow!("{} ({})", status.message, status.code),
+                other => anyhow::Error::from(other),
+            })
+        });
+    let data = match looked_up {
+        Ok(Some(config_map)) => config_map.data.unwrap_or_default(),
         Ok(None) => {
-            tracing::info!(configmap = %format!("{namespace}/{name}"), "no client CA published in the cluster: client certificates will not authenticate");
-            Ok(None)
+            tracing::info!(configmap = %format!("{namespace}/{name}"), "no authentication configuration published in the cluster");
+            return Ok((client_ca, front_proxy));
         }
         Err(error) if settings.authentication_tolerate_lookup_failure => {
-            tracing::warn!(%error, configmap = %format!("{namespace}/{name}"), "cannot look up the client CA; going on without it (--authentication-tolerate-lookup-failure)");
-            Ok(None)
+            tracing::warn!(%error, configmap = %format!("{namespace}/{name}"), "cannot look up the authentication configuration; going on without it (--authentication-tolerate-lookup-failure)");
+            return Ok((client_ca, front_proxy));
         }
-        Err(error) => Err(error.context(format!(
-            "cannot look up the client CA in ConfigMap {namespace}/{name} (grant the Role extension-apiserver-authentication-reader, give --client-ca-file, or pass --authentication-skip-lookup or --authentication-tolerate-lookup-failure)"
-        ))),
+        Err(error) => {
+            return Err(error.context(format!(
+                "cannot look up the authentication configuration in ConfigMap {namespace}/{name} (grant the Role extension-apiserver-authentication-reader, give --client-ca-file and --requestheader-client-ca-file, or pass --authentication-skip-lookup or --authentication-tolerate-lookup-failure)"
+            )));
+        }
+    };
+    let pem = |key: &str| {
+        data.get(key)
+            .filter(|pem| !pem.trim().is_empty())
+            .map(|pem| ClientCa {
+                source: format!("ConfigMap {namespace}/{name}, key {key}"),
+                pem: pem.clone().into_bytes(),
+            })
+    };
+    // The list keys hold JSON arrays of strings, as kube-apiserver writes them.
+    let list = |key: &str, fallback: &[String]| -> Result<Vec<String>> {
+        match data.get(key) {
+            None => Ok(listed(fallback)),
+            Some(text) => serde_json::from_str::<Vec<String>>(text).with_context(|| {
+                format!("ConfigMap {namespace}/{name}, key {key}: not a JSON list of strings")
+            }),
+        }
+    };
+    if client_ca.is_none() {
+        client_ca = pem("client-ca-file");
     }
+    if front_proxy.is_none()
+        && let Some(ca) = pem("requestheader-client-ca-file")
+    {
+        front_proxy = Some(FrontProxy {
+            ca,
+            allowed_names: list("requestheader-allowed-names", &[])?,
+            username_headers: list(
+                "requestheader-username-headers",
+                &settings.requestheader_username_headers,
+            )?,
+            group_headers: list(
+                "requestheader-group-headers",
+                &settings.requestheader_group_headers,
+            )?,
+        });
+    }
+    Ok((client_ca, front_proxy))
 }
 
 /// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
@@ -431,7 +498,7 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
     .with_request_timeout(settings.kube_api_request_timeout.0);
     let serving = match serving {
         Some(mut serving) => {
-            serving.client_ca = client_ca(&settings, &clients).await?;
+            (serving.client_ca, serving.front_proxy) = authentication_sources(&settings, &clients).await?;
             Some((
                 serving,
                 delegation(&settings, &clients, &component, &identity).await?,

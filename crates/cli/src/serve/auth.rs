@@ -129,19 +129,20 @@ impl Delegation {
         })
     }
 
-    /// Decides a `GET`/`HEAD` of `path` by the caller with `authorization` (the header) or the verified
-    /// client certificate's `certificate_user`.
+    /// Decides a `GET`/`HEAD` of `path` by the caller: `established` by the connection (a front proxy's
+    /// headers, a client certificate), else the bearer token in `authorization` (the header), else anonymous.
     pub(crate) async fn decide(
         &self,
         path: &str,
         authorization: Option<&str>,
-        certificate_user: Option<&User>,
+        established: Option<&User>,
     ) -> Decision {
-        let user = match authorization
+        let token = authorization
             .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-        {
-            Some(token) => match self.review_token(token).await {
+            .map(str::trim);
+        let user = match (established, token) {
+            (Some(user), _) => user.clone(),
+            (None, Some(token)) => match self.review_token(token).await {
                 Ok(Some(user)) => user,
                 Ok(None) => return Decision::Unauthenticated,
                 Err(error) => {
@@ -149,7 +150,7 @@ impl Delegation {
                     return Decision::Unauthenticated;
                 }
             },
-            None => certificate_user.cloned().unwrap_or_else(User::anonymous),
+            (None, None) => User::anonymous(),
         };
         if self.always_allowed(path) || user.groups.iter().any(|g| g == "system:masters") {
             return Decision::Allow;

@@ -43,6 +43,8 @@ pub(crate) struct Serving {
     pub(crate) tls13_only: bool,
     /// Client certificates it signed authenticate their callers.
     pub(crate) client_ca: Option<ClientCa>,
+    /// A front proxy whose certificate this CA signed names its caller in request headers.
+    pub(crate) front_proxy: Option<FrontProxy>,
     /// The TLS 1.2 suites to offer (`None`: the defaults).
     pub(crate) cipher_suites: Option<Vec<SupportedCipherSuite>>,
     /// How often the certificate files are looked at, at most.
@@ -72,6 +74,85 @@ impl ClientCa {
             anyhow::bail!("{source}: holds no certificate");
         }
         Ok(roots)
+    }
+}
+
+/// Request-header (front-proxy) authentication: `--requestheader-*`, or the same keys of the cluster's
+/// ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrontProxy {
+    pub(crate) ca: ClientCa,
+    /// Common names the proxy's certificate may have; empty: any the CA signed.
+    pub(crate) allowed_names: Vec<String>,
+    /// Headers naming the user (the first present wins) and its groups (every value of each).
+    pub(crate) username_headers: Vec<String>,
+    pub(crate) group_headers: Vec<String>,
+}
+
+impl FrontProxy {
+    /// The user a verified proxy names in `headers`; `None` without a user name.
+    fn user(&self, headers: &http::HeaderMap) -> Option<User> {
+        let name = self
+            .username_headers
+            .iter()
+            .find_map(|header| headers.get(header.as_str()).and_then(|v| v.to_str().ok()))
+            .map(str::trim)
+            .filter(|name| !name.is_empty())?
+            .to_owned();
+        let groups = self
+            .group_headers
+            .iter()
+            .flat_map(|header| headers.get_all(header.as_str()))
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect();
+        Some(User { name, groups })
+    }
+}
+
+/// Who a connection's client certificate makes the caller: checked against each CA on its own (the
+/// handshake accepts either), so a proxy's certificate never passes for a user's and the reverse.
+struct Verifiers {
+    client: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    front_proxy: Option<(
+        Arc<dyn rustls::server::danger::ClientCertVerifier>,
+        Arc<FrontProxy>,
+    )>,
+}
+
+/// What a connection's certificate established.
+#[derive(Default)]
+struct Peer {
+    /// A verified front proxy: each request's headers name the caller.
+    front_proxy: Option<Arc<FrontProxy>>,
+    /// A verified client certificate's user.
+    certificate_user: Option<User>,
+}
+
+impl Verifiers {
+    fn peer(&self, chain: Option<&[CertificateDer<'static>]>) -> Peer {
+        let Some((leaf, intermediates)) = chain.and_then(|c| c.split_first()) else {
+            return Peer::default();
+        };
+        let verified = |verifier: &Arc<dyn rustls::server::danger::ClientCertVerifier>| {
+            verifier
+                .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+                .is_ok()
+        };
+        let front_proxy = self.front_proxy.as_ref().and_then(|(verifier, proxy)| {
+            let allowed = proxy.allowed_names.is_empty()
+                || auth::certificate_user(leaf).is_some_and(|user| proxy.allowed_names.contains(&user.name));
+            (verified(verifier) && allowed).then(|| proxy.clone())
+        });
+        let certificate_user = self
+            .client
+            .as_ref()
+            .filter(|verifier| verified(verifier))
+            .and_then(|_| auth::certificate_user(leaf));
+        Peer {
+            front_proxy,
+            certificate_user,
+        }
     }
 }
 
@@ -261,7 +342,7 @@ pub(crate) fn raise_open_files_limit() -> u64 {
     current
 }
 
-fn tls_config(serving: &Serving) -> Result<rustls::ServerConfig> {
+fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Verifiers)> {
     let mut provider = rustls::crypto::ring::default_provider();
     let mut tls13_only = serving.tls13_only;
     if let Some(chosen) = &serving.cipher_suites {
@@ -279,18 +360,37 @@ fn tls_config(serving: &Serving) -> Result<rustls::ServerConfig> {
     };
     let builder =
         rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
-    let builder = match &serving.client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            // A caller without a certificate is still served (then a token or anonymity decides).
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(ca.roots()?),
-                provider.clone(),
-            )
+    let verifier = |ca: &ClientCa, roots: rustls::RootCertStore| {
+        // A caller without a certificate is still served (then a token or anonymity decides).
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .allow_unauthenticated()
             .build()
-            .with_context(|| format!("{}: cannot verify clients", ca.source))?;
-            builder.with_client_cert_verifier(verifier)
+            .with_context(|| format!("{}: cannot verify clients", ca.source))
+    };
+    let verifiers = Verifiers {
+        client: match &serving.client_ca {
+            Some(ca) => Some(verifier(ca, ca.roots()?)?),
+            None => None,
+        },
+        front_proxy: match &serving.front_proxy {
+            Some(proxy) => Some((verifier(&proxy.ca, proxy.ca.roots()?)?, Arc::new(proxy.clone()))),
+            None => None,
+        },
+    };
+    // The handshake accepts a certificate either CA signed; `Verifiers` tells which.
+    let cas: Vec<&ClientCa> = serving
+        .client_ca
+        .iter()
+        .chain(serving.front_proxy.iter().map(|p| &p.ca))
+        .collect();
+    let builder = match cas.first() {
+        None => builder.with_no_client_auth(),
+        Some(first) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in &cas {
+                roots.roots.extend(ca.roots()?.roots);
+            }
+            builder.with_client_cert_verifier(verifier(first, roots)?)
         }
     };
     let mut config = match (&serving.cert_file, &serving.key_file) {
@@ -313,7 +413,7 @@ fn tls_config(serving: &Serving) -> Result<rustls::ServerConfig> {
         }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, verifiers))
 }
 
 /// The open connections, oldest first.
@@ -388,7 +488,9 @@ pub(crate) async fn start(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&serving)?));
+    let (config, verifiers) = tls_config(&serving)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let verifiers = Arc::new(verifiers);
     let listener = tokio::net::TcpListener::bind(serving.address)
         .await
         .with_context(|| {
@@ -430,6 +532,7 @@ pub(crate) async fn start(
             };
             let acceptor = acceptor.clone();
             let endpoints = Endpoints {
+                verifiers: verifiers.clone(),
                 delegation: delegation.clone(),
                 health: health.clone(),
                 metrics: metrics.clone(),
@@ -450,6 +553,7 @@ pub(crate) async fn start(
 /// What a connection serves.
 #[derive(Clone)]
 struct Endpoints {
+    verifiers: Arc<Verifiers>,
     delegation: Arc<Delegation>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
@@ -465,20 +569,13 @@ async fn serve_connection(
     let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake, acceptor.accept(stream)).await else {
         return;
     };
-    // Verified against --client-ca-file by the handshake.
-    let certificate_user: Option<Arc<User>> = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(|leaf| auth::certificate_user(leaf))
-        .map(Arc::new);
+    let peer = Arc::new(endpoints.verifiers.peer(stream.get_ref().1.peer_certificates()));
     let busy = connection.clone();
     let service = hyper::service::service_fn(move |request| {
-        let (endpoints, busy, certificate_user) = (endpoints.clone(), busy.clone(), certificate_user.clone());
+        let (endpoints, busy, peer) = (endpoints.clone(), busy.clone(), peer.clone());
         async move {
             busy.busy.store(true, Ordering::Relaxed);
-            let response = handle(request, &endpoints, certificate_user.as_deref()).await;
+            let response = handle(request, &endpoints, &peer).await;
             busy.busy.store(false, Ordering::Relaxed);
             response
         }
@@ -549,7 +646,7 @@ fn status(code: u16, reason: &str, message: &str) -> http::Response<Full<Bytes>>
 async fn handle(
     request: http::Request<hyper::body::Incoming>,
     endpoints: &Endpoints,
-    certificate_user: Option<&User>,
+    peer: &Peer,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
@@ -559,9 +656,15 @@ async fn handle(
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
+    // As upstream's authenticators, in order: a front proxy's headers, a client certificate, then a token.
+    let established = peer
+        .front_proxy
+        .as_ref()
+        .and_then(|proxy| proxy.user(request.headers()))
+        .or_else(|| peer.certificate_user.clone());
     match endpoints
         .delegation
-        .decide(request.uri().path(), authorization, certificate_user)
+        .decide(request.uri().path(), authorization, established.as_ref())
         .await
     {
         Decision::Allow => {}
@@ -636,6 +739,7 @@ mod tests {
             key_file: Some(dir.join("tls.key").display().to_string()),
             tls13_only: false,
             client_ca: None,
+            front_proxy: None,
             cipher_suites: None,
             reload_check: RELOAD_CHECK,
         }

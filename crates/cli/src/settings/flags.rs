@@ -146,7 +146,7 @@ settings! {
     client_ca_file: String = ("client-ca-file", AUTHN, "",
         "CA bundle that verifies client certificates presented to the secure port (the common name is the user, organizations the groups). Empty: looked up in the cluster (see --authentication-skip-lookup)."),
     requestheader_client_ca_file: String = ("requestheader-client-ca-file", AUTHN, "",
-        "Accepted for compatibility; front-proxy (request-header) authentication is not implemented: user headers are never trusted, and requests through a front proxy are judged by their own credentials."),
+        "CA bundle that verifies a front proxy's client certificate; only then are the user and groups in --requestheader-username-headers and --requestheader-group-headers trusted (UID and extra headers are not read). Empty: looked up in the cluster (see --authentication-skip-lookup)."),
     requestheader_allowed_names: Vec<String> = ("requestheader-allowed-names", AUTHN, "",
         "Common names the front proxy's client certificate may have; empty allows any verified by the CA."),
     requestheader_username_headers: Vec<String> = ("requestheader-username-headers", AUTHN, "x-remote-user",

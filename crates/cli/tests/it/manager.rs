@@ -524,6 +524,17 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         rcgen::Issuer::new(params, rcgen::KeyPair::generate().unwrap())
     };
+    let proxy_ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "front-proxy-ca");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        std::fs::write(dir.path().join("front-proxy-ca.crt"), certificate.pem()).unwrap();
+        rcgen::Issuer::new(params, key)
+    };
 
     // A metrics reader, as the shipped monitoring role would grant it.
     let admin = server.client();
@@ -565,6 +576,11 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
             &format!("--tls-cert-file={}", cert_file.display()),
             &format!("--tls-private-key-file={}", key_file.display()),
             &format!("--client-ca-file={}", dir.path().join("client-ca.crt").display()),
+            &format!(
+                "--requestheader-client-ca-file={}",
+                dir.path().join("front-proxy-ca.crt").display()
+            ),
+            "--requestheader-allowed-names=front-proxy-client",
         ],
         &[],
     );
@@ -631,6 +647,40 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     // A certificate from another CA does not get past the handshake.
     let forged = client_certificate(dir.path(), "forged", &stranger_ca, "ops", &["system:masters"]);
     assert_eq!(get("/metrics", &forged), None);
+
+    // A front proxy (its CA, an allowed name) names the caller in headers, tried before anything else.
+    let proxy = client_certificate(dir.path(), "proxy", &proxy_ca, "front-proxy-client", &[]);
+    let through_proxy = |headers: &[&str]| {
+        let mut extra = proxy.clone();
+        for header in headers {
+            extra.extend(["--header".to_owned(), (*header).to_owned()]);
+        }
+        get("/metrics", &extra).map(|r| r.0)
+    };
+    assert_eq!(through_proxy(&["X-Remote-User: scraper"]), Some(200));
+    assert_eq!(
+        through_proxy(&["X-Remote-User: someone", "X-Remote-Group: system:masters"]),
+        Some(200)
+    );
+    let (code, body) = {
+        let mut extra = proxy.clone();
+        extra.extend(["--header".to_owned(), "X-Remote-User: viewer".to_owned()]);
+        get("/metrics", &extra).unwrap()
+    };
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(r#"User \"viewer\""#), "{body}");
+    // Without a user header the proxy is nobody: its own certificate names no user.
+    assert_eq!(through_proxy(&[]), Some(403));
+    // A proxy certificate with a name not allowed, and a user's certificate: headers are not trusted.
+    let other_proxy = client_certificate(dir.path(), "other-proxy", &proxy_ca, "someone-else", &[]);
+    let mut extra = other_proxy;
+    extra.extend(["--header".to_owned(), "X-Remote-User: scraper".to_owned()]);
+    assert_eq!(get("/metrics", &extra).map(|r| r.0), Some(403));
+    let mut extra = viewer.clone();
+    extra.extend(["--header".to_owned(), "X-Remote-User: scraper".to_owned()]);
+    let (code, body) = get("/metrics", &extra).unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(r#"User \"viewer\""#), "{body}");
     drop(manager);
 }
 
@@ -654,9 +704,23 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
         let certificate = params.self_signed(&key).unwrap();
         (certificate.pem(), rcgen::Issuer::new(params, key))
     };
+    let proxy_ca = {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let certificate = params.self_signed(&key).unwrap();
+        (certificate.pem(), rcgen::Issuer::new(params, key))
+    };
+    // As kube-apiserver publishes it: PEM, and lists as JSON.
     let published: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
-        "data": {"client-ca-file": client_ca.0},
+        "data": {
+            "client-ca-file": client_ca.0,
+            "requestheader-client-ca-file": proxy_ca.0,
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+            "requestheader-group-headers": "[\"X-Remote-Group\"]",
+        },
     }))
     .unwrap();
     kube::Api::namespaced(server.client(), "kube-system")
@@ -664,6 +728,13 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
         .await
         .unwrap();
     let masters = client_certificate(dir.path(), "masters", &client_ca.1, "ops", &["system:masters"]);
+    let mut proxied = client_certificate(dir.path(), "proxy", &proxy_ca.1, "front-proxy-client", &[]);
+    proxied.extend([
+        "--header".to_owned(),
+        "X-Remote-User: ops".to_owned(),
+        "--header".to_owned(),
+        "X-Remote-Group: system:masters".to_owned(),
+    ]);
     let start = |flags: &[&str], kubeconfig: Option<&Path>| {
         let port = free_port();
         let mut all = vec![
@@ -694,11 +765,13 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
     let (looked_up, address) = start(&[], None);
     wait_served(&looked_up, address);
     assert_eq!(get(address, "/metrics", &masters).map(|r| r.0), Some(200));
+    assert_eq!(get(address, "/metrics", &proxied).map(|r| r.0), Some(200));
     drop(looked_up);
 
     let (skipped, address) = start(&["--authentication-skip-lookup"], None);
     wait_served(&skipped, address);
     assert_eq!(get(address, "/metrics", &masters).map(|r| r.0), Some(403));
+    assert_eq!(get(address, "/metrics", &proxied).map(|r| r.0), Some(403));
     drop(skipped);
 
     // An identity that may not read the ConfigMap.
@@ -724,7 +797,7 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
     assert!(!status.success());
     assert!(
         refused.log().contains(
-            "cannot look up the client CA in ConfigMap kube-system/extension-apiserver-authentication"
+            "cannot look up the authentication configuration in ConfigMap kube-system/extension-apiserver-authentication"
         ),
         "{}",
         refused.log()
@@ -732,7 +805,9 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
     let (tolerated, address) = start(&["--authentication-tolerate-lookup-failure"], Some(&nobody));
     wait_served(&tolerated, address);
     assert!(
-        tolerated.log().contains("cannot look up the client CA"),
+        tolerated
+            .log()
+            .contains("cannot look up the authentication configuration"),
         "{}",
         tolerated.log()
     );
