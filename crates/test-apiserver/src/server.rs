@@ -261,12 +261,7 @@ async fn handle(
             )
             .map_err(ApiError::forbidden)?;
         }
-        let body = request
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let body = read_body(request).await;
         let body: Value = serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request(format!("the body is not JSON: {error}")))?;
         let answer = {
@@ -316,12 +311,7 @@ async fn handle(
         .map_err(ApiError::forbidden)?;
     }
 
-    let body = request
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let body = read_body(request).await;
     verbs::handle(
         state,
         ApiRequest {
@@ -334,4 +324,14 @@ async fn handle(
         },
     )
     .await
+}
+
+/// The request's body; a body that breaks off reads as empty (and then fails to decode).
+async fn read_body(request: Request<Incoming>) -> Bytes {
+    request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default()
 }

@@ -233,18 +233,34 @@ async fn get(connector: &tokio_rustls::TlsConnector, address: SocketAddr, path: 
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serves_health_readiness_and_metrics_over_https_with_the_given_certificate() {
-    let server = TestApiServer::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
+/// A serving certificate for `localhost` and its key, written to `dir` as `tls.crt` and `tls.key`.
+fn serving_pair(dir: &Path) -> (rcgen::Certificate, std::path::PathBuf, std::path::PathBuf) {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
         .unwrap()
         .self_signed(&key)
         .unwrap();
-    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert_file, cert.pem()).unwrap();
     std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    (cert, cert_file, key_file)
+}
+
+/// A certificate authority named `name`: its certificate in PEM, and what signs with it.
+fn authority(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let certificate = params.self_signed(&key).unwrap();
+    (certificate.pem(), rcgen::Issuer::new(params, key))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_health_readiness_and_metrics_over_https_with_the_given_certificate() {
+    let server = TestApiServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, cert_file, key_file) = serving_pair(dir.path());
     let port = free_port();
     let mut manager = Manager::start(
         dir.path(),
@@ -357,14 +373,7 @@ async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes()
     }
     let server = TestApiServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    std::fs::write(&cert_file, cert.pem()).unwrap();
-    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let (cert, cert_file, key_file) = serving_pair(dir.path());
     let port = free_port();
     // 1024 descriptors: the connection cap is a quarter of them.
     const OPEN_FILES: usize = 1024;
@@ -500,41 +509,12 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    std::fs::write(&cert_file, cert.pem()).unwrap();
-    std::fs::write(&key_file, key.serialize_pem()).unwrap();
-    let client_ca = {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "client-ca");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let certificate = params.self_signed(&key).unwrap();
-        std::fs::write(dir.path().join("client-ca.crt"), certificate.pem()).unwrap();
-        rcgen::Issuer::new(params, key)
-    };
-    let stranger_ca = {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        rcgen::Issuer::new(params, rcgen::KeyPair::generate().unwrap())
-    };
-    let proxy_ca = {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "front-proxy-ca");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let certificate = params.self_signed(&key).unwrap();
-        std::fs::write(dir.path().join("front-proxy-ca.crt"), certificate.pem()).unwrap();
-        rcgen::Issuer::new(params, key)
-    };
+    let (_, cert_file, key_file) = serving_pair(dir.path());
+    let (client_ca_pem, client_ca) = authority("client-ca");
+    std::fs::write(dir.path().join("client-ca.crt"), client_ca_pem).unwrap();
+    let (_, stranger_ca) = authority("stranger-ca");
+    let (proxy_ca_pem, proxy_ca) = authority("front-proxy-ca");
+    std::fs::write(dir.path().join("front-proxy-ca.crt"), proxy_ca_pem).unwrap();
 
     // A metrics reader, as the shipped monitoring role would grant it.
     let admin = server.client();
@@ -697,20 +677,8 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let client_ca = {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let certificate = params.self_signed(&key).unwrap();
-        (certificate.pem(), rcgen::Issuer::new(params, key))
-    };
-    let proxy_ca = {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let certificate = params.self_signed(&key).unwrap();
-        (certificate.pem(), rcgen::Issuer::new(params, key))
-    };
+    let client_ca = authority("client-ca");
+    let proxy_ca = authority("front-proxy-ca");
     // As kube-apiserver publishes it: PEM, and lists as JSON.
     let published: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},

@@ -7,6 +7,22 @@ use test_apiserver::{Config, TestApiServer, UserInfo};
 
 use crate::support::{kubectl_with_input, ok};
 
+/// `get /metrics` for the service account monitoring/prometheus.
+const METRICS_READER: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metrics-reader}
+rules:
+- {nonResourceURLs: [/metrics], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: metrics-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
+subjects:
+- {kind: ServiceAccount, name: prometheus, namespace: monitoring}
+"#;
+
 fn forbidden(result: Result<impl std::fmt::Debug, kube::Error>) -> String {
     match result {
         Err(kube::Error::Api(status)) if status.code == 403 => status.message,
@@ -119,22 +135,7 @@ async fn token_and_access_reviews_answer_as_the_servers_own_authoriser() {
     ok(&kubectl_with_input(
         server.kubeconfig_path(),
         &["apply", "--server-side", "-f", "-"],
-        Some(
-            r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: metrics-reader}
-rules:
-- {nonResourceURLs: [/metrics], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: metrics-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
-subjects:
-- {kind: ServiceAccount, name: prometheus, namespace: monitoring}
-"#,
-        ),
+        Some(METRICS_READER),
     ));
     let create = |path: &str, body: serde_json::Value| {
         let output = kubectl_with_input(
@@ -227,22 +228,7 @@ async fn self_subject_access_reviews_are_answered_for_the_caller() {
     ok(&kubectl_with_input(
         server.kubeconfig_path(),
         &["apply", "--server-side", "-f", "-"],
-        Some(
-            r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: metrics-reader}
-rules:
-- {nonResourceURLs: [/metrics], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: metrics-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
-subjects:
-- {kind: ServiceAccount, name: prometheus, namespace: monitoring}
-"#,
-        ),
+        Some(METRICS_READER),
     ));
     assert!(can_i(metrics).await);
     assert!(!can_i(nodes).await);
