@@ -25,6 +25,7 @@ mod health;
 mod informers;
 mod instances;
 mod metrics;
+mod process_metrics;
 mod registry;
 mod runtime;
 

@@ -146,6 +146,7 @@ impl Metrics {
             "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider.",
             route_syncs.clone(),
         );
+        registry.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         Metrics {
             registry,
             leader_election_master_status,
@@ -236,6 +237,19 @@ mod tests {
             "route_controller_route_sync_total 0",
         ] {
             assert!(text.contains(needle), "{needle} missing from\n{text}");
+        }
+        if std::path::Path::new("/proc/self/stat").exists() {
+            for family in [
+                "# TYPE process_cpu_seconds counter",
+                "process_cpu_seconds_total ",
+                "process_resident_memory_bytes ",
+                "process_virtual_memory_bytes ",
+                "process_start_time_seconds ",
+                "process_open_fds ",
+                "process_max_fds ",
+            ] {
+                assert!(text.contains(family), "{family} missing from\n{text}");
+            }
         }
     }
 }

@@ -318,6 +318,8 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
         "controller_reconciles_total{",
         "cloudprovider_api_request_duration_seconds",
         "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
     ] {
         assert!(metrics.contains(expected), "{expected} missing from:\n{metrics}");
     }
