@@ -27,6 +27,8 @@ pub struct ClientFactory {
     qps: f64,
     burst: u32,
     request_timeout: Duration,
+    /// Where `rest_client_*` are counted (set by the [`crate::Manager`] that owns the factory).
+    metrics: Option<Arc<crate::Metrics>>,
 }
 
 impl ClientFactory {
@@ -48,7 +50,14 @@ impl ClientFactory {
             qps,
             burst: if burst == 0 { 10 } else { burst },
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            metrics: None,
         }
+    }
+
+    /// Count every request of the clients made from now on in `metrics`.
+    pub(crate) fn with_metrics(mut self, metrics: Arc<crate::Metrics>) -> ClientFactory {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The deadline of every request but a watch, response body included.
@@ -86,7 +95,19 @@ impl ClientFactory {
             .headers
             .retain(|(name, _)| name != http::header::USER_AGENT);
         config.headers.push((http::header::USER_AGENT, user_agent));
+        let host = config
+            .cluster_url
+            .authority()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        // Innermost: latency as client-go measures it, without the rate limiter's wait.
         Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&tower::util::option_layer(self.metrics.clone().map(|metrics| {
+                RequestMetricsLayer {
+                    metrics,
+                    host: Arc::from(host.as_str()),
+                }
+            })))
             .with_layer(&RateLimitLayer::new(self.qps, self.burst))
             .with_layer(&DeadlineLayer {
                 fence,
@@ -428,6 +449,88 @@ where
     fn call(&mut self, request: R) -> Self::Future {
         self.has_token = false;
         self.inner.call(request)
+    }
+}
+
+/// Counts each request in `rest_client_requests_total` and `rest_client_request_duration_seconds`.
+#[derive(Clone)]
+struct RequestMetricsLayer {
+    metrics: Arc<crate::Metrics>,
+    host: Arc<str>,
+}
+
+impl<S> Layer<S> for RequestMetricsLayer {
+    type Service = RequestMetricsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestMetricsService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+struct RequestMetricsService<S> {
+    inner: S,
+    layer: RequestMetricsLayer,
+}
+
+impl<S, B, RB> Service<http::Request<B>> for RequestMetricsService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = MeasuredFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = request.method().clone();
+        MeasuredFuture {
+            response: self.inner.call(request),
+            started: Instant::now(),
+            method,
+            layer: Some(self.layer.clone()),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response, counted when it is ready.
+    struct MeasuredFuture<F> {
+        #[pin]
+        response: F,
+        started: Instant,
+        method: http::Method,
+        layer: Option<RequestMetricsLayer>,
+    }
+}
+
+impl<F, RB, E> Future for MeasuredFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let output = std::task::ready!(this.response.poll(cx));
+        if let Some(layer) = this.layer.take() {
+            let code = match &output {
+                Ok(response) => response.status().as_str().to_owned(),
+                Err(_) => "<error>".to_owned(),
+            };
+            layer.metrics.api_request(
+                &layer.host,
+                this.method.as_str(),
+                &code,
+                this.started.elapsed().as_secs_f64(),
+            );
+        }
+        Poll::Ready(output)
     }
 }
 

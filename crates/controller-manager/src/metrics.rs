@@ -41,6 +41,21 @@ pub(crate) struct CloudLabels {
     pub(crate) result: String,
 }
 
+/// `{code, host, method}`: client-go's `rest_client_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RestLabels {
+    pub(crate) code: String,
+    pub(crate) host: String,
+    pub(crate) method: String,
+}
+
+/// `{verb, host}`: client-go's `rest_client_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RestDurationLabels {
+    pub(crate) verb: String,
+    pub(crate) host: String,
+}
+
 /// Every metric of the manager, and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
@@ -49,6 +64,8 @@ pub struct Metrics {
     pub(crate) reconciles: Family<ReconcileLabels, Counter>,
     pub(crate) reconcile_duration: Family<ControllerOnly, Histogram>,
     pub(crate) cloud_request_duration: Family<CloudLabels, Histogram>,
+    pub(crate) rest_client_requests: Family<RestLabels, Counter>,
+    pub(crate) rest_client_request_duration: Family<RestDurationLabels, Histogram>,
     pub(crate) taint_removal_delay: Histogram,
     pub(crate) initial_node_sync_delay: Histogram,
     pub(crate) load_balancer_syncs: Counter,
@@ -146,9 +163,27 @@ impl Metrics {
             "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider.",
             route_syncs.clone(),
         );
+        let rest_client_requests = Family::<RestLabels, Counter>::default();
+        registry.register(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host",
+            rest_client_requests.clone(),
+        );
+        let rest_client_request_duration =
+            Family::<RestDurationLabels, Histogram>::new_with_constructor(|| {
+                // client-go's buckets.
+                Histogram::new([0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0])
+            });
+        registry.register(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host",
+            rest_client_request_duration.clone(),
+        );
         registry.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         Metrics {
             registry,
+            rest_client_requests,
+            rest_client_request_duration,
             leader_election_master_status,
             running_managed_controllers,
             reconciles,
@@ -170,6 +205,23 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+
+    /// One API request answered with `code` (`<error>` when none came), as client-go counts it.
+    pub(crate) fn api_request(&self, host: &str, method: &str, code: &str, seconds: f64) {
+        self.rest_client_requests
+            .get_or_create(&RestLabels {
+                code: code.to_owned(),
+                host: host.to_owned(),
+                method: method.to_owned(),
+            })
+            .inc();
+        self.rest_client_request_duration
+            .get_or_create(&RestDurationLabels {
+                verb: method.to_owned(),
+                host: host.to_owned(),
+            })
+            .observe(seconds);
     }
 
     pub(crate) fn reconciled(&self, controller: &str, ok: bool, seconds: f64) {
@@ -227,6 +279,8 @@ mod tests {
             })
             .set(1);
         metrics.reconciled("cloud-node-controller", true, 0.01);
+        metrics.api_request("10.0.0.1:6443", "PATCH", "409", 0.02);
+        metrics.api_request("10.0.0.1:6443", "GET", "<error>", 0.3);
         let text = metrics.encode();
         for needle in [
             "leader_election_master_status{name=\"cloud-controller-manager\"} 1",
@@ -235,6 +289,9 @@ mod tests {
             "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
             "service_controller_loadbalancer_sync_total 0",
             "route_controller_route_sync_total 0",
+            "rest_client_requests_total{code=\"409\",host=\"10.0.0.1:6443\",method=\"PATCH\"} 1",
+            "rest_client_requests_total{code=\"<error>\",host=\"10.0.0.1:6443\",method=\"GET\"} 1",
+            "rest_client_request_duration_seconds_bucket{le=\"0.025\",verb=\"PATCH\",host=\"10.0.0.1:6443\"} 1",
         ] {
             assert!(text.contains(needle), "{needle} missing from\n{text}");
         }

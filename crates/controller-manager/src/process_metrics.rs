@@ -86,34 +86,34 @@ impl Collector for ProcessCollector {
         let counter = ConstCounter::new(stats.cpu_seconds);
         counter.encode(encoder.encode_descriptor(
             "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds.",
+            "Total user and system CPU time spent in seconds",
             None,
             counter.metric_type(),
         )?)?;
         for (name, help, value) in [
             (
                 "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
+                "Resident memory size in bytes",
                 stats.resident_bytes,
             ),
             (
                 "process_virtual_memory_bytes",
-                "Virtual memory size in bytes.",
+                "Virtual memory size in bytes",
                 stats.virtual_bytes,
             ),
             (
                 "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
+                "Start time of the process since unix epoch in seconds",
                 stats.start_time_seconds,
             ),
             (
                 "process_open_fds",
-                "Number of open file descriptors.",
+                "Number of open file descriptors",
                 stats.open_fds,
             ),
             (
                 "process_max_fds",
-                "Maximum number of open file descriptors.",
+                "Maximum number of open file descriptors",
                 stats.max_fds,
             ),
         ] {

@@ -79,12 +79,15 @@ impl Manager {
         controllers: ControllerRegistry,
         provider: Arc<dyn CloudProvider>,
     ) -> Manager {
+        let metrics = Arc::new(Metrics::new());
+        let mut config = config;
+        config.clients = config.clients.with_metrics(metrics.clone());
         Manager {
             config,
             controllers,
             provider,
             health: Arc::new(Health::default()),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
         }
     }
 

@@ -320,6 +320,9 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
         "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
+        // Every API request of the manager's clients, as client-go counts them.
+        "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:",
+        "rest_client_request_duration_seconds_count{verb=\"GET\",host=\"127.0.0.1:",
     ] {
         assert!(metrics.contains(expected), "{expected} missing from:\n{metrics}");
     }
