@@ -281,6 +281,10 @@ async fn kube_config(settings: &Settings) -> Result<kube::Config> {
     Ok(config)
 }
 
+/// The user agent of the connections that serve authentication and authorisation (its metrics and logs
+/// tell them apart from the controllers').
+const DELEGATED_AUTH_AGENT: &str = "delegated-auth";
+
 /// The clients that ask the API server who a caller is and what they may read: from
 /// `--authentication-kubeconfig` and `--authorization-kubeconfig`, or else the manager's own connection
 /// (upstream uses the in-cluster configuration, and outside a cluster none).
@@ -290,10 +294,11 @@ async fn delegation(
     component: &str,
     identity: &str,
 ) -> Result<std::sync::Arc<crate::serve::auth::Delegation>> {
-    const AGENT: &str = "delegated-auth";
     let client = |flag: &'static str, file: String| async move {
         if file.is_empty() {
-            return clients.client(AGENT, None).map_err(anyhow::Error::from);
+            return clients
+                .client(DELEGATED_AUTH_AGENT, None)
+                .map_err(anyhow::Error::from);
         }
         let kubeconfig = kube::config::Kubeconfig::read_from(&file)
             .with_context(|| format!("--{flag}: cannot read {file}"))?;
@@ -309,7 +314,7 @@ async fn delegation(
             settings.kube_api_burst,
         )
         .with_request_timeout(settings.kube_api_request_timeout.0)
-        .client(AGENT, None)
+        .client(DELEGATED_AUTH_AGENT, None)
         .map_err(anyhow::Error::from)
     };
     let authentication = client(
@@ -389,7 +394,7 @@ async fn authentication_sources(
         return Ok((client_ca, front_proxy));
     }
     let (namespace, name) = AUTHENTICATION_CONFIG_MAP;
-    let client = clients.client("delegated-auth", None)?;
+    let client = clients.client(DELEGATED_AUTH_AGENT, None)?;
     let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(client, namespace);
     let looked_up = tokio::time::timeout(std::time::Duration::from_secs(30), config_maps.get_opt(name))

@@ -11,29 +11,28 @@
 //! by someone cannot lock out a probe or a scrape. Accept errors (out of descriptors) are retried with
 //! back-off, as Go's `net/http`, never in a busy loop.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use controller_manager::{Health, Metrics, Verdict};
 use http_body_util::Full;
 use rustls::SupportedCipherSuite;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) mod auth;
+mod connections;
+mod tls;
 
-use self::auth::{Decision, Delegation, User};
+use self::auth::{Decision, Delegation};
+use self::connections::{Connection, Connections, accept_backoff};
+pub(crate) use self::connections::{Limits, raise_open_files_limit};
+pub(crate) use self::tls::{ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites};
+use self::tls::{Peer, Verifiers, tls_config};
 
 /// Where and how to serve.
 pub(crate) struct Serving {
@@ -49,434 +48,6 @@ pub(crate) struct Serving {
     pub(crate) cipher_suites: Option<Vec<SupportedCipherSuite>>,
     /// How often the certificate files are looked at, at most.
     pub(crate) reload_check: Duration,
-}
-
-/// The CA bundle that verifies client certificates, and where it came from (for errors).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClientCa {
-    /// `--client-ca-file: <file>`, or the ConfigMap it was looked up in.
-    pub(crate) source: String,
-    pub(crate) pem: Vec<u8>,
-}
-
-impl ClientCa {
-    /// Trust anchors of the bundle.
-    fn roots(&self) -> Result<rustls::RootCertStore> {
-        let source = &self.source;
-        let mut roots = rustls::RootCertStore::empty();
-        for certificate in CertificateDer::pem_slice_iter(&self.pem) {
-            let certificate = certificate.with_context(|| format!("{source}: not PEM certificates"))?;
-            roots
-                .add(certificate)
-                .with_context(|| format!("{source}: holds a certificate that is not a CA"))?;
-        }
-        if roots.is_empty() {
-            anyhow::bail!("{source}: holds no certificate");
-        }
-        Ok(roots)
-    }
-}
-
-/// Request-header (front-proxy) authentication: `--requestheader-*`, or the same keys of the cluster's
-/// ConfigMap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FrontProxy {
-    pub(crate) ca: ClientCa,
-    /// Common names the proxy's certificate may have; empty: any the CA signed.
-    pub(crate) allowed_names: Vec<String>,
-    /// Headers naming the user (the first present wins) and its groups (every value of each).
-    pub(crate) username_headers: Vec<String>,
-    pub(crate) group_headers: Vec<String>,
-}
-
-impl FrontProxy {
-    /// The user a verified proxy names in `headers`; `None` without a user name.
-    fn user(&self, headers: &http::HeaderMap) -> Option<User> {
-        let name = self
-            .username_headers
-            .iter()
-            .find_map(|header| headers.get(header.as_str()).and_then(|v| v.to_str().ok()))
-            .map(str::trim)
-            .filter(|name| !name.is_empty())?
-            .to_owned();
-        let groups = self
-            .group_headers
-            .iter()
-            .flat_map(|header| headers.get_all(header.as_str()))
-            .filter_map(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .collect();
-        Some(User { name, groups })
-    }
-}
-
-/// Who a connection's client certificate makes the caller: checked against each CA on its own (the
-/// handshake accepts either), so a proxy's certificate never passes for a user's and the reverse.
-struct Verifiers {
-    client: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
-    front_proxy: Option<(
-        Arc<dyn rustls::server::danger::ClientCertVerifier>,
-        Arc<FrontProxy>,
-    )>,
-}
-
-/// What a connection's certificate established.
-#[derive(Default)]
-struct Peer {
-    /// A verified front proxy: each request's headers name the caller.
-    front_proxy: Option<Arc<FrontProxy>>,
-    /// A verified client certificate's user.
-    certificate_user: Option<User>,
-}
-
-impl Verifiers {
-    fn peer(&self, chain: Option<&[CertificateDer<'static>]>) -> Peer {
-        let Some((leaf, intermediates)) = chain.and_then(|c| c.split_first()) else {
-            return Peer::default();
-        };
-        let verified = |verifier: &Arc<dyn rustls::server::danger::ClientCertVerifier>| {
-            verifier
-                .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
-                .is_ok()
-        };
-        let front_proxy = self.front_proxy.as_ref().and_then(|(verifier, proxy)| {
-            let allowed = proxy.allowed_names.is_empty()
-                || auth::certificate_user(leaf).is_some_and(|user| proxy.allowed_names.contains(&user.name));
-            (verified(verifier) && allowed).then(|| proxy.clone())
-        });
-        let certificate_user = self
-            .client
-            .as_ref()
-            .filter(|verifier| verified(verifier))
-            .and_then(|_| auth::certificate_user(leaf));
-        Peer {
-            front_proxy,
-            certificate_user,
-        }
-    }
-}
-
-/// `--tls-cipher-suites`, by Go's names: the TLS 1.2 suites to offer. TLS 1.3 names are accepted and, as
-/// in Go, change nothing. `None` for an empty list.
-pub(crate) fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCipherSuite>>, String> {
-    use rustls::crypto::ring::cipher_suite as suite;
-    const TLS13: [&str; 3] = [
-        "TLS_AES_128_GCM_SHA256",
-        "TLS_AES_256_GCM_SHA384",
-        "TLS_CHACHA20_POLY1305_SHA256",
-    ];
-    let names: Vec<&str> = names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
-    if names.is_empty() {
-        return Ok(None);
-    }
-    let mut chosen = Vec::new();
-    for name in names {
-        let found = match name {
-            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
-                suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
-            }
-            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" => {
-                suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
-            }
-            _ if TLS13.contains(&name) => continue,
-            _ if name.starts_with("TLS_") && (name.contains("_WITH_") || name.contains("_RC4_")) => {
-                return Err(format!(
-                    "--tls-cipher-suites: {name} is not available here: only ECDHE suites with AES-GCM or ChaCha20-Poly1305 are (rustls implements no CBC, RC4, 3DES or RSA key-exchange suite)"
-                ));
-            }
-            _ => {
-                return Err(format!(
-                    "--tls-cipher-suites: cipher suite {name} not supported or doesn't exist"
-                ));
-            }
-        };
-        if !chosen.contains(&found) {
-            chosen.push(found);
-        }
-    }
-    Ok(Some(chosen))
-}
-
-/// The files' contents: what tells that a pair changed (a few kilobytes; modification times are too coarse
-/// to tell two writes within a clock tick apart).
-type Stamp = [Option<Vec<u8>>; 2];
-
-fn stamp(files: [&Path; 2]) -> Stamp {
-    files.map(|file| std::fs::read(file).ok())
-}
-
-fn load_pair(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("--tls-cert-file: cannot read {}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("--tls-cert-file: {} is not PEM certificates", cert.display()))?;
-    if chain.is_empty() {
-        anyhow::bail!("--tls-cert-file: {} holds no certificate", cert.display());
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).with_context(|| {
-        format!(
-            "--tls-private-key-file: cannot read a PEM private key from {}",
-            key.display()
-        )
-    })?;
-    CertifiedKey::from_der(chain, key_der, provider)
-        .context("--tls-cert-file/--tls-private-key-file: the key does not match the certificate")
-}
-
-/// The serving certificate from files, read again when they change (checked at a handshake, at most every
-/// [`Serving::reload_check`]): a rotated certificate is served without a restart. A pair that does not load
-/// leaves the previous one in service, with a warning (once per change).
-#[derive(Debug)]
-struct ReloadingCertificate {
-    files: [PathBuf; 2],
-    check_every: Duration,
-    provider: Arc<CryptoProvider>,
-    state: Mutex<Loaded>,
-}
-
-#[derive(Debug)]
-struct Loaded {
-    key: Arc<CertifiedKey>,
-    stamp: Stamp,
-    checked: Instant,
-}
-
-/// How often the certificate files are looked at, at most.
-pub(crate) const RELOAD_CHECK: Duration = Duration::from_secs(1);
-
-impl ReloadingCertificate {
-    fn load(
-        cert: &Path,
-        key: &Path,
-        check_every: Duration,
-        provider: Arc<CryptoProvider>,
-    ) -> Result<ReloadingCertificate> {
-        let stamp = stamp([cert, key]);
-        let loaded = load_pair(cert, key, &provider)?;
-        Ok(ReloadingCertificate {
-            files: [cert.to_owned(), key.to_owned()],
-            check_every,
-            provider,
-            state: Mutex::new(Loaded {
-                key: Arc::new(loaded),
-                stamp,
-                checked: Instant::now(),
-            }),
-        })
-    }
-}
-
-impl ResolvesServerCert for ReloadingCertificate {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.checked.elapsed() >= self.check_every {
-            state.checked = Instant::now();
-            let [cert, key] = &self.files;
-            let now = stamp([cert, key]);
-            if now != state.stamp {
-                state.stamp = now;
-                match load_pair(cert, key, &self.provider) {
-                    Ok(loaded) => {
-                        state.key = Arc::new(loaded);
-                        tracing::info!(cert = %cert.display(), "serving the changed certificate");
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            error = format!("{error:#}"),
-                            "cannot load the changed certificate; serving the previous one"
-                        );
-                    }
-                }
-            }
-        }
-        Some(state.key.clone())
-    }
-}
-
-/// What a caller can hold of the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Limits {
-    /// From accepting a connection to the end of its TLS handshake.
-    pub(crate) handshake: Duration,
-    /// For a request's headers, from when the connection is ready for one (a kept-alive connection is
-    /// closed after this long without a next request).
-    pub(crate) header_read: Duration,
-    /// Connections open at once.
-    pub(crate) max_connections: usize,
-}
-
-impl Limits {
-    /// The defaults, with the connection cap at most a quarter of `open_files` (the descriptor limit), so
-    /// that the API client always has descriptors left.
-    pub(crate) fn for_open_files(open_files: u64) -> Limits {
-        let quarter = usize::try_from(open_files / 4).unwrap_or(usize::MAX);
-        Limits {
-            handshake: Duration::from_secs(10),
-            header_read: Duration::from_secs(10),
-            max_connections: quarter.clamp(1, 1024),
-        }
-    }
-}
-
-/// Raises the soft limit on open files to the hard limit, as Go's runtime does at start (so upstream's
-/// managers run with it too); returns the soft limit in force.
-pub(crate) fn raise_open_files_limit() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let Some(current) = limit.current else {
-        return u64::MAX;
-    };
-    if limit.maximum.is_none_or(|maximum| maximum > current) {
-        let raised = rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        if setrlimit(Resource::Nofile, raised).is_ok() {
-            return limit.maximum.unwrap_or(u64::MAX);
-        }
-    }
-    current
-}
-
-fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Verifiers)> {
-    let mut provider = rustls::crypto::ring::default_provider();
-    let mut tls13_only = serving.tls13_only;
-    if let Some(chosen) = &serving.cipher_suites {
-        provider
-            .cipher_suites
-            .retain(|s| s.version() == &rustls::version::TLS13 || chosen.contains(s));
-        // Only TLS 1.3 names: nothing is left to offer over TLS 1.2.
-        tls13_only |= chosen.is_empty();
-    }
-    let provider = Arc::new(provider);
-    let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
-        &[&rustls::version::TLS13]
-    } else {
-        rustls::DEFAULT_VERSIONS
-    };
-    let builder =
-        rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
-    let verifier = |ca: &ClientCa, roots: rustls::RootCertStore| {
-        // A caller without a certificate is still served (then a token or anonymity decides).
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .allow_unauthenticated()
-            .build()
-            .with_context(|| format!("{}: cannot verify clients", ca.source))
-    };
-    let verifiers = Verifiers {
-        client: match &serving.client_ca {
-            Some(ca) => Some(verifier(ca, ca.roots()?)?),
-            None => None,
-        },
-        front_proxy: match &serving.front_proxy {
-            Some(proxy) => Some((verifier(&proxy.ca, proxy.ca.roots()?)?, Arc::new(proxy.clone()))),
-            None => None,
-        },
-    };
-    // The handshake accepts a certificate either CA signed; `Verifiers` tells which.
-    let cas: Vec<&ClientCa> = serving
-        .client_ca
-        .iter()
-        .chain(serving.front_proxy.iter().map(|p| &p.ca))
-        .collect();
-    let builder = match cas.first() {
-        None => builder.with_no_client_auth(),
-        Some(first) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for ca in &cas {
-                roots.roots.extend(ca.roots()?.roots);
-            }
-            builder.with_client_cert_verifier(verifier(first, roots)?)
-        }
-    };
-    let mut config = match (&serving.cert_file, &serving.key_file) {
-        (Some(cert), Some(key)) => builder.with_cert_resolver(Arc::new(ReloadingCertificate::load(
-            Path::new(cert),
-            Path::new(key),
-            serving.reload_check,
-            provider,
-        )?)),
-        _ => {
-            let host = crate::identity::hostname();
-            let names = vec!["localhost".to_owned(), host];
-            let certified = rcgen::generate_simple_self_signed(names)
-                .context("cannot generate a self-signed certificate")?;
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
-            tracing::info!("no --tls-cert-file: serving a self-signed certificate made in memory");
-            builder
-                .with_single_cert(vec![certified.cert.der().clone()], key)
-                .context("cannot use the self-signed certificate")?
-        }
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((config, verifiers))
-}
-
-/// The open connections, oldest first.
-struct Connections {
-    limit: usize,
-    open: Mutex<BTreeMap<u64, Arc<Connection>>>,
-    next: AtomicU64,
-}
-
-struct Connection {
-    close: CancellationToken,
-    /// Serving a request (not evicted to make room).
-    busy: AtomicBool,
-}
-
-/// A connection's place in the table, given up when its task ends.
-struct Admitted {
-    id: u64,
-    connection: Arc<Connection>,
-    table: Arc<Connections>,
-}
-
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        self.table.lock().remove(&self.id);
-    }
-}
-
-impl Connections {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Connection>>> {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A place for a new connection; at the cap, the oldest connection not serving a request is closed
-    /// for it. `None` when every connection is serving one.
-    fn admit(table: &Arc<Connections>) -> Option<Admitted> {
-        let mut open = table.lock();
-        if open.len() >= table.limit {
-            let oldest_idle = open
-                .iter()
-                .find(|(_, c)| !c.busy.load(Ordering::Relaxed))
-                .map(|(id, _)| *id)?;
-            if let Some(evicted) = open.remove(&oldest_idle) {
-                evicted.close.cancel();
-            }
-        }
-        let id = table.next.fetch_add(1, Ordering::Relaxed);
-        let connection = Arc::new(Connection {
-            close: CancellationToken::new(),
-            busy: AtomicBool::new(false),
-        });
-        open.insert(id, connection.clone());
-        Some(Admitted {
-            id,
-            connection,
-            table: table.clone(),
-        })
-    }
-}
-
-/// Go's `net/http` back-off between failed accepts: 5 ms, doubling, at most 1 s.
-fn accept_backoff(previous: Duration) -> Duration {
-    (previous * 2).clamp(Duration::from_millis(5), Duration::from_secs(1))
 }
 
 /// Binds and serves until `shutdown`.
@@ -500,11 +71,7 @@ pub(crate) async fn start(
             )
         })?;
     let address = listener.local_addr()?;
-    let table = Arc::new(Connections {
-        limit: limits.max_connections.max(1),
-        open: Mutex::default(),
-        next: AtomicU64::new(0),
-    });
+    let table = Connections::new(limits.max_connections);
     tokio::spawn(async move {
         let mut backoff = Duration::ZERO;
         loop {
@@ -713,8 +280,10 @@ async fn handle(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use http_body_util::BodyExt;
-    use rustls::pki_types::ServerName;
+    use rustls::pki_types::{CertificateDer, ServerName};
     use tokio::io::AsyncReadExt;
 
     use super::*;
@@ -813,38 +382,6 @@ mod tests {
         write_pair(dir.path(), &cert, &key);
         let address = start_serving(serving(dir.path()), limits).await;
         (address, client(&der, None), dir)
-    }
-
-    #[test]
-    fn cipher_suites_by_their_go_names() {
-        use rustls::crypto::ring::cipher_suite as suite;
-        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
-        assert_eq!(cipher_suites(&[]), Ok(None));
-        assert_eq!(
-            cipher_suites(&names(&[
-                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-                "TLS_AES_128_GCM_SHA256",
-                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-            ])),
-            Ok(Some(vec![
-                suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-                suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-            ]))
-        );
-        assert_eq!(
-            cipher_suites(&names(&["TLS_CHACHA20_POLY1305_SHA256"])),
-            Ok(Some(vec![]))
-        );
-        let cbc = cipher_suites(&names(&["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"])).unwrap_err();
-        assert!(
-            cbc.starts_with("--tls-cipher-suites: TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA is not available"),
-            "{cbc}"
-        );
-        assert_eq!(
-            cipher_suites(&names(&["TLS_NOPE"])),
-            Err("--tls-cipher-suites: cipher suite TLS_NOPE not supported or doesn't exist".to_owned())
-        );
     }
 
     #[tokio::test]
@@ -1009,25 +546,6 @@ mod tests {
         }
         assert!(closed_by_server(&mut held[1]).await);
         assert!(closed_by_server(&mut held[2]).await);
-    }
-
-    #[test]
-    fn accept_backoff_is_gos() {
-        let mut delay = Duration::ZERO;
-        let mut seen = Vec::new();
-        for _ in 0..10 {
-            delay = accept_backoff(delay);
-            seen.push(delay.as_millis());
-        }
-        assert_eq!(seen, [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
-    }
-
-    #[test]
-    fn the_connection_cap_leaves_descriptors_to_the_client() {
-        assert_eq!(Limits::for_open_files(1 << 20).max_connections, 1024);
-        assert_eq!(Limits::for_open_files(1024).max_connections, 256);
-        assert_eq!(Limits::for_open_files(2).max_connections, 1);
-        assert!(raise_open_files_limit() >= 64);
     }
 
     #[test]

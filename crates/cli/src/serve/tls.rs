@@ -1,0 +1,382 @@
+//! TLS of the serving endpoints: the certificate pair (reloaded when its files change, or made in memory),
+//! `--tls-min-version` and `--tls-cipher-suites`, and the client certificates of users (`--client-ca-file`)
+//! and of front proxies (`--requestheader-client-ca-file`), each told apart after the handshake.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rustls::SupportedCipherSuite;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::Serving;
+use super::auth::{self, User};
+
+/// The CA bundle that verifies client certificates, and where it came from (for errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientCa {
+    /// `--client-ca-file: <file>`, or the ConfigMap it was looked up in.
+    pub(crate) source: String,
+    pub(crate) pem: Vec<u8>,
+}
+
+impl ClientCa {
+    /// Trust anchors of the bundle.
+    fn roots(&self) -> Result<rustls::RootCertStore> {
+        let source = &self.source;
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(&self.pem) {
+            let certificate = certificate.with_context(|| format!("{source}: not PEM certificates"))?;
+            roots
+                .add(certificate)
+                .with_context(|| format!("{source}: holds a certificate that is not a CA"))?;
+        }
+        if roots.is_empty() {
+            anyhow::bail!("{source}: holds no certificate");
+        }
+        Ok(roots)
+    }
+}
+
+/// Request-header (front-proxy) authentication: `--requestheader-*`, or the same keys of the cluster's
+/// ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FrontProxy {
+    pub(crate) ca: ClientCa,
+    /// Common names the proxy's certificate may have; empty: any the CA signed.
+    pub(crate) allowed_names: Vec<String>,
+    /// Headers naming the user (the first present wins) and its groups (every value of each).
+    pub(crate) username_headers: Vec<String>,
+    pub(crate) group_headers: Vec<String>,
+}
+
+impl FrontProxy {
+    /// The user a verified proxy names in `headers`; `None` without a user name.
+    pub(super) fn user(&self, headers: &http::HeaderMap) -> Option<User> {
+        let name = self
+            .username_headers
+            .iter()
+            .find_map(|header| headers.get(header.as_str()).and_then(|v| v.to_str().ok()))
+            .map(str::trim)
+            .filter(|name| !name.is_empty())?
+            .to_owned();
+        let groups = self
+            .group_headers
+            .iter()
+            .flat_map(|header| headers.get_all(header.as_str()))
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect();
+        Some(User { name, groups })
+    }
+}
+
+/// Who a connection's client certificate makes the caller: checked against each CA on its own (the
+/// handshake accepts either), so a proxy's certificate never passes for a user's and the reverse.
+pub(super) struct Verifiers {
+    client: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    front_proxy: Option<(
+        Arc<dyn rustls::server::danger::ClientCertVerifier>,
+        Arc<FrontProxy>,
+    )>,
+}
+
+/// What a connection's certificate established.
+#[derive(Default)]
+pub(super) struct Peer {
+    /// A verified front proxy: each request's headers name the caller.
+    pub(super) front_proxy: Option<Arc<FrontProxy>>,
+    /// A verified client certificate's user.
+    pub(super) certificate_user: Option<User>,
+}
+
+impl Verifiers {
+    pub(super) fn peer(&self, chain: Option<&[CertificateDer<'static>]>) -> Peer {
+        let Some((leaf, intermediates)) = chain.and_then(|c| c.split_first()) else {
+            return Peer::default();
+        };
+        let verified = |verifier: &Arc<dyn rustls::server::danger::ClientCertVerifier>| {
+            verifier
+                .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+                .is_ok()
+        };
+        let front_proxy = self.front_proxy.as_ref().and_then(|(verifier, proxy)| {
+            let allowed = proxy.allowed_names.is_empty()
+                || auth::certificate_user(leaf).is_some_and(|user| proxy.allowed_names.contains(&user.name));
+            (verified(verifier) && allowed).then(|| proxy.clone())
+        });
+        let certificate_user = self
+            .client
+            .as_ref()
+            .filter(|verifier| verified(verifier))
+            .and_then(|_| auth::certificate_user(leaf));
+        Peer {
+            front_proxy,
+            certificate_user,
+        }
+    }
+}
+
+/// `--tls-cipher-suites`, by Go's names: the TLS 1.2 suites to offer. TLS 1.3 names are accepted and, as
+/// in Go, change nothing. `None` for an empty list.
+pub(crate) fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCipherSuite>>, String> {
+    use rustls::crypto::ring::cipher_suite as suite;
+    const TLS13: [&str; 3] = [
+        "TLS_AES_128_GCM_SHA256",
+        "TLS_AES_256_GCM_SHA384",
+        "TLS_CHACHA20_POLY1305_SHA256",
+    ];
+    let names: Vec<&str> = names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let mut chosen = Vec::new();
+    for name in names {
+        let found = match name {
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256" => suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384" => suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305" => {
+                suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            }
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256" => suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384" => suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256" | "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305" => {
+                suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+            }
+            _ if TLS13.contains(&name) => continue,
+            _ if name.starts_with("TLS_") && (name.contains("_WITH_") || name.contains("_RC4_")) => {
+                return Err(format!(
+                    "--tls-cipher-suites: {name} is not available here: only ECDHE suites with AES-GCM or ChaCha20-Poly1305 are (rustls implements no CBC, RC4, 3DES or RSA key-exchange suite)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "--tls-cipher-suites: cipher suite {name} not supported or doesn't exist"
+                ));
+            }
+        };
+        if !chosen.contains(&found) {
+            chosen.push(found);
+        }
+    }
+    Ok(Some(chosen))
+}
+
+/// The files' contents: what tells that a pair changed (a few kilobytes; modification times are too coarse
+/// to tell two writes within a clock tick apart).
+type Stamp = [Option<Vec<u8>>; 2];
+
+fn stamp(files: [&Path; 2]) -> Stamp {
+    files.map(|file| std::fs::read(file).ok())
+}
+
+fn load_pair(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("--tls-cert-file: cannot read {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--tls-cert-file: {} is not PEM certificates", cert.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!("--tls-cert-file: {} holds no certificate", cert.display());
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).with_context(|| {
+        format!(
+            "--tls-private-key-file: cannot read a PEM private key from {}",
+            key.display()
+        )
+    })?;
+    CertifiedKey::from_der(chain, key_der, provider)
+        .context("--tls-cert-file/--tls-private-key-file: the key does not match the certificate")
+}
+
+/// The serving certificate from files, read again when they change (checked at a handshake, at most every
+/// [`Serving::reload_check`]): a rotated certificate is served without a restart. A pair that does not load
+/// leaves the previous one in service, with a warning (once per change).
+#[derive(Debug)]
+struct ReloadingCertificate {
+    files: [PathBuf; 2],
+    check_every: Duration,
+    provider: Arc<CryptoProvider>,
+    state: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    stamp: Stamp,
+    checked: Instant,
+}
+
+/// How often the certificate files are looked at, at most.
+pub(crate) const RELOAD_CHECK: Duration = Duration::from_secs(1);
+
+impl ReloadingCertificate {
+    fn load(
+        cert: &Path,
+        key: &Path,
+        check_every: Duration,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<ReloadingCertificate> {
+        let stamp = stamp([cert, key]);
+        let loaded = load_pair(cert, key, &provider)?;
+        Ok(ReloadingCertificate {
+            files: [cert.to_owned(), key.to_owned()],
+            check_every,
+            provider,
+            state: Mutex::new(Loaded {
+                key: Arc::new(loaded),
+                stamp,
+                checked: Instant::now(),
+            }),
+        })
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.checked.elapsed() >= self.check_every {
+            state.checked = Instant::now();
+            let [cert, key] = &self.files;
+            let now = stamp([cert, key]);
+            if now != state.stamp {
+                state.stamp = now;
+                match load_pair(cert, key, &self.provider) {
+                    Ok(loaded) => {
+                        state.key = Arc::new(loaded);
+                        tracing::info!(cert = %cert.display(), "serving the changed certificate");
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            error = format!("{error:#}"),
+                            "cannot load the changed certificate; serving the previous one"
+                        );
+                    }
+                }
+            }
+        }
+        Some(state.key.clone())
+    }
+}
+
+pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Verifiers)> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    let mut tls13_only = serving.tls13_only;
+    if let Some(chosen) = &serving.cipher_suites {
+        provider
+            .cipher_suites
+            .retain(|s| s.version() == &rustls::version::TLS13 || chosen.contains(s));
+        // Only TLS 1.3 names: nothing is left to offer over TLS 1.2.
+        tls13_only |= chosen.is_empty();
+    }
+    let provider = Arc::new(provider);
+    let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
+        &[&rustls::version::TLS13]
+    } else {
+        rustls::DEFAULT_VERSIONS
+    };
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
+    let verifier = |ca: &ClientCa, roots: rustls::RootCertStore| {
+        // A caller without a certificate is still served (then a token or anonymity decides).
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .allow_unauthenticated()
+            .build()
+            .with_context(|| format!("{}: cannot verify clients", ca.source))
+    };
+    // Each CA is parsed once: its own verifier tells which CA signed, the union admits either at the handshake.
+    let client_roots = serving
+        .client_ca
+        .as_ref()
+        .map(|ca| ca.roots().map(|r| (ca, r)))
+        .transpose()?;
+    let proxy_roots = serving
+        .front_proxy
+        .as_ref()
+        .map(|proxy| proxy.ca.roots().map(|r| (proxy, r)))
+        .transpose()?;
+    let mut union = rustls::RootCertStore::empty();
+    let mut first = None;
+    if let Some((ca, roots)) = &client_roots {
+        union.roots.extend(roots.roots.iter().cloned());
+        first.get_or_insert(*ca);
+    }
+    if let Some((proxy, roots)) = &proxy_roots {
+        union.roots.extend(roots.roots.iter().cloned());
+        first.get_or_insert(&proxy.ca);
+    }
+    let builder = match first {
+        None => builder.with_no_client_auth(),
+        Some(first) => builder.with_client_cert_verifier(verifier(first, union)?),
+    };
+    let verifiers = Verifiers {
+        client: client_roots.map(|(ca, roots)| verifier(ca, roots)).transpose()?,
+        front_proxy: proxy_roots
+            .map(|(proxy, roots)| {
+                Ok::<_, anyhow::Error>((verifier(&proxy.ca, roots)?, Arc::new(proxy.clone())))
+            })
+            .transpose()?,
+    };
+    let mut config = match (&serving.cert_file, &serving.key_file) {
+        (Some(cert), Some(key)) => builder.with_cert_resolver(Arc::new(ReloadingCertificate::load(
+            Path::new(cert),
+            Path::new(key),
+            serving.reload_check,
+            provider,
+        )?)),
+        _ => {
+            let host = crate::identity::hostname();
+            let names = vec!["localhost".to_owned(), host];
+            let certified = rcgen::generate_simple_self_signed(names)
+                .context("cannot generate a self-signed certificate")?;
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
+            tracing::info!("no --tls-cert-file: serving a self-signed certificate made in memory");
+            builder
+                .with_single_cert(vec![certified.cert.der().clone()], key)
+                .context("cannot use the self-signed certificate")?
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((config, verifiers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cipher_suites_by_their_go_names() {
+        use rustls::crypto::ring::cipher_suite as suite;
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert_eq!(cipher_suites(&[]), Ok(None));
+        assert_eq!(
+            cipher_suites(&names(&[
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            ])),
+            Ok(Some(vec![
+                suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+                suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            ]))
+        );
+        assert_eq!(
+            cipher_suites(&names(&["TLS_CHACHA20_POLY1305_SHA256"])),
+            Ok(Some(vec![]))
+        );
+        let cbc = cipher_suites(&names(&["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"])).unwrap_err();
+        assert!(
+            cbc.starts_with("--tls-cipher-suites: TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA is not available"),
+            "{cbc}"
+        );
+        assert_eq!(
+            cipher_suites(&names(&["TLS_NOPE"])),
+            Err("--tls-cipher-suites: cipher suite TLS_NOPE not supported or doesn't exist".to_owned())
+        );
+    }
+}
