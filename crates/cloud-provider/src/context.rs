@@ -1,6 +1,7 @@
 //! What every cloud call is handed: a deadline, a cancellation signal, and who is calling.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,11 +17,29 @@ use crate::CloudError;
 /// retrying when [`CallContext::cancellation`] fires. The framework also runs every call through
 /// [`CallContext::guard`], which drops the call's future at the deadline or on cancellation, closing its
 /// connections; a provider that keeps work going in spawned tasks must tie them to this context itself.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CallContext {
     deadline: Instant,
     cancel: CancellationToken,
     caller: String,
+    observer: Option<Arc<dyn CallObserver>>,
+}
+
+impl std::fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallContext")
+            .field("deadline", &self.deadline)
+            .field("caller", &self.caller)
+            .field("observed", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the outcome of each cloud request is reported: the framework's
+/// `cloudprovider_<provider>_api_request_duration_seconds` and `cloudprovider_<provider>_api_request_errors_total`.
+pub trait CallObserver: Send + Sync {
+    /// `request` took `elapsed` and ended with `outcome`.
+    fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>);
 }
 
 impl CallContext {
@@ -31,6 +50,15 @@ impl CallContext {
             deadline,
             cancel,
             caller: caller.to_owned(),
+            observer: None,
+        }
+    }
+
+    /// This context, reporting to `observer` (the framework sets it; a provider has no need to).
+    pub fn with_observer(self, observer: Arc<dyn CallObserver>) -> CallContext {
+        CallContext {
+            observer: Some(observer),
+            ..self
         }
     }
 
@@ -66,7 +94,30 @@ impl CallContext {
             deadline: self.deadline.min(Instant::now() + timeout),
             cancel: self.cancel.clone(),
             caller: self.caller.clone(),
+            observer: self.observer.clone(),
         }
+    }
+
+    /// Reports one request a provider made to its cloud's API (name it as the API does, e.g.
+    /// `DescribeInstances`), for the framework's per-provider metrics. A throttled request is reported with
+    /// [`CloudError::Retry`], and is counted as throttled. The framework reports each of its own calls to the
+    /// provider the same way, under the trait method's name (`ensure_load_balancer`).
+    pub fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
+        if let Some(observer) = &self.observer {
+            observer.observe(request, elapsed, outcome);
+        }
+    }
+
+    /// [`CallContext::guard`], timed and reported as `request` (see [`CallContext::observe`]).
+    pub async fn call<T>(
+        &self,
+        request: &str,
+        call: impl Future<Output = Result<T, CloudError>>,
+    ) -> Result<T, CloudError> {
+        let started = Instant::now();
+        let outcome = self.guard(call).await;
+        self.observe(request, started.elapsed(), outcome.as_ref().map(|_| ()));
+        outcome
     }
 
     /// Runs `call`, abandoning it (dropping its future) at the deadline ([`CloudError::Timeout`]) or on
@@ -104,5 +155,49 @@ mod tests {
         let (outcome, ()) = tokio::join!(cx.guard(pending), async { cancel.cancel() });
         assert!(matches!(outcome, Err(CloudError::Cancelled)));
         assert!(cx.narrowed(Duration::from_secs(1)).deadline() <= cx.deadline());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_are_reported_to_the_observer_with_their_outcome() {
+        #[derive(Default)]
+        struct Seen(std::sync::Mutex<Vec<(String, Duration, Option<String>)>>);
+        impl CallObserver for Seen {
+            fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
+                let error = outcome.err().map(ToString::to_string);
+                self.0.lock().unwrap().push((request.to_owned(), elapsed, error));
+            }
+        }
+        let seen = Arc::new(Seen::default());
+        let cx = CallContext::with_timeout(Duration::from_secs(5)).with_observer(seen.clone());
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok::<_, CloudError>(())
+        };
+        cx.call("ensure_load_balancer", slow).await.unwrap();
+        let narrowed = cx.narrowed(Duration::from_secs(1));
+        let hung = narrowed.call("list_routes", std::future::pending::<Result<(), CloudError>>());
+        assert!(matches!(hung.await, Err(CloudError::Timeout)));
+        let throttled = CloudError::Retry {
+            after: Duration::from_secs(1),
+            message: "slow down".to_owned(),
+        };
+        narrowed.observe("DescribeInstances", Duration::from_millis(5), Err(&throttled));
+        let seen = seen.0.lock().unwrap();
+        assert_eq!(
+            *seen,
+            vec![
+                ("ensure_load_balancer".to_owned(), Duration::from_secs(2), None),
+                (
+                    "list_routes".to_owned(),
+                    Duration::from_secs(1),
+                    Some(CloudError::Timeout.to_string())
+                ),
+                (
+                    "DescribeInstances".to_owned(),
+                    Duration::from_millis(5),
+                    Some(throttled.to_string())
+                ),
+            ]
+        );
     }
 }

@@ -22,7 +22,7 @@ mod provider;
 mod registry;
 mod routes;
 
-pub use context::CallContext;
+pub use context::{CallContext, CallObserver};
 pub use error::CloudError;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, default_load_balancer_name};

@@ -19,6 +19,7 @@ use crate::compact::Compact;
 use crate::config::ControllerSettings;
 use crate::informers::{Informer, Informers};
 use crate::metrics::Metrics;
+use crate::workqueue::{WorkQueue, Working};
 
 /// The longest Event note the API server accepts.
 const MAX_NOTE_BYTES: usize = 1024;
@@ -44,41 +45,9 @@ pub struct ControllerContext {
     /// The controller's `User-Agent` (component, version, identity, controller), naming the caller of cloud
     /// calls so a cloud's logs can be judged against lock tenures as the API server's are.
     pub(crate) caller: Arc<str>,
-    /// Work in progress, for the `stuck` health verdict.
-    pub(crate) progress: Arc<Progress>,
-}
-
-/// The controller's work in progress: when each unit of work (one sync, one pass) began.
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    next: std::sync::atomic::AtomicU64,
-    started: std::sync::Mutex<std::collections::BTreeMap<u64, Instant>>,
-}
-
-impl Progress {
-    fn started(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, Instant>> {
-        self.started
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// How long the oldest unit of work in progress has been running.
-    pub(crate) fn longest_running(&self) -> Option<Duration> {
-        self.started().values().min().map(|started| started.elapsed())
-    }
-}
-
-/// One unit of work in progress; it ends when dropped. See [`ControllerContext::working`].
-#[must_use = "the work ends when this is dropped"]
-pub struct Working {
-    progress: Arc<Progress>,
-    id: u64,
-}
-
-impl Drop for Working {
-    fn drop(&mut self) {
-        self.progress.started().remove(&self.id);
-    }
+    /// The controller's work queue (as its metrics see it), and its work in progress, for the `stuck`
+    /// health verdict.
+    pub(crate) queue: Arc<WorkQueue>,
 }
 
 impl ControllerContext {
@@ -132,22 +101,26 @@ impl ControllerContext {
         if let Some(fence) = &self.fence {
             deadline = deadline.min(fence.valid_until().unwrap_or(now));
         }
-        CallContext::new(deadline, self.stop.clone(), &self.caller)
+        CallContext::new(deadline, self.stop.clone(), &self.caller).with_observer(self.metrics.cloud.clone())
     }
 
-    /// Marks one unit of work (a sync, a pass) as in progress until the returned guard is dropped. A unit of
-    /// work running far longer than every call in it could (see `--cloud-call-timeout`) turns the
-    /// controller's health check red: it is stuck.
+    /// Marks one periodic pass as in progress until the returned guard is dropped. A unit of work running
+    /// far longer than every call in it could (see `--cloud-call-timeout`) turns the controller's health
+    /// check red: it is stuck.
     pub fn working(&self) -> Working {
-        let id = self
-            .progress
-            .next
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.progress.started().insert(id, Instant::now());
-        Working {
-            progress: self.progress.clone(),
-            id,
-        }
+        self.queue.start(None)
+    }
+
+    /// Marks the sync of `key` as in progress until the returned guard is dropped (as [`Self::working`]),
+    /// and takes it off the work queue ([`Self::queue`]).
+    pub fn working_on(&self, key: &str) -> Working {
+        self.queue.start(Some(key))
+    }
+
+    /// The controller's work queue for client-go's `workqueue_*` metrics: report what schedules a sync
+    /// ([`WorkQueue::add`], [`WorkQueue::add_after`]) and start each with [`Self::working_on`].
+    pub fn queue(&self) -> &WorkQueue {
+        &self.queue
     }
 
     /// Tells readiness the controller is working (its caches are synced).

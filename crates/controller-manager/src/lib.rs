@@ -28,6 +28,7 @@ mod metrics;
 mod process_metrics;
 mod registry;
 mod runtime;
+mod workqueue;
 
 pub use cached_node::CachedNode;
 pub use cidr::{Cidr, CidrError};
@@ -42,6 +43,7 @@ pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, RegistrationError, Registry, SettingsCheck,
 };
 pub use runtime::{Manager, ManagerError, PlannedController, plan_controllers, summarize};
+pub use workqueue::{WorkQueue, Working};
 
 /// Locks a mutex that guards plain data: a panic elsewhere while holding it leaves nothing half-done
 /// that a later reader could trip over, so poisoning is ignored.

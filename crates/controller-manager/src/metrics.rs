@@ -1,12 +1,19 @@
 //! Metrics, with upstream's names where upstream has them.
 
-use cloud_provider::CloudError;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use cloud_provider::{CallObserver, CloudError};
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::workqueue::{QueueCollector, QueueFamilies, Queues, WorkQueue};
 
 /// `{name}`: a Lease.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,11 +41,18 @@ pub(crate) struct ControllerOnly {
     pub(crate) controller: String,
 }
 
-/// `{request, result}`: a cloud API call.
+/// `{request}`: a cloud API request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CloudLabels {
     pub(crate) request: String,
-    pub(crate) result: String,
+}
+
+/// `{request, error}`: a failed cloud API request and how it failed (`throttled`, `timeout`, `cancelled`,
+/// `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CloudErrorLabels {
+    pub(crate) request: String,
+    pub(crate) error: String,
 }
 
 /// `{code, host, method}`: client-go's `rest_client_requests_total`.
@@ -63,7 +77,11 @@ pub struct Metrics {
     pub(crate) running_managed_controllers: Family<ControllerLabels, Gauge>,
     pub(crate) reconciles: Family<ReconcileLabels, Counter>,
     pub(crate) reconcile_duration: Family<ControllerOnly, Histogram>,
-    pub(crate) cloud_request_duration: Family<CloudLabels, Histogram>,
+    pub(crate) leader_holder_changes: Family<LeaseLabels, Counter>,
+    pub(crate) leader_lost: Family<LeaseLabels, Counter>,
+    pub(crate) cloud: Arc<CloudMetrics>,
+    queue_families: QueueFamilies,
+    queues: Queues,
     pub(crate) rest_client_requests: Family<RestLabels, Counter>,
     pub(crate) rest_client_request_duration: Family<RestDurationLabels, Histogram>,
     pub(crate) taint_removal_delay: Histogram,
@@ -111,14 +129,43 @@ impl Metrics {
             "Time to reconcile one object, by controller",
             reconcile_duration.clone(),
         );
-        let cloud_request_duration = Family::<CloudLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 16))
-        });
+        let leader_holder_changes = Family::<LeaseLabels, Counter>::default();
         registry.register(
-            "cloudprovider_api_request_duration_seconds",
-            "Latency of cloud provider calls, by request and result",
-            cloud_request_duration.clone(),
+            "leader_election_holder_changes",
+            "Changes of a Lease's holder this process observed (hand-offs, whoever the holders were), by Lease",
+            leader_holder_changes.clone(),
         );
+        let leader_lost = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "leader_election_lost",
+            "Times this process stopped leading a Lease it held (lost or released), by Lease",
+            leader_lost.clone(),
+        );
+        let cloud = Arc::new(CloudMetrics::default());
+        registry.register_collector(Box::new(CloudCollector(cloud.clone())));
+        let queue_families = QueueFamilies::new();
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            queue_families.adds.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            queue_families.retries.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            queue_families.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            queue_families.work_duration.clone(),
+        );
+        let queues = Queues::default();
+        registry.register_collector(Box::new(QueueCollector(queues.clone())));
         // Upstream: 1 s × 4^n, 6 buckets.
         let taint_removal_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
         registry.register(
@@ -188,7 +235,11 @@ impl Metrics {
             running_managed_controllers,
             reconciles,
             reconcile_duration,
-            cloud_request_duration,
+            leader_holder_changes,
+            leader_lost,
+            cloud,
+            queue_families,
+            queues,
             taint_removal_delay,
             initial_node_sync_delay,
             load_balancer_syncs,
@@ -239,22 +290,129 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// A cloud call that answered `answers`: an error unless every answer is a value or an expected "no"
-    /// (`InstanceNotFound`, `NotImplemented`).
-    pub(crate) fn cloud_call<T>(&self, request: &str, answers: &[Result<T, CloudError>], seconds: f64) {
-        let ok = answers.iter().all(|a| {
-            matches!(
-                a,
-                Ok(_) | Err(CloudError::InstanceNotFound | CloudError::NotImplemented)
-            )
-        });
-        let result = if ok { "success" } else { "error" };
-        self.cloud_request_duration
-            .get_or_create(&CloudLabels {
-                request: request.to_owned(),
-                result: result.to_owned(),
+    /// The work queue of controller `name` (made on first use, kept across the controller's restarts).
+    pub(crate) fn work_queue(&self, name: &str) -> Arc<WorkQueue> {
+        let mut queues = self
+            .queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        queues
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(WorkQueue::new(name, &self.queue_families)))
+            .clone()
+    }
+
+    /// Names the provider in the cloud families (`cloudprovider_<provider>_…`); the first name set stays.
+    pub(crate) fn set_provider(&self, provider: &str) {
+        let name: String = provider
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
             })
-            .observe(seconds);
+            .collect();
+        let _ = self.cloud.provider.set(name);
+    }
+}
+
+/// How a cloud request failed, for `cloudprovider_<provider>_api_request_errors_total{error}`; `None` for
+/// the answers that are not failures (an instance that does not exist, a feature the provider lacks, a load
+/// balancer implemented elsewhere).
+pub(crate) fn error_kind(error: &CloudError) -> Option<&'static str> {
+    match error {
+        CloudError::InstanceNotFound | CloudError::NotImplemented | CloudError::ImplementedElsewhere => None,
+        CloudError::Retry { .. } => Some("throttled"),
+        CloudError::Timeout => Some("timeout"),
+        CloudError::Cancelled => Some("cancelled"),
+        CloudError::Provider(_) => Some("error"),
+    }
+}
+
+/// A batch call's outcome: its first failure, if any answer failed (see [`error_kind`]).
+pub(crate) fn batch_outcome<T>(answers: &[Result<T, CloudError>]) -> Result<(), &CloudError> {
+    match answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().err())
+        .find(|error| error_kind(error).is_some())
+    {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The cloud families, named after the provider (`cloudprovider_aws_api_request_duration_seconds`, as the
+/// in-tree providers name theirs): every call of the framework to the provider, under the trait method's
+/// name, and every request a provider reports with `CallContext::observe`.
+pub(crate) struct CloudMetrics {
+    provider: OnceLock<String>,
+    duration: Family<CloudLabels, Histogram>,
+    errors: Family<CloudErrorLabels, Counter>,
+}
+
+impl Default for CloudMetrics {
+    fn default() -> Self {
+        CloudMetrics {
+            provider: OnceLock::new(),
+            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
+            errors: Family::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for CloudMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudMetrics")
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallObserver for CloudMetrics {
+    fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
+        let labels = CloudLabels {
+            request: request.to_owned(),
+        };
+        self.duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Some(error) = outcome.err().and_then(error_kind) {
+            self.errors
+                .get_or_create(&CloudErrorLabels {
+                    request: labels.request,
+                    error: error.to_owned(),
+                })
+                .inc();
+        }
+    }
+}
+
+/// Encodes [`CloudMetrics`] under the provider's name, once it is known.
+#[derive(Debug)]
+struct CloudCollector(Arc<CloudMetrics>);
+
+impl Collector for CloudCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(provider) = self.0.provider.get() else {
+            return Ok(());
+        };
+        let duration = &self.0.duration;
+        duration.encode(encoder.encode_descriptor(
+            &format!("cloudprovider_{provider}_api_request_duration_seconds"),
+            "Latency of a cloud API request, by request (the framework's calls by trait method, the provider's own requests as its API names them)",
+            None,
+            duration.metric_type(),
+        )?)?;
+        let errors = &self.0.errors;
+        errors.encode(encoder.encode_descriptor(
+            &format!("cloudprovider_{provider}_api_request_errors"),
+            "Failed cloud API requests, by request and how they failed: throttled, timeout, cancelled or error",
+            None,
+            errors.metric_type(),
+        )?)?;
+        Ok(())
     }
 }
 
@@ -281,6 +439,23 @@ mod tests {
         metrics.reconciled("cloud-node-controller", true, 0.01);
         metrics.api_request("10.0.0.1:6443", "PATCH", "409", 0.02);
         metrics.api_request("10.0.0.1:6443", "GET", "<error>", 0.3);
+        metrics.set_provider("my-cloud");
+        let throttled = CloudError::Retry {
+            after: Duration::from_secs(1),
+            message: "RequestLimitExceeded".into(),
+        };
+        metrics
+            .cloud
+            .observe("DescribeInstances", Duration::from_millis(20), Err(&throttled));
+        metrics
+            .cloud
+            .observe("DescribeInstances", Duration::from_millis(20), Ok(()));
+        metrics.cloud.observe(
+            "get_load_balancer",
+            Duration::from_millis(5),
+            Err(&CloudError::InstanceNotFound),
+        );
+        metrics.work_queue("cloud-node-controller").add("node-1");
         let text = metrics.encode();
         for needle in [
             "leader_election_master_status{name=\"cloud-controller-manager\"} 1",
@@ -292,9 +467,18 @@ mod tests {
             "rest_client_requests_total{code=\"409\",host=\"10.0.0.1:6443\",method=\"PATCH\"} 1",
             "rest_client_requests_total{code=\"<error>\",host=\"10.0.0.1:6443\",method=\"GET\"} 1",
             "rest_client_request_duration_seconds_bucket{le=\"0.025\",verb=\"PATCH\",host=\"10.0.0.1:6443\"} 1",
+            "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"DescribeInstances\"} 2",
+            "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"get_load_balancer\"} 1",
+            "cloudprovider_my_cloud_api_request_errors_total{request=\"DescribeInstances\",error=\"throttled\"} 1",
+            "workqueue_adds_total{name=\"cloud-node-controller\"} 1",
+            "workqueue_depth{name=\"cloud-node-controller\"} 1",
         ] {
             assert!(text.contains(needle), "{needle} missing from\n{text}");
         }
+        assert!(
+            !text.contains("request=\"get_load_balancer\",error="),
+            "an instance that does not exist is an answer, not an error:\n{text}"
+        );
         if std::path::Path::new("/proc/self/stat").exists() {
             for family in [
                 "# TYPE process_cpu_seconds counter",

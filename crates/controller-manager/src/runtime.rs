@@ -21,7 +21,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::client::{ClientFactory, Fence};
 use crate::config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
-use crate::context::{ControllerContext, Progress, recorder};
+use crate::context::{ControllerContext, recorder};
 use crate::health::Health;
 use crate::informers::Informers;
 use crate::lock;
@@ -80,6 +80,7 @@ impl Manager {
         provider: Arc<dyn CloudProvider>,
     ) -> Manager {
         let metrics = Arc::new(Metrics::new());
+        metrics.set_provider(provider.provider_name());
         let mut config = config;
         config.clients = config.clients.with_metrics(metrics.clone());
         Manager {
@@ -306,7 +307,8 @@ impl Runner {
                 }
             };
             let (started_sender, started_receiver) = watch::channel(false);
-            let progress = Arc::new(Progress::default());
+            let queue = self.metrics.work_queue(name.as_str());
+            queue.clear();
             let context = ControllerContext {
                 name,
                 client: client.clone(),
@@ -319,7 +321,7 @@ impl Runner {
                 started: Arc::new(started_sender),
                 fence: fence.clone(),
                 caller: self.clients.user_agent(name.as_str()).into(),
-                progress: progress.clone(),
+                queue: queue.clone(),
             };
             let run = definition.run(context);
             let labels = ControllerLabels {
@@ -337,7 +339,7 @@ impl Runner {
                 if let Some(why) = check.get() {
                     return Err(why.clone());
                 }
-                match progress.longest_running() {
+                match queue.longest_running() {
                     Some(running) if running > stuck_after => Err(format!(
                         "stuck: one unit of work has been running for {}s (more than {}s)",
                         running.as_secs(),
@@ -372,6 +374,8 @@ impl Runner {
         for (name, labels, task) in tasks {
             self.health.remove_health_check(name.as_str());
             let _ = task.await;
+            // A controller that stopped has nothing waiting (its queue's depth is zero).
+            self.metrics.work_queue(name.as_str()).clear();
             self.metrics
                 .running_managed_controllers
                 .get_or_create(&labels)
@@ -403,19 +407,38 @@ impl ScopeRunner for Runner {
     }
 
     fn elector_started(&self, kind: ScopeKind, lease_name: &str, state: watch::Receiver<LeaderState>) {
-        // leader_election_master_status follows the elector.
+        // leader_election_master_status follows the elector; the hand-off and lost counters count its
+        // transitions.
+        let lease = LeaseLabels {
+            name: lease_name.to_owned(),
+        };
         let gauge = self
             .metrics
             .leader_election_master_status
-            .get_or_create(&LeaseLabels {
-                name: lease_name.to_owned(),
-            })
+            .get_or_create(&lease)
             .clone();
+        let holder_changes = self.metrics.leader_holder_changes.get_or_create(&lease).clone();
+        let lost = self.metrics.leader_lost.get_or_create(&lease).clone();
         let mut updates = state.clone();
         tokio::spawn(async move {
+            let mut last: Option<LeaderState> = None;
             loop {
-                gauge.set(i64::from(updates.borrow_and_update().role == Role::Leading));
+                let current = updates.borrow_and_update().clone();
+                gauge.set(i64::from(current.role == Role::Leading));
+                if let Some(last) = &last {
+                    if current.holder.is_some() && current.holder != last.holder {
+                        holder_changes.inc();
+                    }
+                    if last.role == Role::Leading && current.role != Role::Leading {
+                        lost.inc();
+                    }
+                }
+                let leading = current.role == Role::Leading;
+                last = Some(current);
                 if updates.changed().await.is_err() {
+                    if leading {
+                        lost.inc();
+                    }
                     gauge.set(0);
                     return;
                 }

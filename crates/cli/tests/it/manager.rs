@@ -316,7 +316,10 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
     for expected in [
         "running_managed_controllers{",
         "controller_reconciles_total{",
-        "cloudprovider_api_request_duration_seconds",
+        "cloudprovider_fake_api_request_duration_seconds_count{request=\"instance_metadata_batch\"}",
+        "workqueue_adds_total{name=\"cloud-node-controller\"}",
+        "workqueue_depth{name=\"cloud-node-controller\"}",
+        "workqueue_work_duration_seconds_count{name=\"cloud-node-controller\"}",
         "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",

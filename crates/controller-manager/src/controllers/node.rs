@@ -94,7 +94,6 @@ fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
     let controller = controller.clone();
     Batcher::spawn(500, 8, move |nodes: Vec<Arc<Node>>| {
         let provider = controller.provider.clone();
-        let metrics = controller.metrics.clone();
         let cx = controller.call_context();
         async move {
             let Some(instances) = instances_of(provider.as_ref()) else {
@@ -105,10 +104,10 @@ fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
                 .guard(async { Ok(instances.instance_metadata_batch(&cx, &nodes).await) })
                 .await
                 .unwrap_or_else(|error| nodes.iter().map(|_| Err(clone_error(&error))).collect());
-            metrics.cloud_call(
+            cx.observe(
                 "instance_metadata_batch",
-                &answers,
-                started.elapsed().as_secs_f64(),
+                started.elapsed(),
+                crate::metrics::batch_outcome(&answers),
             );
             answers
         }
@@ -132,9 +131,16 @@ pub(super) async fn run(controller: ControllerContext) {
     let forget = tokio::spawn(forget_deleted(context.clone()));
     controller.set_started();
     let stop = controller.stop.clone();
-    Controller::for_shared_stream(informer.subscribe(), informer.store())
+    // The work queue's metrics see what kube-runtime schedules: each change, and every node at the start.
+    let queue = controller.queue.clone();
+    let changes = informer.subscribe().inspect(move |node| queue.add(node.name()));
+    let (queue, store) = (controller.queue.clone(), informer.store());
+    let all = futures::stream::once(async move {
+        queue.add_all(store.state().iter().map(|node| node.name()));
+    });
+    Controller::for_shared_stream(changes, informer.store())
         .with_config(Config::default().concurrency(controller.settings.concurrent_node_syncs))
-        .reconcile_all_on(futures::stream::once(async {}))
+        .reconcile_all_on(all)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, context)
         .for_each(|_| async {})
@@ -153,10 +159,12 @@ fn clone_error(error: &CloudError) -> CloudError {
 }
 
 fn error_policy(node: Arc<CachedNode>, error: &NodeError, context: Arc<NodeContext>) -> Action {
-    match error {
-        NodeError::Cloud(CloudError::Retry { after, .. }) => Action::requeue(*after),
-        _ => Action::requeue(context.backoff.failed(node.uid())),
-    }
+    let after = match error {
+        NodeError::Cloud(CloudError::Retry { after, .. }) => *after,
+        _ => context.backoff.failed(node.uid()),
+    };
+    context.controller.queue.add_after(node.name(), after, true);
+    Action::requeue(after)
 }
 
 /// Forgets what was kept about nodes that are gone.
@@ -169,7 +177,7 @@ async fn forget_deleted(context: Arc<NodeContext>) {
 }
 
 async fn reconcile(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
-    let _working = context.controller.working();
+    let _working = context.controller.working_on(node.name());
     let started = Instant::now();
     let result = if node.has_taint(TAINT_UNINITIALIZED) {
         if context.is_stale(&node) {

@@ -97,9 +97,11 @@ async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), 
         .guard(async { Ok(instances.instance_exists_batch(&cx, &materialized).await) })
         .await
         .unwrap_or_else(|error| all_failed(materialized.len(), &error));
-    controller
-        .metrics
-        .cloud_call("instance_exists_batch", &exists, started.elapsed().as_secs_f64());
+    cx.observe(
+        "instance_exists_batch",
+        started.elapsed(),
+        crate::metrics::batch_outcome(&exists),
+    );
     let mut existing = Vec::new();
     for ((node, materialized), exists) in not_ready.into_iter().zip(materialized).zip(exists) {
         match exists {
@@ -119,10 +121,10 @@ async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), 
             .guard(async { Ok(instances.instance_shutdown_batch(&cx, &materialized).await) })
             .await
             .unwrap_or_else(|error| all_failed(materialized.len(), &error));
-        controller.metrics.cloud_call(
+        cx.observe(
             "instance_shutdown_batch",
-            &shutdown,
-            started.elapsed().as_secs_f64(),
+            started.elapsed(),
+            crate::metrics::batch_outcome(&shutdown),
         );
         for ((node, _), shutdown) in existing.iter().zip(shutdown) {
             match shutdown {

@@ -155,7 +155,7 @@ async fn reconcile(
     controller.metrics.route_syncs.inc();
     let cx = controller.call_context();
     let existing = cx
-        .guard(routes.list_routes(&cx, cluster))
+        .call("list_routes", routes.list_routes(&cx, cluster))
         .await
         .map_err(RouteError::List)?;
     // Each node's routes, then the action each of its in-cluster pod CIDRs needs.
@@ -233,7 +233,10 @@ async fn reconcile(
     let deletes = futures::stream::iter(stale)
         .map(|route: Route| async move {
             let cx = controller.call_context();
-            match cx.guard(routes.delete_route(&cx, cluster, &route)).await {
+            match cx
+                .call("delete_route", routes.delete_route(&cx, cluster, &route))
+                .await
+            {
                 Ok(()) => {
                     tracing::info!(route = %route.name, cidr = %route.destination_cidr, "deleted a route");
                     0
@@ -283,7 +286,10 @@ async fn reconcile(
                     };
                     let started = Instant::now();
                     let cx = controller.call_context();
-                    if let Err(error) = cx.guard(routes.create_route(&cx, cluster, &hint, &route)).await {
+                    if let Err(error) = cx
+                        .call("create_route", routes.create_route(&cx, cluster, &hint, &route))
+                        .await
+                    {
                         all_exist = false;
                         let note = format!(
                             "Could not create route {hint} {cidr} for node {name} after {}: {error}",

@@ -208,14 +208,27 @@ pub(super) async fn run(controller: ControllerContext) {
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
     let orphans = tokio::spawn(delete_orphans(context.clone()));
-    let triggers = futures::stream::unfold(triggers, |mut receiver| async move {
-        receiver.recv().await.map(|()| ((), receiver))
+    // The work queue's metrics see what kube-runtime schedules: each change, and every service at the
+    // start and on each node-set trigger.
+    let (queue, store) = (controller.queue.clone(), services.store());
+    let triggers = futures::stream::once(async {})
+        .chain(futures::stream::unfold(triggers, |mut receiver| async move {
+            receiver.recv().await.map(|()| ((), receiver))
+        }));
+    let triggers = triggers.inspect(move |()| {
+        for service in store.state() {
+            queue.add(&service.key());
+        }
     });
+    let queue = controller.queue.clone();
+    let changes = services
+        .subscribe()
+        .inspect(move |service| queue.add(&service.key()));
     controller.set_started();
     let stop = controller.stop().clone();
-    Controller::for_shared_stream(services.subscribe(), services.store())
+    Controller::for_shared_stream(changes, services.store())
         .with_config(Config::default().concurrency(controller.settings().concurrent_service_syncs))
-        .reconcile_all_on(futures::stream::once(async {}).chain(triggers))
+        .reconcile_all_on(triggers)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, context)
         .for_each(|_| async {})
@@ -300,17 +313,19 @@ fn error_policy(
     error: &ServiceError,
     context: Arc<ServiceContext>,
 ) -> Action {
-    match error.retry_after() {
-        Some(after) => Action::requeue(after),
-        None => Action::requeue(context.backoff.failed(&service.key())),
-    }
+    let key = service.key();
+    let after = error
+        .retry_after()
+        .unwrap_or_else(|| context.backoff.failed(&key));
+    context.controller.queue.add_after(&key, after, true);
+    Action::requeue(after)
 }
 
 async fn reconcile(
     cached: Arc<Compact<Service>>,
     context: Arc<ServiceContext>,
 ) -> Result<Action, ServiceError> {
-    let _working = context.controller.working();
+    let _working = context.controller.working_on(&cached.key());
     let started = Instant::now();
     let service = Arc::new(cached.object());
     let result = sync(service.clone(), &context).await;

@@ -148,7 +148,8 @@ pub(super) async fn clean_up(target: &Target<'_>, service: &Service) -> Result<A
     let controller = &target.context.controller;
     let cx = controller.call_context();
     let exists = cx
-        .guard(
+        .call(
+            "get_load_balancer",
             target
                 .load_balancers
                 .get_load_balancer(&cx, target.cluster, service),
@@ -168,7 +169,8 @@ pub(super) async fn clean_up(target: &Target<'_>, service: &Service) -> Result<A
             .await;
         let cx = controller.call_context();
         match cx
-            .guard(
+            .call(
+                "ensure_load_balancer_deleted",
                 target
                     .load_balancers
                     .ensure_load_balancer_deleted(&cx, target.cluster, service),
@@ -229,7 +231,8 @@ pub(super) async fn update_hosts(
     let started = Instant::now();
     let cx = context.controller.call_context();
     let outcome = cx
-        .guard(
+        .call(
+            "update_load_balancer",
             target
                 .load_balancers
                 .update_load_balancer(&cx, target.cluster, service, &nodes),
@@ -266,7 +269,8 @@ pub(super) async fn update_hosts(
         Err(error) => {
             let cx = context.controller.call_context();
             match cx
-                .guard(
+                .call(
+                    "get_load_balancer",
                     target
                         .load_balancers
                         .get_load_balancer(&cx, target.cluster, service),
@@ -336,7 +340,8 @@ pub(super) async fn ensure(
     }
     let cx = context.controller.call_context();
     let status = match cx
-        .guard(
+        .call(
+            "ensure_load_balancer",
             target
                 .load_balancers
                 .ensure_load_balancer(&cx, target.cluster, &service, &nodes),
@@ -387,7 +392,10 @@ pub(super) async fn delete_orphan(
         .await;
     let cx = controller.call_context();
     match cx
-        .guard(load_balancers.ensure_load_balancer_deleted(&cx, cluster, gone))
+        .call(
+            "ensure_load_balancer_deleted",
+            load_balancers.ensure_load_balancer_deleted(&cx, cluster, gone),
+        )
         .await
     {
         Ok(()) | Err(CloudError::ImplementedElsewhere) => {

@@ -1,0 +1,326 @@
+//! client-go's work-queue metrics for controllers that run on kube-runtime.
+//!
+//! kube-runtime keeps its queue to itself, so each controller's queue is modelled here from what the
+//! controller reports: an object is *added* when a change or a trigger schedules it (a key already waiting
+//! is not added twice, as client-go's queue deduplicates), *requeued* after a delay (counted as added when it
+//! comes due, as client-go's delaying queue adds it then), and *worked on* from the start of its sync to the
+//! end. From that come client-go's families, under its names: `workqueue_depth`, `workqueue_adds_total`,
+//! `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_retries_total`,
+//! `workqueue_unfinished_work_seconds` and `workqueue_longest_running_processor_seconds`, labelled by the
+//! queue's `name` (the controller's canonical name). Periodic passes (routes, node lifecycle) are work
+//! without a queue: they report work durations and in-progress time only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use tokio::time::Instant;
+
+/// `{name}`: a work queue.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct QueueLabels {
+    pub(crate) name: String,
+}
+
+/// The families a queue counts into (the gauges are read at each scrape by [`QueueCollector`]).
+#[derive(Clone)]
+pub(crate) struct QueueFamilies {
+    pub(crate) adds: Family<QueueLabels, Counter>,
+    pub(crate) retries: Family<QueueLabels, Counter>,
+    pub(crate) queue_duration: Family<QueueLabels, Histogram>,
+    pub(crate) work_duration: Family<QueueLabels, Histogram>,
+}
+
+impl QueueFamilies {
+    pub(crate) fn new() -> QueueFamilies {
+        // client-go's buckets: 10 ns × 10^n, 10 buckets.
+        let buckets = || Histogram::new(exponential_buckets(10e-9, 10.0, 10));
+        QueueFamilies {
+            adds: Family::default(),
+            retries: Family::default(),
+            queue_duration: Family::new_with_constructor(buckets),
+            work_duration: Family::new_with_constructor(buckets),
+        }
+    }
+}
+
+/// One object waiting: when it is (or becomes) due, and whether its add was counted yet.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    due: Instant,
+    counted: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    waiting: HashMap<String, Waiting>,
+    next: u64,
+    /// Work in progress: when each unit began.
+    working: BTreeMap<u64, Instant>,
+}
+
+/// A controller's work queue, as its metrics see it. One per controller name, kept across the controller's
+/// restarts (its waiting objects are dropped when it stops).
+#[derive(Debug)]
+pub struct WorkQueue {
+    labels: QueueLabels,
+    adds: Counter,
+    retries: Counter,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+    state: Mutex<State>,
+}
+
+impl WorkQueue {
+    pub(crate) fn new(name: &str, families: &QueueFamilies) -> WorkQueue {
+        let labels = QueueLabels {
+            name: name.to_owned(),
+        };
+        WorkQueue {
+            adds: families.adds.get_or_create(&labels).clone(),
+            retries: families.retries.get_or_create(&labels).clone(),
+            queue_duration: families.queue_duration.get_or_create(&labels).clone(),
+            work_duration: families.work_duration.get_or_create(&labels).clone(),
+            labels,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `key` is scheduled now (a change, a trigger). A key already waiting is not added again, but comes due
+    /// now if it was due later.
+    pub fn add(&self, key: &str) {
+        let now = Instant::now();
+        let mut state = self.state();
+        match state.waiting.get_mut(key) {
+            Some(waiting) if waiting.due <= now => {}
+            Some(waiting) => {
+                waiting.due = now;
+                if !waiting.counted {
+                    waiting.counted = true;
+                    self.adds.inc();
+                }
+            }
+            None => {
+                state.waiting.insert(
+                    key.to_owned(),
+                    Waiting {
+                        due: now,
+                        counted: true,
+                    },
+                );
+                self.adds.inc();
+            }
+        }
+    }
+
+    /// Each of `keys`, scheduled now.
+    pub fn add_all<'k>(&self, keys: impl IntoIterator<Item = &'k str>) {
+        for key in keys {
+            self.add(key);
+        }
+    }
+
+    /// `key` is scheduled `after` from now (a requeue); `retry` when it follows a failure
+    /// (`workqueue_retries_total`). The add is counted when the key comes due.
+    pub fn add_after(&self, key: &str, after: Duration, retry: bool) {
+        if retry {
+            self.retries.inc();
+        }
+        let due = Instant::now() + after;
+        let mut state = self.state();
+        state
+            .waiting
+            .entry(key.to_owned())
+            .and_modify(|waiting| waiting.due = waiting.due.min(due))
+            .or_insert(Waiting { due, counted: false });
+    }
+
+    /// Work begins on `key` (or on a periodic pass when `None`): its time in the queue is observed, and the
+    /// work lasts until the returned guard is dropped.
+    pub(crate) fn start(self: &Arc<Self>, key: Option<&str>) -> Working {
+        let now = Instant::now();
+        let mut state = self.state();
+        if let Some(key) = key {
+            match state.waiting.remove(key) {
+                Some(waiting) => {
+                    if !waiting.counted {
+                        self.adds.inc();
+                    }
+                    self.queue_duration
+                        .observe(now.saturating_duration_since(waiting.due).as_secs_f64());
+                }
+                // Scheduled by something not reported (kube-runtime's own retry of a watch, say): it was
+                // added, and its wait is unknown.
+                None => {
+                    self.adds.inc();
+                }
+            }
+        }
+        let id = state.next;
+        state.next += 1;
+        state.working.insert(id, now);
+        Working {
+            queue: self.clone(),
+            id,
+        }
+    }
+
+    /// Forgets what was waiting: the controller stopped.
+    pub(crate) fn clear(&self) {
+        self.state().waiting.clear();
+    }
+
+    /// How long the oldest unit of work in progress has been running.
+    pub(crate) fn longest_running(&self) -> Option<Duration> {
+        self.state()
+            .working
+            .values()
+            .min()
+            .map(|started| started.elapsed())
+    }
+
+    /// Depth (waiting and due), unfinished work (seconds, summed) and the longest-running unit (seconds).
+    fn gauges(&self) -> (i64, f64, f64) {
+        let now = Instant::now();
+        let state = self.state();
+        let depth = state.waiting.values().filter(|w| w.due <= now).count() as i64;
+        let running = state
+            .working
+            .values()
+            .map(|started| now.saturating_duration_since(*started));
+        let (sum, longest) = running.fold((0.0, 0.0_f64), |(sum, longest), d| {
+            (sum + d.as_secs_f64(), longest.max(d.as_secs_f64()))
+        });
+        (depth, sum, longest)
+    }
+}
+
+/// One unit of work in progress; it ends (and its duration is observed) when dropped.
+#[must_use = "the work ends when this is dropped"]
+pub struct Working {
+    queue: Arc<WorkQueue>,
+    id: u64,
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        if let Some(started) = self.queue.state().working.remove(&self.id) {
+            self.queue.work_duration.observe(started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// Every controller's queue, by name.
+pub(crate) type Queues = Arc<Mutex<BTreeMap<String, Arc<WorkQueue>>>>;
+
+/// Reads the gauges of every queue at each scrape.
+#[derive(Debug)]
+pub(crate) struct QueueCollector(pub(crate) Queues);
+
+impl Collector for QueueCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let queues: Vec<Arc<WorkQueue>> = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let gauges: Vec<(&QueueLabels, (i64, f64, f64))> =
+            queues.iter().map(|q| (&q.labels, q.gauges())).collect();
+        let mut family = |name: &str, help: &str, value: &dyn Fn(&(i64, f64, f64)) -> f64| {
+            let mut descriptor =
+                encoder.encode_descriptor(name, help, None, prometheus_client::metrics::MetricType::Gauge)?;
+            for (labels, values) in &gauges {
+                ConstGauge::new(value(values)).encode(descriptor.encode_family(*labels)?)?;
+            }
+            Ok::<_, std::fmt::Error>(())
+        };
+        family("workqueue_depth", "Current depth of workqueue", &|g| g.0 as f64)?;
+        family(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+            &|g| g.1,
+        )?;
+        family(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            &|g| g.2,
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_queue_counts_as_client_gos() {
+        let families = QueueFamilies::new();
+        let queue = Arc::new(WorkQueue::new("service-lb-controller", &families));
+        queue.add("a");
+        queue.add("a");
+        queue.add_all(["b", "c"]);
+        assert_eq!(queue.gauges().0, 3, "a waiting key is not added twice");
+        assert_eq!(queue.adds.get(), 3);
+
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let working = queue.start(Some("a"));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let (depth, unfinished, longest) = queue.gauges();
+        assert_eq!((depth, unfinished, longest), (2, 3.0, 3.0));
+        drop(working);
+        assert_eq!(queue.gauges().1, 0.0);
+
+        // A failed key comes back after its delay: not waiting (depth) until then, added when due.
+        queue.add_after("a", Duration::from_secs(10), true);
+        assert_eq!(
+            (queue.gauges().0, queue.adds.get(), queue.retries.get()),
+            (2, 3, 1)
+        );
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(queue.gauges().0, 3);
+        drop(queue.start(Some("a")));
+        assert_eq!(queue.adds.get(), 4);
+
+        queue.clear();
+        assert_eq!(queue.gauges().0, 0);
+        let text = {
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register("workqueue_adds", "adds", families.adds.clone());
+            registry.register(
+                "workqueue_queue_duration_seconds",
+                "wait",
+                families.queue_duration.clone(),
+            );
+            let queues: Queues = Arc::default();
+            queues
+                .lock()
+                .unwrap()
+                .insert("service-lb-controller".into(), queue.clone());
+            registry.register_collector(Box::new(QueueCollector(queues)));
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text
+        };
+        for needle in [
+            "workqueue_adds_total{name=\"service-lb-controller\"} 4",
+            "workqueue_queue_duration_seconds_count{name=\"service-lb-controller\"} 2",
+            "workqueue_depth{name=\"service-lb-controller\"} 0",
+            "workqueue_longest_running_processor_seconds{name=\"service-lb-controller\"} 0",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from\n{text}");
+        }
+    }
+}
