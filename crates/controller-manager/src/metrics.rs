@@ -85,6 +85,8 @@ pub struct Metrics {
     pub(crate) rest_client_requests: Family<RestLabels, Counter>,
     pub(crate) rest_client_request_duration: Family<RestDurationLabels, Histogram>,
     pub(crate) taint_removal_delay: Histogram,
+    pub(crate) uninitialized_nodes: Gauge,
+    pub(crate) oldest_uninitialized_node_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(crate) initial_node_sync_delay: Histogram,
     pub(crate) load_balancer_syncs: Counter,
     pub(crate) nodesync_errors: Counter,
@@ -106,7 +108,7 @@ impl Metrics {
         let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
         registry.register(
             "leader_election_master_status",
-            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease",
             leader_election_master_status.clone(),
         );
         let running_managed_controllers = Family::<ControllerLabels, Gauge>::default();
@@ -156,12 +158,12 @@ impl Metrics {
         );
         registry.register(
             "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested.",
+            "How long in seconds an item stays in workqueue before being requested",
             queue_families.queue_duration.clone(),
         );
         registry.register(
             "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes.",
+            "How long in seconds processing an item from workqueue takes",
             queue_families.work_duration.clone(),
         );
         let queues = Queues::default();
@@ -172,6 +174,18 @@ impl Metrics {
             "node_controller_cloud_provider_taint_removal_delay_seconds",
             "[ALPHA] Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node",
             taint_removal_delay.clone(),
+        );
+        let uninitialized_nodes = Gauge::default();
+        registry.register(
+            "node_controller_uninitialized_nodes",
+            "Nodes that still carry the cloud provider's uninitialized taint, as the running cloud-node-controller sees them (0 where it does not run)",
+            uninitialized_nodes.clone(),
+        );
+        let oldest_uninitialized_node_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "node_controller_oldest_uninitialized_node_age_seconds",
+            "Age of the oldest node that still carries the cloud provider's uninitialized taint (0 when there is none, or where the cloud-node-controller does not run)",
+            oldest_uninitialized_node_age.clone(),
         );
         let initial_node_sync_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
         registry.register(
@@ -195,19 +209,19 @@ impl Metrics {
         let nodesync_latency = Histogram::new(exponential_buckets(1.0, 2.0, 15));
         registry.register(
             "service_controller_nodesync_latency_seconds",
-            "[ALPHA] A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates.",
+            "[ALPHA] A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates",
             nodesync_latency.clone(),
         );
         let update_load_balancer_host_latency = Histogram::new(exponential_buckets(1.0, 2.0, 15));
         registry.register(
             "service_controller_update_loadbalancer_host_latency_seconds",
-            "[ALPHA] A metric measuring the latency for updating each load balancer hosts.",
+            "[ALPHA] A metric measuring the latency for updating each load balancer hosts",
             update_load_balancer_host_latency.clone(),
         );
         let route_syncs = Counter::default();
         registry.register(
             "route_controller_route_sync",
-            "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider.",
+            "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider",
             route_syncs.clone(),
         );
         let rest_client_requests = Family::<RestLabels, Counter>::default();
@@ -241,6 +255,8 @@ impl Metrics {
             queue_families,
             queues,
             taint_removal_delay,
+            uninitialized_nodes,
+            oldest_uninitialized_node_age,
             initial_node_sync_delay,
             load_balancer_syncs,
             nodesync_errors,
@@ -250,12 +266,18 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// Every metric, in OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+
+    /// Every metric, in Prometheus's classic text format (0.0.4), as Go components serve it: a counter's
+    /// `# HELP` and `# TYPE` name it with its `_total` suffix, and there is no `# EOF`.
+    pub fn encode_text(&self) -> String {
+        classic_text(&self.encode())
     }
 
     /// One API request answered with `code` (`<error>` when none came), as client-go counts it.
@@ -316,6 +338,50 @@ impl Metrics {
             .collect();
         let _ = self.cloud.provider.set(name);
     }
+}
+
+/// OpenMetrics text → the classic text format: the two differ, for what this registry writes, only in the
+/// name counters' metadata carries and the end marker.
+fn classic_text(open_metrics: &str) -> String {
+    let mut text = String::with_capacity(open_metrics.len());
+    // A family's `# HELP` comes before its `# TYPE`, which tells whether its name needs `_total`.
+    let mut help: Option<&str> = None;
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            if let Some(pending) = help.replace(line) {
+                text.push_str(pending);
+                text.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let classic = if kind == "counter" && !name.ends_with("_total") {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            if let Some(pending) = help.take() {
+                let description = pending
+                    .strip_prefix("# HELP ")
+                    .and_then(|h| h.strip_prefix(name))
+                    .unwrap_or_default();
+                text.push_str(&format!("# HELP {classic}{description}\n"));
+            }
+            text.push_str(&format!("# TYPE {classic} {kind}\n"));
+            continue;
+        }
+        if let Some(pending) = help.take() {
+            text.push_str(pending);
+            text.push('\n');
+        }
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
 }
 
 /// How a cloud request failed, for `cloudprovider_<provider>_api_request_errors_total{error}`; `None` for
@@ -479,6 +545,15 @@ mod tests {
             !text.contains("request=\"get_load_balancer\",error="),
             "an instance that does not exist is an answer, not an error:\n{text}"
         );
+        let classic = metrics.encode_text();
+        for needle in [
+            "# HELP controller_reconciles_total Reconciliations by controller and result.\n# TYPE controller_reconciles_total counter\n",
+            "# TYPE leader_election_master_status gauge\n",
+            "# TYPE cloudprovider_my_cloud_api_request_errors_total counter\n",
+        ] {
+            assert!(classic.contains(needle), "{needle} missing from\n{classic}");
+        }
+        assert!(!classic.contains("# EOF") && text.ends_with("# EOF\n"));
         if std::path::Path::new("/proc/self/stat").exists() {
             for family in [
                 "# TYPE process_cpu_seconds counter",

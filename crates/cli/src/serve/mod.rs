@@ -268,11 +268,28 @@ async fn handle(
             let (status, body) = checks(endpoint, &health.readiness().excluding(&excluded), only, verbose);
             respond(status, TEXT, body)
         }
-        "metrics" if only.is_none() => respond(
-            200,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.encode(),
-        ),
+        // As client_golang's handler: the text format Prometheus has always read, and OpenMetrics to a
+        // scraper that asks for it.
+        "metrics" if only.is_none() => {
+            let accept = request
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            if accept.contains("application/openmetrics-text") {
+                respond(
+                    200,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics.encode(),
+                )
+            } else {
+                respond(
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    metrics.encode_text(),
+                )
+            }
+        }
         _ => respond(404, TEXT, "404 page not found\n".to_owned()),
     };
     Ok(response)

@@ -86,12 +86,12 @@ fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
 }
 
 /// `kubectl kustomize DIR` (relative to the repository), as objects.
-fn render(dir: &str) -> Vec<Value> {
+pub(crate) fn render(dir: &str) -> Vec<Value> {
     let output = kubectl(None, &["kustomize", dir]);
     serde_saphyr::from_multiple::<Value>(&stdout(&output)).expect("kustomize renders YAML")
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)

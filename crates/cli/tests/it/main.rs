@@ -6,4 +6,5 @@ mod deploy;
 mod leader_migration_cli;
 mod manager;
 mod migration;
+mod monitoring;
 mod support;

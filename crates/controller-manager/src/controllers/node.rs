@@ -128,6 +128,7 @@ pub(super) async fn run(controller: ControllerContext) {
         backoff: Backoff::controller_default(),
     });
     let refresh = tokio::spawn(refresh_addresses(context.clone()));
+    let report = tokio::spawn(report_uninitialized(controller.clone()));
     let forget = tokio::spawn(forget_deleted(context.clone()));
     controller.set_started();
     let stop = controller.stop.clone();
@@ -147,6 +148,31 @@ pub(super) async fn run(controller: ControllerContext) {
         .await;
     refresh.abort();
     forget.abort();
+    report.abort();
+    // Only the running controller reports; alerts take the maximum over the replicas.
+    controller.metrics.uninitialized_nodes.set(0);
+    controller.metrics.oldest_uninitialized_node_age.set(0.0);
+}
+
+/// How often the uninitialised nodes are counted for the metrics (a walk of the node cache).
+const UNINITIALIZED_REPORT_PERIOD: Duration = Duration::from_secs(10);
+
+/// Keeps `node_controller_uninitialized_nodes` and `…_oldest_uninitialized_node_age_seconds` current, for
+/// the alert on nodes stuck uninitialised.
+async fn report_uninitialized(controller: ControllerContext) {
+    let mut ticks = tokio::time::interval(UNINITIALIZED_REPORT_PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let store = controller.nodes().store();
+    loop {
+        ticks.tick().await;
+        let (mut count, mut oldest) = (0_i64, 0.0_f64);
+        for node in store.state().iter().filter(|n| n.has_taint(TAINT_UNINITIALIZED)) {
+            count += 1;
+            oldest = oldest.max(super::age_seconds(node.as_ref()).unwrap_or(0.0));
+        }
+        controller.metrics.uninitialized_nodes.set(count);
+        controller.metrics.oldest_uninitialized_node_age.set(oldest);
+    }
 }
 
 /// A copy of a framework error for every node of a batch the framework abandoned.
