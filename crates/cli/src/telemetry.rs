@@ -2,8 +2,8 @@
 //! (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, traces exported with OpenTelemetry over OTLP/HTTP
 //! (protobuf). Nothing is exported otherwise.
 //!
-//! The spans are the ones the code already has: each reconcile (kube-runtime's `reconciling object`, with
-//! the object), cloud calls, elections. The exporter speaks plain HTTP (as an in-cluster collector on
+//! The spans: each sync (`reconcile`, with the controller, the object and the Lease), and beneath it its
+//! cloud calls (`cloud_call`) and API requests (kube's `HTTP`), elections. The exporter speaks plain HTTP (as an in-cluster collector on
 //! port 4318 does); the standard `OTEL_*` variables configure it (endpoint, headers, timeout,
 //! `OTEL_SERVICE_NAME`).
 
@@ -86,10 +86,18 @@ pub(crate) fn init(verbosity: u8, json: bool) -> Telemetry {
     } else {
         (None, None)
     };
+    // Traces also carry kube's `HTTP` span of every API request (a debug span), under the reconcile that
+    // made it.
     let otel = traces.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("cloud-controller-manager"))
-            .with_filter(filter())
+            .with_filter(
+                filter().add_directive(
+                    "kube_client::client::builder=debug"
+                        .parse()
+                        .expect("a valid directive"),
+                ),
+            )
     });
     // A second initialisation (tests) is harmless.
     let _ = tracing_subscriber::registry()

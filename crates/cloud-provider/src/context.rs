@@ -108,14 +108,25 @@ impl CallContext {
         }
     }
 
-    /// [`CallContext::guard`], timed and reported as `request` (see [`CallContext::observe`]).
+    /// [`CallContext::guard`], timed and reported as `request` (see [`CallContext::observe`]), in a
+    /// `cloud_call` span (its `request` and `caller`, and the `error` if it fails) under the caller's.
     pub async fn call<T>(
         &self,
         request: &str,
         call: impl Future<Output = Result<T, CloudError>>,
     ) -> Result<T, CloudError> {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "cloud_call",
+            request,
+            caller = %self.caller,
+            error = tracing::field::Empty
+        );
         let started = Instant::now();
-        let outcome = self.guard(call).await;
+        let outcome = self.guard(call).instrument(span.clone()).await;
+        if let Err(error) = &outcome {
+            span.record("error", tracing::field::display(error));
+        }
         self.observe(request, started.elapsed(), outcome.as_ref().map(|_| ()));
         outcome
     }

@@ -42,6 +42,8 @@ pub struct ControllerContext {
     pub(crate) started: Arc<watch::Sender<bool>>,
     /// The lock the controller runs under (none without leader election).
     pub(crate) fence: Option<Fence>,
+    /// That lock's Lease name (empty without leader election), for traces.
+    pub(crate) lease: Arc<str>,
     /// The controller's `User-Agent` (component, version, identity, controller), naming the caller of cloud
     /// calls so a cloud's logs can be judged against lock tenures as the API server's are.
     pub(crate) caller: Arc<str>,
@@ -115,6 +117,17 @@ impl ControllerContext {
     /// and takes it off the work queue ([`Self::queue`]).
     pub fn working_on(&self, key: &str) -> Working {
         self.queue.start(Some(key))
+    }
+
+    /// The span of one reconcile of `key` (`reconcile`, with the controller, the object and the Lease the
+    /// controller runs under): run the sync in it, and its cloud calls and API requests are its children.
+    pub fn reconcile_span(&self, key: &str) -> tracing::Span {
+        tracing::info_span!(
+            "reconcile",
+            controller = %self.name,
+            object = key,
+            lease = %self.lease
+        )
     }
 
     /// The controller's work queue for client-go's `workqueue_*` metrics: report what schedules a sync

@@ -38,7 +38,7 @@ pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerCo
 pub use context::{ControllerContext, event_reference};
 pub use health::{Health, Verdict};
 pub use informers::Informer;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, metric_reference};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, RegistrationError, Registry, SettingsCheck,
 };

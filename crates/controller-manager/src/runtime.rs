@@ -320,6 +320,7 @@ impl Runner {
                 stop: stop.child_token(),
                 started: Arc::new(started_sender),
                 fence: fence.clone(),
+                lease: if fence.is_some() { scope.into() } else { "".into() },
                 caller: self.clients.user_agent(name.as_str()).into(),
                 queue: queue.clone(),
             };

@@ -8,3 +8,4 @@ mod manager;
 mod migration;
 mod monitoring;
 mod support;
+mod traces;

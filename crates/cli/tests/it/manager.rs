@@ -16,16 +16,21 @@ use test_apiserver::TestApiServer;
 
 use crate::support::{binary, curl, free_port, stderr};
 
-const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// A manager process with the fake provider; killed on drop.
-struct Manager {
+pub(crate) struct Manager {
     child: Child,
     log: std::path::PathBuf,
 }
 
 impl Manager {
-    fn start(dir: &Path, server: &TestApiServer, flags: &[&str], env: &[(&str, String)]) -> Manager {
+    pub(crate) fn start(
+        dir: &Path,
+        server: &TestApiServer,
+        flags: &[&str],
+        env: &[(&str, String)],
+    ) -> Manager {
         Manager::spawn(binary(), dir, server, flags, env)
     }
 
@@ -57,11 +62,11 @@ impl Manager {
         Manager { child, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         assert!(
             std::process::Command::new("kill")
@@ -93,7 +98,7 @@ impl Drop for Manager {
 }
 
 /// Registers node `n1` (its instance is in the cloud-config) with the uninitialized taint.
-async fn add_uninitialized_node(server: &TestApiServer) {
+pub(crate) async fn add_uninitialized_node(server: &TestApiServer) {
     let node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "n1"},
         "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},

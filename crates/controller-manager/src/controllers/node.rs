@@ -203,6 +203,11 @@ async fn forget_deleted(context: Arc<NodeContext>) {
 }
 
 async fn reconcile(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
+    let span = context.controller.reconcile_span(node.name());
+    tracing::Instrument::instrument(sync_node(node, context), span).await
+}
+
+async fn sync_node(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
     let _working = context.controller.working_on(node.name());
     let started = Instant::now();
     let result = if node.has_taint(TAINT_UNINITIALIZED) {

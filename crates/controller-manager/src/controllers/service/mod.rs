@@ -325,6 +325,14 @@ async fn reconcile(
     cached: Arc<Compact<Service>>,
     context: Arc<ServiceContext>,
 ) -> Result<Action, ServiceError> {
+    let span = context.controller.reconcile_span(&cached.key());
+    tracing::Instrument::instrument(sync_service(cached, context), span).await
+}
+
+async fn sync_service(
+    cached: Arc<Compact<Service>>,
+    context: Arc<ServiceContext>,
+) -> Result<Action, ServiceError> {
     let _working = context.controller.working_on(&cached.key());
     let started = Instant::now();
     let service = Arc::new(cached.object());
