@@ -108,7 +108,12 @@ impl ClientFactory {
                     host: Arc::from(host.as_str()),
                 }
             })))
-            .with_layer(&RateLimitLayer::new(self.qps, self.burst))
+            .with_layer(&RateLimitLayer::new(
+                self.qps,
+                self.burst,
+                self.metrics.clone(),
+                &host,
+            ))
             .with_layer(&DeadlineLayer {
                 fence,
                 timeout: self.request_timeout,
@@ -390,16 +395,23 @@ impl TokenBucket {
 }
 
 #[derive(Clone)]
-struct RateLimitLayer(Arc<TokenBucket>);
+struct RateLimitLayer {
+    bucket: Arc<TokenBucket>,
+    /// Where each request's wait goes (`rest_client_rate_limiter_duration_seconds`), and its host label.
+    metrics: Option<(Arc<crate::Metrics>, Arc<str>)>,
+}
 
 impl RateLimitLayer {
-    fn new(qps: f64, burst: u32) -> RateLimitLayer {
+    fn new(qps: f64, burst: u32, metrics: Option<Arc<crate::Metrics>>, host: &str) -> RateLimitLayer {
         let burst = f64::from(burst.max(1));
-        RateLimitLayer(Arc::new(TokenBucket {
-            qps: qps.max(0.001),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
-        }))
+        RateLimitLayer {
+            bucket: Arc::new(TokenBucket {
+                qps: qps.max(0.001),
+                burst,
+                state: Mutex::new((burst, Instant::now())),
+            }),
+            metrics: metrics.map(|metrics| (metrics, Arc::from(host))),
+        }
     }
 }
 
@@ -409,9 +421,12 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            bucket: self.0.clone(),
+            bucket: self.bucket.clone(),
+            metrics: self.metrics.clone(),
             sleep: None,
             has_token: false,
+            waiting_since: None,
+            waited: Duration::ZERO,
         }
     }
 }
@@ -420,13 +435,17 @@ impl<S> Layer<S> for RateLimitLayer {
 struct RateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
+    metrics: Option<(Arc<crate::Metrics>, Arc<str>)>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     has_token: bool,
+    /// When the wait for the next request's token began, and how long the last token took.
+    waiting_since: Option<Instant>,
+    waited: Duration,
 }
 
-impl<S, R> Service<R> for RateLimit<S>
+impl<S, B> Service<http::Request<B>> for RateLimit<S>
 where
-    S: Service<R>,
+    S: Service<http::Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -434,20 +453,28 @@ where
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         while !self.has_token {
+            let since = *self.waiting_since.get_or_insert_with(Instant::now);
             if let Some(sleep) = self.sleep.as_mut() {
                 std::task::ready!(sleep.as_mut().poll(cx));
                 self.sleep = None;
             }
             match self.bucket.take() {
-                Ok(()) => self.has_token = true,
+                Ok(()) => {
+                    self.has_token = true;
+                    self.waited = since.elapsed();
+                    self.waiting_since = None;
+                }
                 Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
             }
         }
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
         self.has_token = false;
+        if let Some((metrics, host)) = &self.metrics {
+            metrics.rate_limited(host, request.method().as_str(), self.waited.as_secs_f64());
+        }
         self.inner.call(request)
     }
 }

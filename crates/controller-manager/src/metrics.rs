@@ -85,6 +85,7 @@ pub struct Metrics {
     queues: Queues,
     pub(crate) rest_client_requests: Family<RestLabels, Counter>,
     pub(crate) rest_client_request_duration: Family<RestDurationLabels, Histogram>,
+    pub(crate) rest_client_rate_limiter_duration: Family<RestDurationLabels, Histogram>,
     pub(crate) taint_removal_delay: Histogram,
     pub(crate) uninitialized_nodes: Gauge,
     pub(crate) oldest_uninitialized_node_age: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -241,11 +242,22 @@ impl Metrics {
             "Request latency in seconds. Broken down by verb, and host",
             rest_client_request_duration.clone(),
         );
+        let rest_client_rate_limiter_duration =
+            Family::<RestDurationLabels, Histogram>::new_with_constructor(|| {
+                // client-go's buckets.
+                Histogram::new([0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0])
+            });
+        registry.register(
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds. Broken down by verb, and host",
+            rest_client_rate_limiter_duration.clone(),
+        );
         registry.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         Metrics {
             registry,
             rest_client_requests,
             rest_client_request_duration,
+            rest_client_rate_limiter_duration,
             leader_election_master_status,
             running_managed_controllers,
             reconciles,
@@ -291,6 +303,16 @@ impl Metrics {
             })
             .inc();
         self.rest_client_request_duration
+            .get_or_create(&RestDurationLabels {
+                verb: method.to_owned(),
+                host: host.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// One request's wait for the client's rate limiter (`--kube-api-qps`, `--kube-api-burst`).
+    pub(crate) fn rate_limited(&self, host: &str, method: &str, seconds: f64) {
+        self.rest_client_rate_limiter_duration
             .get_or_create(&RestDurationLabels {
                 verb: method.to_owned(),
                 host: host.to_owned(),
@@ -362,6 +384,7 @@ pub fn metric_reference() -> String {
         .set(0);
     metrics.reconciled("", false, 0.0);
     metrics.api_request("", "", "", 0.0);
+    metrics.rate_limited("", "", 0.0);
     metrics
         .cloud
         .observe("", Duration::ZERO, Err(&CloudError::Timeout));

@@ -331,6 +331,7 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
         // Every API request of the manager's clients, as client-go counts them.
         "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:",
         "rest_client_request_duration_seconds_count{verb=\"GET\",host=\"127.0.0.1:",
+        "rest_client_rate_limiter_duration_seconds_count{verb=\"GET\",host=\"127.0.0.1:",
     ] {
         assert!(metrics.contains(expected), "{expected} missing from:\n{metrics}");
     }
