@@ -71,6 +71,9 @@ pub(crate) struct RestDurationLabels {
     pub(crate) host: String,
 }
 
+/// client-go's buckets for its request and rate-limiter latencies.
+const CLIENT_GO_BUCKETS: [f64; 12] = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0];
+
 /// Every metric of the manager, and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
@@ -234,8 +237,7 @@ impl Metrics {
         );
         let rest_client_request_duration =
             Family::<RestDurationLabels, Histogram>::new_with_constructor(|| {
-                // client-go's buckets.
-                Histogram::new([0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0])
+                Histogram::new(CLIENT_GO_BUCKETS)
             });
         registry.register(
             "rest_client_request_duration_seconds",
@@ -244,8 +246,7 @@ impl Metrics {
         );
         let rest_client_rate_limiter_duration =
             Family::<RestDurationLabels, Histogram>::new_with_constructor(|| {
-                // client-go's buckets.
-                Histogram::new([0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0])
+                Histogram::new(CLIENT_GO_BUCKETS)
             });
         registry.register(
             "rest_client_rate_limiter_duration_seconds",

@@ -15,15 +15,16 @@ const MIGRATION: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KCM, CCM, MIGRATION];
 const WAIT: Duration = Duration::from_secs(30);
 
-struct Plane {
-    server: TestApiServer,
-    cloud: FakeCloudServer,
-    environment: Environment,
+/// A test API server, a fake cloud, and the environment replicas run in.
+pub(crate) struct Plane {
+    pub(crate) server: TestApiServer,
+    pub(crate) cloud: FakeCloudServer,
+    pub(crate) environment: Environment,
     _directory: tempfile::TempDir,
 }
 
 impl Plane {
-    async fn start() -> Plane {
+    pub(crate) async fn start() -> Plane {
         let server = TestApiServer::start().await.unwrap();
         let cloud = FakeCloudServer::start(
             FakeCloud::new(Vec::new(), Knobs::default()),

@@ -8,15 +8,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use harness::{Environment, Replica, Side, Timings, Workload, has_ingress, initialized};
+use harness::{Replica, Side, Workload, has_ingress, initialized};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Api;
-use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::Value;
-use test_apiserver::TestApiServer;
 use tokio::time::Instant;
 
 use crate::deploy::{find, render};
+use crate::migration::Plane;
 use crate::support::{curl, free_port, repo_root};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -317,22 +316,8 @@ async fn live_managers_expose_what_the_dashboard_and_alerts_read() {
     if promtool().is_none() {
         return;
     }
-    let server = TestApiServer::start().await.unwrap();
-    let cloud = FakeCloudServer::start(
-        FakeCloud::new(Vec::new(), Knobs::default()),
-        ([127, 0, 0, 1], 0).into(),
-    )
-    .await
-    .unwrap();
-    let directory = tempfile::tempdir().unwrap();
-    let environment = Environment::prepare(
-        directory.path(),
-        env!("CARGO_BIN_EXE_cloud-controller-manager").into(),
-        server.kubeconfig_path().to_owned(),
-        cloud.url(),
-        Timings::fast(),
-    )
-    .unwrap();
+    let plane = Plane::start().await;
+    let (server, environment) = (&plane.server, &plane.environment);
     // Mid-migration: kube-controller-manager (N) holds the migration Lease, cloud-controller-manager (N+1)
     // its own; between them every controller runs.
     let ports = [free_port(), free_port()];
@@ -349,11 +334,11 @@ async fn live_managers_expose_what_the_dashboard_and_alerts_read() {
     fn as_str(flags: &[String]) -> Vec<&str> {
         flags.iter().map(String::as_str).collect()
     }
-    let mut kcm = Replica::start_with(&environment, "kcm", Side::Kcm, &as_str(&kcm_flags)).unwrap();
+    let mut kcm = Replica::start_with(environment, "kcm", Side::Kcm, &as_str(&kcm_flags)).unwrap();
     kcm.identity(WAIT).unwrap();
-    let mut ccm = Replica::start_with(&environment, "ccm", Side::Ccm, &as_str(&ccm_flags)).unwrap();
+    let mut ccm = Replica::start_with(environment, "ccm", Side::Ccm, &as_str(&ccm_flags)).unwrap();
     ccm.identity(WAIT).unwrap();
-    let workload = Workload::new(server.client(), cloud.url());
+    let workload = Workload::new(server.client(), plane.cloud.url());
     workload.add_node(0).await.unwrap();
     workload.add_service(0).await.unwrap();
     let nodes: Api<Node> = Api::all(server.client());
