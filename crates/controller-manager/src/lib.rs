@@ -21,6 +21,7 @@ mod compact;
 mod config;
 mod context;
 mod controllers;
+mod exposition;
 mod health;
 mod informers;
 mod instances;
@@ -36,9 +37,10 @@ pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fence, 
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};
+pub use exposition::metric_reference;
 pub use health::{Health, Verdict};
 pub use informers::Informer;
-pub use metrics::{Metrics, metric_reference};
+pub use metrics::Metrics;
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, RegistrationError, Registry, SettingsCheck,
 };
