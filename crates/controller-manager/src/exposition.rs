@@ -8,6 +8,27 @@ use cloud_provider::{CallObserver, CloudError};
 
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
 
+impl Metrics {
+    /// Every metric, in Prometheus's classic text format (0.0.4), as Go components serve it: a counter's
+    /// `# HELP` and `# TYPE` name it with its `_total` suffix, and there is no `# EOF`.
+    pub fn encode_text(&self) -> String {
+        classic_text(&self.encode())
+    }
+
+    /// The exposition for a scraper whose `Accept` header is `accept`, and its content type: as
+    /// client_golang's handler, the classic text format, and OpenMetrics to a scraper that asks for it.
+    pub fn exposition(&self, accept: &str) -> (&'static str, String) {
+        if accept.contains("application/openmetrics-text") {
+            (
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.encode(),
+            )
+        } else {
+            ("text/plain; version=0.0.4; charset=utf-8", self.encode_text())
+        }
+    }
+}
+
 /// The reference of every family this framework exposes, as a Markdown table (metric, type, labels, help),
 /// generated from the registry itself: `docs/operations.md` holds it, and a test keeps the two equal.
 /// `cloudprovider_<provider>_…` stands for the provider's name.

@@ -287,25 +287,6 @@ impl Metrics {
         text
     }
 
-    /// Every metric, in Prometheus's classic text format (0.0.4), as Go components serve it: a counter's
-    /// `# HELP` and `# TYPE` name it with its `_total` suffix, and there is no `# EOF`.
-    pub fn encode_text(&self) -> String {
-        crate::exposition::classic_text(&self.encode())
-    }
-
-    /// The exposition for a scraper whose `Accept` header is `accept`, and its content type: as
-    /// client_golang's handler, the classic text format, and OpenMetrics to a scraper that asks for it.
-    pub fn exposition(&self, accept: &str) -> (&'static str, String) {
-        if accept.contains("application/openmetrics-text") {
-            (
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                self.encode(),
-            )
-        } else {
-            ("text/plain; version=0.0.4; charset=utf-8", self.encode_text())
-        }
-    }
-
     /// One API request answered with `code` (`<error>` when none came), as client-go counts it.
     pub(crate) fn api_request(&self, host: &str, method: &str, code: &str, seconds: f64) {
         self.rest_client_requests
