@@ -3,7 +3,7 @@
 //! (protobuf). Nothing is exported otherwise.
 //!
 //! The spans: each sync (`reconcile`, with the controller, the object and the Lease), and beneath it its
-//! cloud calls (`cloud_call`) and API requests (kube's `HTTP`), elections. The exporter speaks plain HTTP (as an in-cluster collector on
+//! cloud calls (`cloud_call`) and API requests (`HTTP`), elections. The exporter speaks plain HTTP (as an in-cluster collector on
 //! port 4318 does); the standard `OTEL_*` variables configure it (endpoint, headers, timeout,
 //! `OTEL_SERVICE_NAME`).
 
@@ -86,14 +86,14 @@ pub(crate) fn init(verbosity: u8, json: bool) -> Telemetry {
     } else {
         (None, None)
     };
-    // Traces also carry kube's `HTTP` span of every API request (a debug span), under the reconcile that
+    // Traces also carry the `HTTP` span of every API request (a debug span), under the reconcile that
     // made it.
     let otel = traces.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("cloud-controller-manager"))
             .with_filter(
                 filter().add_directive(
-                    "kube_client::client::builder=debug"
+                    format!("{}=debug", controller_manager::HTTP_SPAN_TARGET)
                         .parse()
                         .expect("a valid directive"),
                 ),

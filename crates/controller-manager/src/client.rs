@@ -2,8 +2,9 @@
 //! client-go's (`--kube-api-qps`, `--kube-api-burst`), every request but a watch bounded by a deadline
 //! (`--kube-api-request-timeout`, covering the response body too), and for controllers under a lock,
 //! fenced: a write is refused locally once the lock's `valid_until` has passed, and a write in flight is
-//! abandoned (its connection closed) when `valid_until` passes before its answer, so a process that lost
-//! a lock cannot write for that lock's controllers even if its tasks are slow to stop.
+//! abandoned when `valid_until` passes before its answer, its connection reset so that what the kernel
+//! had not sent yet is discarded (see [`crate::transport`]), so a process that lost a lock cannot write
+//! for that lock's controllers even if its tasks are slow to stop or the network holds its bytes back.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,10 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use leadermigration::audit::UserAgent;
-use leadermigration::elector::LeaderState;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::{Layer, Service};
+
+use crate::transport::Fence;
 
 /// Settings every client shares.
 #[derive(Clone)]
@@ -101,24 +102,27 @@ impl ClientFactory {
             .map(ToString::to_string)
             .unwrap_or_default();
         // Innermost: latency as client-go measures it, without the rate limiter's wait.
-        Ok(kube::client::ClientBuilder::try_from(config)?
-            .with_layer(&tower::util::option_layer(self.metrics.clone().map(|metrics| {
-                RequestMetricsLayer {
-                    metrics,
-                    host: Arc::from(host.as_str()),
-                }
-            })))
-            .with_layer(&RateLimitLayer::new(
-                self.qps,
-                self.burst,
-                self.metrics.clone(),
-                &host,
-            ))
-            .with_layer(&DeadlineLayer {
-                fence,
-                timeout: self.request_timeout,
-            })
-            .build())
+        let transport = crate::transport::transport(&config, fence.clone())?;
+        Ok(
+            kube::client::ClientBuilder::new(transport, config.default_namespace.clone())
+                .with_layer(&tower::util::option_layer(self.metrics.clone().map(|metrics| {
+                    RequestMetricsLayer {
+                        metrics,
+                        host: Arc::from(host.as_str()),
+                    }
+                })))
+                .with_layer(&RateLimitLayer::new(
+                    self.qps,
+                    self.burst,
+                    self.metrics.clone(),
+                    &host,
+                ))
+                .with_layer(&DeadlineLayer {
+                    fence,
+                    timeout: self.request_timeout,
+                })
+                .build(),
+        )
     }
 }
 
@@ -131,24 +135,6 @@ pub enum ClientError {
     /// kube refused the configuration.
     #[error(transparent)]
     Kube(#[from] kube::Error),
-}
-
-/// A lock's state, for fencing writes.
-#[derive(Clone, Debug)]
-pub struct Fence(pub watch::Receiver<LeaderState>);
-
-impl Fence {
-    /// Until when this process may act under the lock (`None`: it does not lead).
-    pub fn valid_until(&self) -> Option<Instant> {
-        let state = self.0.borrow();
-        (state.role == leadermigration::elector::Role::Leading)
-            .then_some(state.valid_until)
-            .flatten()
-    }
-
-    fn lease(&self) -> String {
-        self.0.borrow().lease.clone()
-    }
 }
 
 /// A write refused because this process no longer holds the lock that governs it.

@@ -14,11 +14,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cached_node::CachedNode;
-use crate::client::Fence;
 use crate::compact::Compact;
 use crate::config::ControllerSettings;
 use crate::informers::{Informer, Informers};
 use crate::metrics::Metrics;
+use crate::transport::Fence;
 use crate::workqueue::{WorkQueue, Working};
 
 /// The longest Event note the API server accepts.

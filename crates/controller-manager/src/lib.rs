@@ -29,11 +29,12 @@ mod metrics;
 mod process_metrics;
 mod registry;
 mod runtime;
+mod transport;
 mod workqueue;
 
 pub use cached_node::CachedNode;
 pub use cidr::{Cidr, CidrError};
-pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fence, Fenced};
+pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced};
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};
@@ -45,6 +46,7 @@ pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, RegistrationError, Registry, SettingsCheck,
 };
 pub use runtime::{Manager, ManagerError, PlannedController, plan_controllers, summarize};
+pub use transport::{Fence, HTTP_SPAN_TARGET};
 pub use workqueue::{WorkQueue, Working};
 
 /// Locks a mutex that guards plain data: a panic elsewhere while holding it leaves nothing half-done

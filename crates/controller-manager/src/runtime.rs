@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::client::{ClientFactory, Fence};
+use crate::client::ClientFactory;
 use crate::config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
 use crate::context::{ControllerContext, recorder};
 use crate::health::Health;
@@ -27,6 +27,7 @@ use crate::informers::Informers;
 use crate::lock;
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
 use crate::registry::ControllerRegistry;
+use crate::transport::Fence;
 
 /// A controller, where it runs for this manager, and why it will not run when it will not.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -270,3 +270,99 @@ async fn a_write_in_flight_is_abandoned_when_its_lock_stops_being_valid() {
     let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
     assert!(stored.get_opt("later").await.unwrap().is_none());
 }
+
+/// Whether the connection from `local` (this host's end of it) is still established, per the kernel.
+#[cfg(target_os = "linux")]
+fn established(local: std::net::SocketAddr) -> bool {
+    let std::net::SocketAddr::V4(local) = local else {
+        panic!("{local} is not IPv4")
+    };
+    let wanted = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(local.ip().octets()),
+        local.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1) == Some(&wanted.as_str()) && fields.get(3) == Some(&"01")
+    })
+}
+
+/// A write still in the socket's send queue when its lock stops being valid is never delivered: its
+/// connection is reset, so the kernel discards what it had not sent. Closed the ordinary way, the kernel
+/// would go on sending it (a partition that heals later, or even after the process exited, delivers it).
+/// Here a peer that reads nothing until the write was abandoned holds the queue back, as a partition does.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_write_still_queued_when_its_lock_expires_is_discarded_not_delivered_later() {
+    use tokio::io::AsyncReadExt;
+
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    // Far more than the socket buffers on both sides hold.
+    let body_size = 16 << 20;
+    let mut big = config_map("big");
+    big.data = Some([("blob".to_owned(), "x".repeat(body_size))].into());
+    let config = kube::Config::new(
+        format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap(),
+    );
+    let (_state, receiver) = watch::channel(LeaderState {
+        lease: "some-lease".into(),
+        role: Role::Leading,
+        holder: Some(IDENTITY.into()),
+        renewed_at: Some(Instant::now()),
+        valid_until: Some(Instant::now() + Duration::from_millis(1500)),
+    });
+    let client = ClientFactory::new(config, "cloud-controller-manager", IDENTITY, 1000.0, 1000)
+        .client("fenced-controller", Some(Fence(receiver)))
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let write = tokio::spawn(async move { api.create(&PostParams::default(), &big).await });
+    let (mut peer, writer) = tokio::time::timeout(BOUND, listener.accept())
+        .await
+        .expect("bounded")
+        .unwrap();
+
+    let error = tokio::time::timeout(BOUND, write)
+        .await
+        .expect("bounded")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("lease some-lease no longer valid"),
+        "{error:?}"
+    );
+    // The writer's end leaves ESTABLISHED once it is closed: gone if reset, FIN_WAIT1 with its queue if not.
+    let closed_by = Instant::now() + BOUND;
+    while established(writer) {
+        assert!(
+            Instant::now() < closed_by,
+            "the abandoned write's connection stays open"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Everything the peer will ever receive.
+    let mut received = 0;
+    let mut buffer = vec![0; 1 << 16];
+    let ending = loop {
+        match tokio::time::timeout(BOUND, peer.read(&mut buffer))
+            .await
+            .expect("bounded")
+        {
+            Ok(0) => break "an orderly close".to_owned(),
+            Ok(read) => received += read,
+            Err(error) => break error.to_string(),
+        }
+    };
+    assert!(
+        received < body_size,
+        "the abandoned write was delivered after its lock expired ({received} bytes, then {ending})"
+    );
+    assert!(ending.contains("reset"), "{ending}");
+}
