@@ -10,6 +10,7 @@
 //! - [`LeaseTimings`]: lease duration, renew deadline and retry period, valid by construction.
 //! - [`audit`] checks, from the API server's logs, that no controller ran in two processes at once.
 //! - [`rbac`] generates the Roles both managers need for the migration Leases.
+//! - [`status`]: where a migration stands, as conditions, from what the cluster shows.
 //!
 //! Everything in this list is pure: no I/O beyond the bytes it is given, no async runtime.
 //!
@@ -29,6 +30,7 @@ pub mod rbac;
 #[cfg(feature = "elector")]
 pub mod scopes;
 mod selection;
+pub mod status;
 mod timings;
 
 pub use config::{

@@ -380,7 +380,7 @@ fn forbidden_message(user: &UserInfo, attributes: &Attributes<'_>) -> String {
 }
 
 /// Objects every real cluster has that matter here: namespaces, discovery for authenticated users, and
-/// kube-controller-manager's leader-locking Role that the seed guide patches.
+/// kube-controller-manager's Lease rules and the leader-locking Role that the seed guide patches.
 pub(crate) fn bootstrap_objects() -> Vec<Value> {
     let mut objects: Vec<Value> = ["default", "kube-system", "kube-public", "kube-node-lease"]
         .into_iter()
@@ -421,6 +421,21 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["extension-apiserver-authentication"], "verbs": ["get", "list", "watch"]}],
+        }),
+        // kube-controller-manager's own role: here only its rules on Leases (the real one has many more).
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "system:kube-controller-manager", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kube-controller-manager"], "verbs": ["get", "update"]},
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:kube-controller-manager", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kube-controller-manager"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-controller-manager"}],
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",

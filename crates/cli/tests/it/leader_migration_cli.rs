@@ -81,6 +81,36 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
+fn status_and_preflight_refuse_bad_flags_before_touching_a_cluster() {
+    let unknown = run(&["leader-migration", "status", "--wait-for", "Done"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("unknown condition \"Done\" (one of KubeControllerManagerLeading, "),
+        "{}",
+        stderr(&unknown)
+    );
+    let status = run(&["leader-migration", "status", "--wait-for", "Completed=Yes"]);
+    assert_eq!(status.status.code(), Some(2));
+    assert!(stderr(&status).contains("unknown status \"Yes\" (True, False or Unknown)"));
+    let timeout_alone = run(&["leader-migration", "status", "--timeout", "5s"]);
+    assert_eq!(timeout_alone.status.code(), Some(2), "--timeout needs --wait-for");
+    let bad_timeout = run(&[
+        "leader-migration",
+        "status",
+        "--wait-for",
+        "Completed",
+        "--timeout",
+        "soon",
+    ]);
+    assert_eq!(bad_timeout.status.code(), Some(2));
+    assert_eq!(
+        run(&["leader-migration", "preflight"]).status.code(),
+        Some(2),
+        "--component is required"
+    );
+}
+
+#[test]
 fn plan_json_places_every_controller() {
     let output = run(&[
         "leader-migration",

@@ -49,7 +49,7 @@ impl Plane {
         }
     }
 
-    fn replica(&self, name: &str, side: Side) -> Replica {
+    pub(crate) fn replica(&self, name: &str, side: Side) -> Replica {
         Replica::start(&self.environment, name, side).unwrap()
     }
 

@@ -1,4 +1,8 @@
-//! `cloud-controller-manager leader-migration …`: tools for operators planning a migration.
+//! `cloud-controller-manager leader-migration …`: tools for operators planning a migration and following
+//! it on a live cluster (`status`, `preflight`).
+
+mod preflight;
+mod status;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +27,14 @@ pub(crate) enum Command {
     Default(DefaultArgs),
     /// Print the Roles and RoleBindings both controller managers need for the migration Leases.
     Rbac(RbacArgs),
+    /// Show where a migration stands on a live cluster: conditions (with a rule for Completed), who holds
+    /// each Lease, the managers' pods and the nodes. With --wait-for, wait for a condition (exit 1 on
+    /// timeout).
+    Status(status::StatusArgs),
+    /// Check a live cluster before starting a component with leader migration: the configuration, the
+    /// Lease names, each component's access to its Leases, that every controller it takes over can run
+    /// here, and the cloud provider. One line per check with the fix; exit 0 when all pass, 1 otherwise.
+    Preflight(preflight::PreflightArgs),
 }
 
 #[derive(Debug, Args)]
@@ -33,7 +45,7 @@ pub(crate) struct ValidateArgs {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum PlanOutput {
+pub(crate) enum PlanOutput {
     Text,
     Json,
 }
@@ -104,12 +116,14 @@ impl Command {
             Command::Plan(args) => print_plan(&args, registry, &mut stdout),
             Command::Default(args) => print_default(&args, catalog, &mut stdout),
             Command::Rbac(args) => print_rbac(&args, catalog, &mut stdout),
+            Command::Status(args) => status::run(&args, catalog, &mut stdout),
+            Command::Preflight(args) => preflight::run(&args, registry, &mut stdout),
         }
     }
 }
 
 /// Reads and validates one file; on failure the error lists every problem.
-fn load(path: &Path, catalog: &ControllerCatalog) -> Result<leadermigration::LoadedConfig> {
+pub(crate) fn load(path: &Path, catalog: &ControllerCatalog) -> Result<leadermigration::LoadedConfig> {
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read the file", path.display()))?;
     Ok(MigrationConfig::load(
         &path.display().to_string(),

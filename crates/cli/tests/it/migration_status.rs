@@ -1,0 +1,384 @@
+//! `leader-migration status` and `preflight` against the test API server: status through a real
+//! migration of the binary's replicas (before, mid-roll, after, after a rollback), preflight with RBAC on.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use harness::{Side, Workload, wait_for_holders};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use test_apiserver::{TestApiServer, UserInfo};
+
+use crate::migration::Plane;
+use crate::support::{binary, repo_root, stderr, stdout};
+
+const KCM: &str = "kube-controller-manager";
+const CCM: &str = "cloud-controller-manager";
+const MIGRATION: &str = "cloud-provider-extraction-migration";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `leader-migration ARGS…` against the cluster of `kubeconfig`, off the async runtime.
+async fn tool(kubeconfig: &Path, args: &[&str]) -> Output {
+    let mut command = binary();
+    command
+        .arg("leader-migration")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .current_dir(repo_root());
+    tokio::task::spawn_blocking(move || command.output().expect("run cloud-controller-manager"))
+        .await
+        .unwrap()
+}
+
+/// The conditions of `status --output json`, as `type → (status, reason)`.
+async fn conditions(kubeconfig: &Path) -> (Value, Vec<(String, String, String)>) {
+    let output = tool(kubeconfig, &["status", "--output", "json"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let document: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let conditions = document["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+                c["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    (document, conditions)
+}
+
+fn condition<'a>(conditions: &'a [(String, String, String)], kind: &str) -> (&'a str, &'a str) {
+    let (_, status, reason) = conditions.iter().find(|(k, _, _)| k == kind).unwrap();
+    (status, reason)
+}
+
+/// The mirror pod of a static controller-manager pod on `host`, with its command line.
+async fn mirror_pod(server: &TestApiServer, component: &str, host: &str, flags: &[&str]) {
+    let mut command = vec![component];
+    command.extend(flags);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("{component}-{host}"), "labels": {"component": component, "tier": "control-plane"}},
+        "spec": {"nodeName": host, "containers": [{"name": component, "image": format!("registry.k8s.io/{component}:v1.33.0"), "command": command}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(server.client(), "kube-system");
+    let name = pod.metadata.name.clone().unwrap();
+    if pods.get_opt(&name).await.unwrap().is_some() {
+        pods.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
+async fn wait_for_holder(plane: &Plane, lease: &str, id: &str, what: &str) {
+    wait_for_holders(&plane.server.client(), &[lease], WAIT, what, |h| {
+        h[lease].as_deref() == Some(id)
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_follows_a_migration_and_its_rollback() {
+    let plane = Plane::start().await;
+    let kubeconfig = plane.server.kubeconfig_path().to_owned();
+    let workload = Workload::new(plane.server.client(), plane.cloud.url());
+
+    // An empty cluster proves nothing: no nodes, no pods, no Leases.
+    let (_, empty) = conditions(&kubeconfig).await;
+    assert_eq!(condition(&empty, "Completed").0, "False");
+    assert_eq!(condition(&empty, "NodesInitialized"), ("Unknown", "NoNodes"));
+    assert_eq!(
+        condition(&empty, "KubeControllerManagerLeading"),
+        ("False", "LeaseAbsent")
+    );
+
+    // Before: version N, kube-controller-manager with the in-tree provider runs the cloud controllers.
+    let mut kcm = plane.replica("kcm-1", Side::Kcm);
+    let kcm_id = kcm.identity(WAIT).unwrap();
+    mirror_pod(
+        &plane.server,
+        KCM,
+        "cp1",
+        &["--cloud-provider=fake", "--enable-leader-migration"],
+    )
+    .await;
+    wait_for_holder(&plane, MIGRATION, &kcm_id, "kcm-1 to hold the migration lock").await;
+    workload.add_node(1).await.unwrap();
+    let (document, before) = conditions(&kubeconfig).await;
+    assert_eq!(
+        condition(&before, "KubeControllerManagerLeading"),
+        ("True", "Held")
+    );
+    assert_eq!(
+        condition(&before, "CloudControllerManagerLeading"),
+        ("False", "LeaseAbsent")
+    );
+    assert_eq!(
+        condition(&before, "MigrationLocksOnCloudSide"),
+        ("False", "HeldByKubeControllerManager")
+    );
+    assert_eq!(
+        condition(&before, "KubeControllerManagerExternal"),
+        ("False", "InTreeCloudProvider")
+    );
+    assert_eq!(condition(&before, "Completed"), ("False", "InProgress"));
+    let migration_lease = document["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == MIGRATION)
+        .unwrap();
+    assert_eq!(migration_lease["holder"], kcm_id.as_str());
+    assert_eq!(
+        migration_lease["component"], KCM,
+        "attributed by the main Lease's holder"
+    );
+    // Waiting for completion now times out, with the status printed and exit 1.
+    let waited = tool(
+        &kubeconfig,
+        &["status", "--wait-for", "Completed", "--timeout", "2s"],
+    )
+    .await;
+    assert_eq!(waited.status.code(), Some(1), "{}", stdout(&waited));
+    assert!(
+        stderr(&waited).contains("timed out after 2s waiting for Completed=True"),
+        "{}",
+        stderr(&waited)
+    );
+    assert!(
+        stdout(&waited).contains("MigrationLocksOnCloudSide"),
+        "{}",
+        stdout(&waited)
+    );
+
+    // Mid-roll: N+1 on the first control-plane host, kube-controller-manager N still elsewhere.
+    let mut ccm = plane.replica("ccm-1", Side::Ccm);
+    let ccm_id = ccm.identity(WAIT).unwrap();
+    mirror_pod(
+        &plane.server,
+        CCM,
+        "cp1",
+        &["--cloud-provider=fake", "--enable-leader-migration"],
+    )
+    .await;
+    wait_for_holder(&plane, CCM, &ccm_id, "ccm-1 to hold its main Lease").await;
+    let (_, mid) = conditions(&kubeconfig).await;
+    assert_eq!(condition(&mid, "CloudControllerManagerLeading"), ("True", "Held"));
+    assert_eq!(
+        condition(&mid, "MigrationLocksOnCloudSide"),
+        ("False", "HeldByKubeControllerManager")
+    );
+    assert_eq!(condition(&mid, "Completed").0, "False");
+
+    // After: kube-controller-manager N+1 runs without a cloud provider; the migration lock moves.
+    kcm.terminate().unwrap();
+    assert!(kcm.wait(WAIT).unwrap().success());
+    mirror_pod(
+        &plane.server,
+        KCM,
+        "cp1",
+        &["--cloud-provider=external", "--enable-leader-migration"],
+    )
+    .await;
+    let done = tool(
+        &kubeconfig,
+        &["status", "--wait-for", "Completed", "--timeout", "30s"],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}{}", stdout(&done), stderr(&done));
+    let text = stdout(&done);
+    assert!(
+        text.contains("every migration lock is held by the cloud-controller-manager's leader"),
+        "{text}"
+    );
+    assert!(
+        text.contains("NODES: 1 of 1 initialised by the cloud provider"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(MIGRATION) && l.contains(&ccm_id) && l.contains(CCM)),
+        "{text}"
+    );
+
+    // Rollback: kube-controller-manager N comes back, the cloud-controller-manager goes.
+    let mut back = plane.replica("kcm-2", Side::Kcm);
+    let back_id = back.identity(WAIT).unwrap();
+    mirror_pod(
+        &plane.server,
+        KCM,
+        "cp1",
+        &["--cloud-provider=fake", "--enable-leader-migration"],
+    )
+    .await;
+    ccm.terminate().unwrap();
+    assert!(ccm.wait(WAIT).unwrap().success());
+    wait_for_holder(
+        &plane,
+        MIGRATION,
+        &back_id,
+        "kcm-2 to take the migration lock back",
+    )
+    .await;
+    let rolled_back = tool(
+        &kubeconfig,
+        &[
+            "status",
+            "--wait-for",
+            "MigrationLocksOnCloudSide=False",
+            "--timeout",
+            "30s",
+            "--output",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(rolled_back.status.code(), Some(0), "{}", stderr(&rolled_back));
+    let (_, after) = conditions(&kubeconfig).await;
+    assert_eq!(
+        condition(&after, "CloudControllerManagerLeading"),
+        ("False", "Released")
+    );
+    assert_eq!(condition(&after, "Completed"), ("False", "InProgress"));
+    back.terminate().unwrap();
+    assert!(back.wait(WAIT).unwrap().success());
+}
+
+#[tokio::test]
+async fn preflight_checks_lease_access_as_the_api_server_decides_it() {
+    let server = TestApiServer::start().await.unwrap();
+    server.set_rbac(true);
+    let directory = tempfile::tempdir().unwrap();
+    // The cloud-controller-manager's identity, allowed to delegate authorisation checks (as a CCM is).
+    let token = server.mint_token(UserInfo {
+        name: "system:cloud-controller-manager".into(),
+        groups: vec!["system:authenticated".into()],
+    });
+    let kubeconfig = directory.path().join("ccm.kubeconfig");
+    server.write_kubeconfig(&kubeconfig, &token).unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "ccm-auth-delegator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "system:cloud-controller-manager"}],
+    }))
+    .unwrap();
+    Api::all(server.client())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let preflight = [
+        "preflight",
+        "--component",
+        CCM,
+        "--config",
+        "examples/leader-migration/n-plus-1.yaml",
+        "--other-user",
+        "system:kube-controller-manager",
+        "--cloud-provider",
+        "fake",
+        "--allow-untagged-cloud",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ];
+
+    let output = tool(&kubeconfig, &preflight).await;
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}{}", stderr(&output));
+    assert!(
+        text.contains("PASS  configuration: examples/leader-migration/n-plus-1.yaml"),
+        "{text}"
+    );
+    assert!(text.contains("PASS  lease names"), "{text}");
+    assert!(
+        text.contains("FAIL  access (cloud-controller-manager, as this kubeconfig's user): cloud-controller-manager may not create leases; get, list, watch, update leases/cloud-controller-manager; get, list, watch, update leases/cloud-provider-extraction-migration in kube-system"),
+        "{text}"
+    );
+    // kube-controller-manager has its bootstrap role for its own Lease, not for the migration Lease.
+    let kcm_line = text
+        .lines()
+        .find(|l| l.starts_with("FAIL  access (kube-controller-manager"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        kcm_line.ends_with(&format!("may not get, update leases/{MIGRATION} in kube-system")),
+        "{kcm_line}"
+    );
+    assert!(
+        text.contains("fix: grant it: `cloud-controller-manager leader-migration rbac --namespace kube-system --config examples/leader-migration/n-plus-1.yaml | kubectl apply -f -`"),
+        "{text}"
+    );
+
+    // The fix it names: the RBAC the rbac command prints, and the CCM's own Lease role.
+    let rbac = tool_offline(&["rbac", "--config", "examples/leader-migration/n-plus-1.yaml"]);
+    for document in stdout(&rbac).split("\n---\n").skip(1) {
+        let object: Value = serde_saphyr::from_str(document).unwrap();
+        create(&server, object).await;
+    }
+    create(&server, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "ccm-lease", "namespace": "kube-system"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CCM], "verbs": ["get", "list", "watch", "update"]}],
+    }))
+    .await;
+    create(&server, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "ccm-lease", "namespace": "kube-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ccm-lease"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "system:cloud-controller-manager"}],
+    }))
+    .await;
+    let output = tool(&kubeconfig, &preflight).await;
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("PASS")).count(),
+        6,
+        "{text}"
+    );
+    assert!(text.ends_with("all checks passed\n"), "{text}");
+
+    // Routes taken over without a cluster CIDR would run nowhere.
+    let routes = &preflight[..preflight.len() - 2];
+    let output = tool(&kubeconfig, routes).await;
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("FAIL  controllers:")
+            && l.contains("node-route-controller (--cluster-cidr is not set")),
+        "{text}"
+    );
+}
+
+fn tool_offline(args: &[&str]) -> Output {
+    let mut all = vec!["leader-migration"];
+    all.extend(args);
+    crate::support::run(&all)
+}
+
+async fn create(server: &TestApiServer, object: Value) {
+    let kind = object["kind"].as_str().unwrap().to_owned();
+    let client = server.client();
+    let params = PostParams::default();
+    match kind.as_str() {
+        "Role" => {
+            let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(object).unwrap();
+            Api::namespaced(client, "kube-system")
+                .create(&params, &role)
+                .await
+                .unwrap();
+        }
+        "RoleBinding" => {
+            let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(object).unwrap();
+            Api::namespaced(client, "kube-system")
+                .create(&params, &binding)
+                .await
+                .unwrap();
+        }
+        other => panic!("unexpected {other}"),
+    }
+}
