@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use controller_manager::{Cidr, ControllerSettings, Registry, plan_controllers};
+use controller_manager::{Cidr, ControllerSettings, PlannedController, Registry, plan_controllers};
 use leadermigration::rbac::{RbacRequest, migration_rbac};
 use leadermigration::{
     CLOUD_CONTROLLER_MANAGER, ControllerCatalog, ControllerSelection, DEFAULT_MIGRATION_LEASE,
@@ -50,9 +50,11 @@ pub(crate) enum PlanOutput {
     Json,
 }
 
+/// The component a plan or a preflight is for, with its manager's flags that decide where each controller
+/// runs.
 #[derive(Debug, Args)]
-pub(crate) struct PlanArgs {
-    /// The component to plan for, e.g. kube-controller-manager or cloud-controller-manager.
+pub(crate) struct ComponentArgs {
+    /// The component, e.g. kube-controller-manager or cloud-controller-manager.
     #[arg(long, value_name = "NAME")]
     component: String,
     /// Leader-migration configuration file; the built-in default when absent.
@@ -64,8 +66,9 @@ pub(crate) struct PlanArgs {
     /// Name of the component's main Lease; the component name when absent.
     #[arg(long, value_name = "NAME")]
     leader_elect_resource_name: Option<String>,
-    /// The manager's cloud provider: controllers it cannot serve are shown as skipped, with the reason.
-    /// Without it, each controller's needs are listed instead.
+    /// The manager's cloud provider (one of this binary's): controllers it cannot serve are skipped, with
+    /// the reason. Without it, `plan` lists each controller's needs instead, and `preflight` skips the
+    /// provider's checks.
     #[arg(long, value_name = "NAME")]
     cloud_provider: Option<String>,
     /// The provider's configuration file, as the manager's --cloud-config.
@@ -77,6 +80,51 @@ pub(crate) struct PlanArgs {
     /// The manager's --configure-cloud-routes.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     configure_cloud_routes: bool,
+}
+
+impl ComponentArgs {
+    /// The component's main Lease.
+    fn main_lease(&self) -> &str {
+        self.leader_elect_resource_name
+            .as_deref()
+            .unwrap_or(&self.component)
+    }
+
+    /// Where each of `registry`'s controllers runs for this component under `migration`, and which are
+    /// skipped here (with `provider`: by its capabilities too).
+    fn plan(
+        &self,
+        registry: &Registry,
+        migration: &MigrationConfig,
+        provider: Option<&dyn cloud_provider::CloudProvider>,
+    ) -> Result<Vec<PlannedController>> {
+        let controllers = registry.controllers();
+        let catalog = controllers.catalog();
+        let selection = ControllerSelection::parse(&self.controllers, catalog).context("--controllers")?;
+        let settings = ControllerSettings {
+            cluster_cidrs: Cidr::parse_list(&self.cluster_cidr).context("--cluster-cidr")?,
+            configure_cloud_routes: self.configure_cloud_routes,
+            ..ControllerSettings::defaults("kubernetes")
+        };
+        Ok(plan_controllers(
+            controllers,
+            PlanInput {
+                component: &self.component,
+                main_lease: self.main_lease(),
+                migration: Some(migration),
+                selection: &selection,
+                catalog,
+            },
+            provider,
+            &settings,
+        ))
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PlanArgs {
+    #[command(flatten)]
+    target: ComponentArgs,
     #[arg(long, value_enum, default_value = "text")]
     output: PlanOutput,
 }
@@ -191,9 +239,9 @@ fn validate(
     })
 }
 
-/// The provider named by `plan --cloud-provider`, built from its `--cloud-config`.
+/// The provider named by `--cloud-provider`, built from its `--cloud-config`.
 fn build_provider(
-    args: &PlanArgs,
+    args: &ComponentArgs,
     registry: &Registry,
 ) -> Result<Option<std::sync::Arc<dyn cloud_provider::CloudProvider>>> {
     let Some(name) = &args.cloud_provider else {
@@ -213,35 +261,14 @@ fn build_provider(
 }
 
 fn print_plan(args: &PlanArgs, registry: &Registry, out: &mut impl Write) -> Result<ExitCode> {
+    let target = &args.target;
     let controllers = registry.controllers();
-    let catalog = controllers.catalog();
-    let selection = ControllerSelection::parse(&args.controllers, catalog)?;
-    let migration = match &args.config {
-        Some(path) => load(path, catalog)?.config,
-        None => MigrationConfig::default_config(catalog),
+    let migration = match &target.config {
+        Some(path) => load(path, controllers.catalog())?.config,
+        None => MigrationConfig::default_config(controllers.catalog()),
     };
-    let main_lease = args
-        .leader_elect_resource_name
-        .as_deref()
-        .unwrap_or(&args.component);
-    let settings = ControllerSettings {
-        cluster_cidrs: Cidr::parse_list(&args.cluster_cidr).context("--cluster-cidr")?,
-        configure_cloud_routes: args.configure_cloud_routes,
-        ..ControllerSettings::defaults("kubernetes")
-    };
-    let provider = build_provider(args, registry)?;
-    let planned = plan_controllers(
-        controllers,
-        PlanInput {
-            component: &args.component,
-            main_lease,
-            migration: Some(&migration),
-            selection: &selection,
-            catalog,
-        },
-        provider.as_deref(),
-        &settings,
-    );
+    let provider = build_provider(target, registry)?;
+    let planned = target.plan(registry, &migration, provider.as_deref())?;
     let needs = |name: leadermigration::ControllerName| {
         controllers
             .get(name)
@@ -263,18 +290,18 @@ fn print_plan(args: &PlanArgs, registry: &Registry, out: &mut impl Write) -> Res
                     })
                 })
                 .collect();
-            let document = serde_json::json!({"component": args.component, "controllers": controllers});
+            let document = serde_json::json!({"component": target.component, "controllers": controllers});
             writeln!(out, "{}", serde_json::to_string_pretty(&document)?)?;
         }
         PlanOutput::Text => {
-            let source = args
+            let source = target
                 .config
                 .as_ref()
                 .map_or("built-in default".to_owned(), |p| p.display().to_string());
             writeln!(
                 out,
                 "component {} (leader-migration configuration: {source})",
-                args.component
+                target.component
             )?;
             writeln!(out, "{:<34} {:<10} DETAIL", "CONTROLLER", "LOCK")?;
             for p in &planned {

@@ -5,25 +5,21 @@
 //! need a cluster CIDR), and the cloud provider. One line per check with the fix; exit 0 when all pass.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use controller_manager::{Cidr, ControllerSettings, Registry, plan_controllers};
+use controller_manager::Registry;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
     SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use leadermigration::rbac::{NAMED_LEASE_VERBS, UNNAMED_LEASE_VERBS};
-use leadermigration::{
-    CLOUD_CONTROLLER_MANAGER, ControllerSelection, KUBE_CONTROLLER_MANAGER, MigrationConfig, Placement,
-    PlanInput,
-};
+use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig, Placement};
 
-use super::load;
 use super::status::ClusterArgs;
+use super::{ComponentArgs, load};
 
 /// What client-go's Lease lock does with a Lease it knows the name of.
 const CLIENT_GO_LEASE_VERBS: [&str; 2] = ["get", "update"];
@@ -32,20 +28,10 @@ const CLIENT_GO_LEASE_VERBS: [&str; 2] = ["get", "update"];
 pub(crate) struct PreflightArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// The component about to start with leader migration: kube-controller-manager or
-    /// cloud-controller-manager. Its Leases are checked with the caller's own access (run this as the
-    /// component's identity, e.g. with its kubeconfig).
-    #[arg(long, value_name = "NAME")]
-    component: String,
-    /// The component's leader-migration configuration; the built-in default when absent.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// The component's --controllers.
-    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "*")]
-    controllers: Vec<String>,
-    /// The component's main Lease (its --leader-elect-resource-name); the component name when absent.
-    #[arg(long, value_name = "NAME")]
-    leader_elect_resource_name: Option<String>,
+    /// The component about to start with leader migration, and its manager's flags. Its Leases are
+    /// checked with the caller's own access: run this as the component's identity (e.g. its kubeconfig).
+    #[command(flatten)]
+    target: ComponentArgs,
     /// The other component's main Lease; the other component's name when absent.
     #[arg(long, value_name = "NAME")]
     other_lease: Option<String>,
@@ -57,21 +43,9 @@ pub(crate) struct PreflightArgs {
     /// A group of the other component's user; repeat for several.
     #[arg(long, value_name = "GROUP", requires = "other_user")]
     other_group: Vec<String>,
-    /// The component's cloud provider (this binary's providers); it is initialised as the manager would.
-    #[arg(long, value_name = "NAME")]
-    cloud_provider: Option<String>,
-    /// The provider's configuration file (the component's --cloud-config).
-    #[arg(long, value_name = "FILE", requires = "cloud_provider")]
-    cloud_config: Option<PathBuf>,
     /// The component's --allow-untagged-cloud.
     #[arg(long)]
     allow_untagged_cloud: bool,
-    /// The component's --cluster-cidr.
-    #[arg(long, value_name = "CIDRS", default_value = "")]
-    cluster_cidr: String,
-    /// The component's --configure-cloud-routes.
-    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
-    configure_cloud_routes: bool,
 }
 
 /// One check's outcome.
@@ -125,10 +99,11 @@ async fn checks(
 ) -> Result<()> {
     let catalog = registry.controllers().catalog();
     let source = args
+        .target
         .config
         .as_ref()
         .map_or("the built-in default".to_owned(), |p| p.display().to_string());
-    let migration = match &args.config {
+    let migration = match &args.target.config {
         Some(path) => match load(path, catalog) {
             Ok(loaded) => Some(loaded.config),
             Err(error) => {
@@ -158,14 +133,11 @@ async fn checks(
         Outcome::Pass(format!("{source}: migration Lease(s) {}", leases.join(", "))),
     )?;
 
-    let other = match args.component.as_str() {
+    let other = match args.target.component.as_str() {
         KUBE_CONTROLLER_MANAGER => CLOUD_CONTROLLER_MANAGER,
         _ => KUBE_CONTROLLER_MANAGER,
     };
-    let main_lease = args
-        .leader_elect_resource_name
-        .as_deref()
-        .unwrap_or(&args.component);
+    let main_lease = args.target.main_lease();
     let other_lease = args.other_lease.as_deref().unwrap_or(other);
     report.line("lease names", lease_names(main_lease, other_lease, &leases))?;
 
@@ -176,8 +148,8 @@ async fn checks(
         .collect();
     let denied = denials(&client, namespace, &own, None).await?;
     report.line(
-        &format!("access ({}, as this kubeconfig's user)", args.component),
-        access(args, &denied, &own, &args.component),
+        &format!("access ({}, as this kubeconfig's user)", args.target.component),
+        access(args, &denied, &own, &args.target.component),
     )?;
     match &args.other_user {
         Some(user) => {
@@ -196,7 +168,7 @@ async fn checks(
         )?,
     }
 
-    let provider = match &args.cloud_provider {
+    let provider = match &args.target.cloud_provider {
         Some(name) => {
             let outcome = cloud_provider(args, registry, name).await;
             let provider = outcome.as_ref().ok().cloned();
@@ -223,7 +195,7 @@ async fn checks(
 
     report.line(
         "controllers",
-        controllers(args, registry, &migration, main_lease, provider.as_deref())?,
+        controllers(args, registry, &migration, provider.as_deref()),
     )
 }
 
@@ -333,7 +305,8 @@ fn access(args: &PreflightArgs, denied: &[String], leases: &[&str], component: &
         problem: format!("{component} may not {} in {namespace}", denied.join("; ")),
         fix: format!(
             "grant it: `cloud-controller-manager leader-migration rbac --namespace {namespace}{} | kubectl apply -f -` for the migration Leases (it binds system:{component} and kube-system/{component}); the main Lease is the component's own leader-election RBAC",
-            args.config
+            args.target
+                .config
                 .as_ref()
                 .map_or_else(String::new, |c| format!(" --config {}", c.display()))
         ),
@@ -345,7 +318,7 @@ async fn cloud_provider(
     registry: &Registry,
     name: &str,
 ) -> Result<std::sync::Arc<dyn cloud_provider::CloudProvider>, Outcome> {
-    let config = match &args.cloud_config {
+    let config = match &args.target.cloud_config {
         Some(path) => Some(std::fs::read(path).map_err(|error| Outcome::Fail {
             problem: format!("--cloud-config: cannot read {}: {error}", path.display()),
             fix: "point --cloud-config at the component's cloud configuration".to_owned(),
@@ -377,37 +350,17 @@ fn controllers(
     args: &PreflightArgs,
     registry: &Registry,
     migration: &MigrationConfig,
-    main_lease: &str,
     provider: Option<&dyn cloud_provider::CloudProvider>,
-) -> Result<Outcome> {
-    let controllers = registry.controllers();
-    let catalog = controllers.catalog();
-    let selection = match ControllerSelection::parse(&args.controllers, catalog) {
-        Ok(selection) => selection,
+) -> Outcome {
+    let planned = match args.target.plan(registry, migration, provider) {
+        Ok(planned) => planned,
         Err(error) => {
-            return Ok(Outcome::Fail {
-                problem: format!("--controllers: {error}"),
-                fix: "use the component's --controllers value".to_owned(),
-            });
+            return Outcome::Fail {
+                problem: format!("{error:#}"),
+                fix: "give the component's own flag values".to_owned(),
+            };
         }
     };
-    let settings = ControllerSettings {
-        cluster_cidrs: Cidr::parse_list(&args.cluster_cidr).context("--cluster-cidr")?,
-        configure_cloud_routes: args.configure_cloud_routes,
-        ..ControllerSettings::defaults("kubernetes")
-    };
-    let planned = plan_controllers(
-        controllers,
-        PlanInput {
-            component: &args.component,
-            main_lease,
-            migration: Some(migration),
-            selection: &selection,
-            catalog,
-        },
-        provider,
-        &settings,
-    );
     let migrated: Vec<_> = planned
         .iter()
         .filter(|p| matches!(p.placement, Placement::Migration { .. }))
@@ -418,22 +371,22 @@ fn controllers(
         .collect();
     if skipped.is_empty() {
         let names: Vec<&str> = migrated.iter().map(|p| p.controller.as_str()).collect();
-        return Ok(Outcome::Pass(if names.is_empty() {
-            format!("{} takes over no migrated controller", args.component)
+        return Outcome::Pass(if names.is_empty() {
+            format!("{} takes over no migrated controller", args.target.component)
         } else {
             format!(
                 "{} runs every controller it takes over: {}",
-                args.component,
+                args.target.component,
                 names.join(", ")
             )
-        }));
+        });
     }
-    Ok(Outcome::Fail {
+    Outcome::Fail {
         problem: format!(
             "{} would take over, but not run: {} (after the migration they would run nowhere)",
-            args.component,
+            args.target.component,
             skipped.join("; ")
         ),
         fix: "set what is missing (--cluster-cidr for routes, or --configure-cloud-routes=false), or leave these controllers with the other component in the configuration".to_owned(),
-    })
+    }
 }
