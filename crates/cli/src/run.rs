@@ -254,14 +254,19 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
     })
 }
 
+/// The client configuration in the kubeconfig `file` given by `--flag`; errors name both.
+pub(crate) async fn kubeconfig_file(flag: &str, file: &str) -> Result<kube::Config> {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(file).with_context(|| format!("--{flag}: cannot read {file}"))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("--{flag}: {file} cannot be used"))
+}
+
 /// The client configuration: `--kubeconfig`, `--master`, in-cluster, or kube's default chain.
 async fn kube_config(settings: &Settings) -> Result<kube::Config> {
     let mut config = if !settings.kubeconfig.is_empty() {
-        let file = kube::config::Kubeconfig::read_from(&settings.kubeconfig)
-            .with_context(|| format!("--kubeconfig: cannot read {}", settings.kubeconfig))?;
-        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-            .await
-            .with_context(|| format!("--kubeconfig: {} cannot be used", settings.kubeconfig))?
+        kubeconfig_file("kubeconfig", &settings.kubeconfig).await?
     } else if !settings.master.is_empty() {
         kube::Config::new(
             settings
@@ -300,12 +305,7 @@ async fn delegation(
                 .client(DELEGATED_AUTH_AGENT, None)
                 .map_err(anyhow::Error::from);
         }
-        let kubeconfig = kube::config::Kubeconfig::read_from(&file)
-            .with_context(|| format!("--{flag}: cannot read {file}"))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("--{flag}: {file} cannot be used"))?;
+        let config = kubeconfig_file(flag, &file).await?;
         ClientFactory::new(
             config,
             component,

@@ -150,7 +150,8 @@ pub struct NodeObservation {
 }
 
 impl NodeObservation {
-    fn initialized(&self) -> bool {
+    /// The cloud provider initialised it: a providerID, and no uninitialised taint.
+    pub fn initialized(&self) -> bool {
         self.provider_id && !self.uninitialized_taint
     }
 }

@@ -239,8 +239,8 @@ fn validate(
     })
 }
 
-/// The provider named by `--cloud-provider`, built from its `--cloud-config`.
-fn build_provider(
+/// The provider named by `--cloud-provider`, built from its `--cloud-config` as the manager builds it.
+async fn build_provider(
     args: &ComponentArgs,
     registry: &Registry,
 ) -> Result<Option<std::sync::Arc<dyn cloud_provider::CloudProvider>>> {
@@ -253,11 +253,7 @@ fn build_provider(
         ),
         None => None,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("start the async runtime")?;
-    Ok(Some(runtime.block_on(registry.providers().build(name, config))?))
+    Ok(Some(registry.providers().build(name, config).await?))
 }
 
 fn print_plan(args: &PlanArgs, registry: &Registry, out: &mut impl Write) -> Result<ExitCode> {
@@ -267,7 +263,11 @@ fn print_plan(args: &PlanArgs, registry: &Registry, out: &mut impl Write) -> Res
         Some(path) => load(path, controllers.catalog())?.config,
         None => MigrationConfig::default_config(controllers.catalog()),
     };
-    let provider = build_provider(target, registry)?;
+    let provider = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?
+        .block_on(build_provider(target, registry))?;
     let planned = target.plan(registry, &migration, provider.as_deref())?;
     let needs = |name: leadermigration::ControllerName| {
         controllers

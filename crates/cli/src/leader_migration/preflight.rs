@@ -19,7 +19,7 @@ use leadermigration::rbac::{NAMED_LEASE_VERBS, UNNAMED_LEASE_VERBS};
 use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig, Placement};
 
 use super::status::ClusterArgs;
-use super::{ComponentArgs, load};
+use super::{ComponentArgs, build_provider, load};
 
 /// What client-go's Lease lock does with a Lease it knows the name of.
 const CLIENT_GO_LEASE_VERBS: [&str; 2] = ["get", "update"];
@@ -313,27 +313,22 @@ fn access(args: &PreflightArgs, denied: &[String], leases: &[&str], component: &
     }
 }
 
+/// The component's provider, initialised as the manager would, with a cluster ID unless untagged is allowed.
 async fn cloud_provider(
     args: &PreflightArgs,
     registry: &Registry,
     name: &str,
 ) -> Result<std::sync::Arc<dyn cloud_provider::CloudProvider>, Outcome> {
-    let config = match &args.target.cloud_config {
-        Some(path) => Some(std::fs::read(path).map_err(|error| Outcome::Fail {
-            problem: format!("--cloud-config: cannot read {}: {error}", path.display()),
-            fix: "point --cloud-config at the component's cloud configuration".to_owned(),
-        })?),
-        None => None,
+    let provider = match build_provider(&args.target, registry).await {
+        Ok(provider) => provider.expect("asked for with --cloud-provider"),
+        Err(error) => {
+            return Err(Outcome::Fail {
+                problem: format!("{name} does not initialise: {error:#}"),
+                fix: "correct --cloud-config or the provider's credentials; the manager would exit the same way"
+                    .to_owned(),
+            });
+        }
     };
-    let provider = registry
-        .providers()
-        .build(name, config)
-        .await
-        .map_err(|error| Outcome::Fail {
-            problem: format!("{name} does not initialise: {error:#}"),
-            fix: "correct --cloud-config or the provider's credentials; the manager would exit the same way"
-                .to_owned(),
-        })?;
     if !args.allow_untagged_cloud && !provider.has_cluster_id() {
         return Err(Outcome::Fail {
             problem: format!("{name} has no cluster ID: the manager refuses to start"),

@@ -63,13 +63,7 @@ pub(crate) struct ClusterArgs {
 impl ClusterArgs {
     pub(crate) async fn client(&self) -> Result<kube::Client> {
         let config = match &self.kubeconfig {
-            Some(path) => {
-                let file = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| format!("--kubeconfig: cannot read {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                    .await
-                    .with_context(|| format!("--kubeconfig: {} cannot be used", path.display()))?
-            }
+            Some(path) => crate::run::kubeconfig_file("kubeconfig", &path.display().to_string()).await?,
             None => kube::Config::infer().await.context(
                 "no --kubeconfig, and neither in-cluster configuration nor a default kubeconfig was found",
             )?,
@@ -363,10 +357,7 @@ fn print_text(observation: &Observation, conditions: &[Condition], out: &mut imp
     }
     match &observation.nodes {
         Visibility::Visible(nodes) => {
-            let initialized = nodes
-                .iter()
-                .filter(|n| n.provider_id && !n.uninitialized_taint)
-                .count();
+            let initialized = nodes.iter().filter(|n| n.initialized()).count();
             writeln!(
                 out,
                 "NODES: {initialized} of {} initialised by the cloud provider",
@@ -407,7 +398,7 @@ fn to_json(observation: &Observation, conditions: &[Condition]) -> serde_json::V
     let nodes = match &observation.nodes {
         Visibility::Visible(nodes) => json!({
             "total": nodes.len(),
-            "initialized": nodes.iter().filter(|n| n.provider_id && !n.uninitialized_taint).count(),
+            "initialized": nodes.iter().filter(|n| n.initialized()).count(),
         }),
         Visibility::Hidden(why) => json!({"error": why}),
     };

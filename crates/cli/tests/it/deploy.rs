@@ -63,7 +63,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "test:ku
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-controller-manager"}]
 "#;
 
-fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
+pub(crate) fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
     let mut command = Command::new("kubectl");
     command.args(args).current_dir(repo_root());
     command.env_remove("KUBERNETES_SERVICE_HOST");
@@ -452,7 +452,7 @@ fn granted(objects: &[Value]) -> BTreeSet<Access> {
 }
 
 /// A kubeconfig that authenticates as `user`.
-fn kubeconfig_for(server: &TestApiServer, dir: &Path, file: &str, user: UserInfo) -> PathBuf {
+pub(crate) fn kubeconfig_for(server: &TestApiServer, dir: &Path, file: &str, user: UserInfo) -> PathBuf {
     let path = dir.join(file);
     server.write_kubeconfig(&path, &server.mint_token(user)).unwrap();
     path

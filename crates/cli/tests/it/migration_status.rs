@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use test_apiserver::{TestApiServer, UserInfo};
 
+use crate::deploy::{kubeconfig_for, kubectl};
 use crate::migration::Plane;
 use crate::support::{binary, repo_root, stderr, stdout};
 
@@ -250,18 +251,28 @@ async fn status_follows_a_migration_and_its_rollback() {
     assert!(back.wait(WAIT).unwrap().success());
 }
 
-#[tokio::test]
+// Multi-threaded: kubectl runs on one worker while the test API server answers on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_checks_lease_access_as_the_api_server_decides_it() {
-    let server = TestApiServer::start().await.unwrap();
-    server.set_rbac(true);
+    // As a real cluster serves kubectl: over TLS, with RBAC.
+    let server = TestApiServer::start_with(test_apiserver::Config {
+        rbac: true,
+        tls: true,
+        ..test_apiserver::Config::default()
+    })
+    .await
+    .unwrap();
     let directory = tempfile::tempdir().unwrap();
     // The cloud-controller-manager's identity, allowed to delegate authorisation checks (as a CCM is).
-    let token = server.mint_token(UserInfo {
-        name: "system:cloud-controller-manager".into(),
-        groups: vec!["system:authenticated".into()],
-    });
-    let kubeconfig = directory.path().join("ccm.kubeconfig");
-    server.write_kubeconfig(&kubeconfig, &token).unwrap();
+    let kubeconfig = kubeconfig_for(
+        &server,
+        directory.path(),
+        "ccm.kubeconfig",
+        UserInfo {
+            name: "system:cloud-controller-manager".into(),
+            groups: vec!["system:authenticated".into()],
+        },
+    );
     let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "ccm-auth-delegator"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
@@ -313,25 +324,23 @@ async fn preflight_checks_lease_access_as_the_api_server_decides_it() {
         "{text}"
     );
 
-    // The fix it names: the RBAC the rbac command prints, and the CCM's own Lease role.
-    let rbac = tool_offline(&["rbac", "--config", "examples/leader-migration/n-plus-1.yaml"]);
-    for document in stdout(&rbac).split("\n---\n").skip(1) {
-        let object: Value = serde_saphyr::from_str(document).unwrap();
-        create(&server, object).await;
+    // The fix it names, applied with kubectl: the RBAC the rbac command prints, and the shipped role of the
+    // cloud-controller-manager's main Lease.
+    let rbac = crate::support::run(&[
+        "leader-migration",
+        "rbac",
+        "--config",
+        "examples/leader-migration/n-plus-1.yaml",
+    ]);
+    assert_eq!(rbac.status.code(), Some(0), "{}", stderr(&rbac));
+    let printed = directory.path().join("migration-rbac.yaml");
+    std::fs::write(&printed, &rbac.stdout).unwrap();
+    for file in [printed.to_str().unwrap(), "deploy/rbac/leader-election-rbac.yaml"] {
+        kubectl(
+            Some(server.kubeconfig_path()),
+            &["apply", "--server-side", "-f", file],
+        );
     }
-    create(&server, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "ccm-lease", "namespace": "kube-system"},
-        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CCM], "verbs": ["get", "list", "watch", "update"]}],
-    }))
-    .await;
-    create(&server, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "ccm-lease", "namespace": "kube-system"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ccm-lease"},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "system:cloud-controller-manager"}],
-    }))
-    .await;
     let output = tool(&kubeconfig, &preflight).await;
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
@@ -352,33 +361,4 @@ async fn preflight_checks_lease_access_as_the_api_server_decides_it() {
             && l.contains("node-route-controller (--cluster-cidr is not set")),
         "{text}"
     );
-}
-
-fn tool_offline(args: &[&str]) -> Output {
-    let mut all = vec!["leader-migration"];
-    all.extend(args);
-    crate::support::run(&all)
-}
-
-async fn create(server: &TestApiServer, object: Value) {
-    let kind = object["kind"].as_str().unwrap().to_owned();
-    let client = server.client();
-    let params = PostParams::default();
-    match kind.as_str() {
-        "Role" => {
-            let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(object).unwrap();
-            Api::namespaced(client, "kube-system")
-                .create(&params, &role)
-                .await
-                .unwrap();
-        }
-        "RoleBinding" => {
-            let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(object).unwrap();
-            Api::namespaced(client, "kube-system")
-                .create(&params, &binding)
-                .await
-                .unwrap();
-        }
-        other => panic!("unexpected {other}"),
-    }
 }
