@@ -9,8 +9,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
 use futures::FutureExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType};
 use leadermigration::audit::LEADER_ELECTION;
-use leadermigration::elector::{LeaderState, Role};
+use leadermigration::elector::{EVENT_REASON, LeaderState, Role, became_leader};
 use leadermigration::scopes::{
     ElectionSettings, ScopeContext, ScopeKind, ScopeRunner, ScopesConfig, ScopesError, run_scopes,
 };
@@ -175,6 +177,11 @@ impl Manager {
             shutdown.clone(),
         );
         let runner = Arc::new(Runner {
+            lease_namespace: self
+                .config
+                .leader_election
+                .as_ref()
+                .map_or_else(String::new, |e| e.namespace.clone()),
             electors: std::sync::Mutex::default(),
             component: self.config.component.clone(),
             clients: clients.clone(),
@@ -233,6 +240,8 @@ impl Manager {
 
 /// Starts and stops the controllers of a scope.
 struct Runner {
+    /// Namespace of the Leases (for their Events).
+    lease_namespace: String,
     /// Each lock's elector health check (the latest elector per Lease), for `leaderElection`.
     electors: std::sync::Mutex<BTreeMap<String, ElectorCheck>>,
     component: String,
@@ -282,6 +291,41 @@ impl Runner {
             }
             delay = (delay * 2).min(Duration::from_secs(30));
         }
+    }
+
+    /// Records that this process leads `lease`, as client-go's lock does: a Normal Event, reason
+    /// `LeaderElection`, "<identity> became leader", about the Lease, reported by this component. Written
+    /// under the lock (fenced), beside the controllers' start rather than before it; a failure is logged,
+    /// never fatal. `leader-migration status --report` draws the Lease history from these.
+    fn announce(&self, lease: &str, fence: Fence) {
+        let client = match self.clients.client(LEADER_ELECTION, Some(fence)) {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::warn!(%error, lease, "cannot build the client for the leader-election event");
+                return;
+            }
+        };
+        let about = ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".to_owned()),
+            kind: Some("Lease".to_owned()),
+            namespace: Some(self.lease_namespace.clone()),
+            name: Some(lease.to_owned()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: EVENT_REASON.to_owned(),
+            note: Some(became_leader(self.clients.identity())),
+            action: "Lead".to_owned(),
+            secondary: None,
+        };
+        let recorder = recorder(client, &self.component, self.clients.identity());
+        let lease = lease.to_owned();
+        tokio::spawn(async move {
+            if let Err(error) = recorder.publish(&event, &about).await {
+                tracing::warn!(%error, lease, "cannot record the leader-election event");
+            }
+        });
     }
 
     /// Runs `controllers` until `stop`, then waits for them to stop. Dropping this future (the scope did
@@ -401,6 +445,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 impl ScopeRunner for Runner {
     async fn run_scope(&self, scope: ScopeContext) {
         let fence = Fence(scope.leadership.clone());
+        self.announce(&scope.lease_name, fence.clone());
         if scope.kind == ScopeKind::Main && !self.start_leading(Some(fence.clone()), &scope.stop).await {
             return;
         }

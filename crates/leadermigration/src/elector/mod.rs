@@ -40,6 +40,21 @@ pub use self::state::{Ended, LeaderState, LossReason, Role};
 use self::calls::{Attempt, CallError, lease_resource, to_value, version};
 use self::follow::{Update, follow};
 
+/// The reason of the Event a process records about a Lease when it acquires it (client-go's lock records
+/// the same), with the note [`became_leader`].
+pub const EVENT_REASON: &str = "LeaderElection";
+
+/// The note of the [`EVENT_REASON`] Event: "<identity> became leader", as client-go writes it.
+pub fn became_leader(identity: &str) -> String {
+    format!("{identity} became leader")
+}
+
+/// The identity in a note written by [`became_leader`] (client-go's included); `None` for any other note.
+pub fn who_became_leader(note: &str) -> Option<&str> {
+    note.strip_suffix(" became leader")
+        .filter(|identity| !identity.is_empty())
+}
+
 /// Settings of one elector, as upstream's `--leader-elect-*` flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectorConfig {
@@ -465,6 +480,16 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_leader_election_note_reads_back_its_identity() {
+        let note = became_leader("cp-1_3f2a");
+        assert_eq!(note, "cp-1_3f2a became leader");
+        assert_eq!(who_became_leader(&note), Some("cp-1_3f2a"));
+        // client-go's "stopped leading" note, and a note with no identity, name nobody.
+        assert_eq!(who_became_leader("cp-1_3f2a stopped leading"), None);
+        assert_eq!(who_became_leader(" became leader"), None);
+    }
 
     #[test]
     fn an_empty_identity_is_refused() {
