@@ -24,6 +24,7 @@
 #![allow(clippy::print_stderr)]
 
 mod app;
+mod chart;
 #[cfg(feature = "demo")]
 mod demo;
 mod duration;

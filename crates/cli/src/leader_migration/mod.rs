@@ -1,6 +1,7 @@
 //! `cloud-controller-manager leader-migration …`: tools for operators planning a migration and following
 //! it on a live cluster (`status`, `preflight`).
 
+mod history;
 mod preflight;
 mod status;
 

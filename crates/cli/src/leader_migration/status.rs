@@ -21,7 +21,7 @@ use leadermigration::{
 };
 use serde_json::json;
 
-use super::{PlanOutput, load};
+use super::{PlanOutput, history, load};
 use crate::duration::GoDuration;
 
 #[derive(Debug, Args)]
@@ -47,6 +47,10 @@ pub(crate) struct StatusArgs {
     /// How long --wait-for waits.
     #[arg(long, value_name = "DURATION", default_value = "5m", requires = "wait_for")]
     timeout: GoDuration,
+    /// Also draw the Lease history the cluster shows (the managers' `LeaderElection` Events and the Leases'
+    /// records) as a tenure chart, with the conditions, in an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    report: Option<PathBuf>,
 }
 
 /// Where the cluster is and where the managers' Leases and pods live.
@@ -97,6 +101,9 @@ pub(crate) fn run(args: &StatusArgs, catalog: &ControllerCatalog, out: &mut impl
         Some(path) => load(path, catalog)?.config,
         None => MigrationConfig::default_config(catalog),
     };
+    if let Some(path) = &args.report {
+        crate::chart::Chart::check_destination(path)?;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -112,6 +119,9 @@ pub(crate) fn run(args: &StatusArgs, catalog: &ControllerCatalog, out: &mut impl
             });
             let timed_out = tokio::time::Instant::now() + POLL > deadline;
             if met || timed_out {
+                if let Some(path) = &args.report {
+                    draw(&client, args, &observation, &conditions, path).await?;
+                }
                 match args.output {
                     PlanOutput::Text => print_text(&observation, &conditions, out)?,
                     PlanOutput::Json => writeln!(
@@ -133,6 +143,26 @@ pub(crate) fn run(args: &StatusArgs, catalog: &ControllerCatalog, out: &mut impl
             tokio::time::sleep(POLL).await;
         }
     })
+}
+
+/// Writes the tenure chart of what the cluster shows to `path`.
+async fn draw(
+    client: &kube::Client,
+    args: &StatusArgs,
+    observation: &Observation,
+    conditions: &[Condition],
+    path: &std::path::Path,
+) -> Result<()> {
+    let names: Vec<&str> = [&observation.kcm_lease, &observation.ccm_lease]
+        .into_iter()
+        .chain(observation.migration_leases.iter().map(|(lease, _)| lease))
+        .map(|lease| lease.name.as_str())
+        .collect();
+    let (acquisitions, error) = match history::acquisitions(client, &args.cluster.namespace, &names).await {
+        Ok(found) => (found, None),
+        Err(error) => (Vec::new(), Some(error.to_string())),
+    };
+    history::chart(observation, conditions, &acquisitions, error.as_deref()).write(path)
 }
 
 async fn observe(

@@ -60,7 +60,7 @@ fn condition<'a>(conditions: &'a [(String, String, String)], kind: &str) -> (&'a
 }
 
 /// The mirror pod of a static controller-manager pod on `host`, with its command line.
-async fn mirror_pod(server: &TestApiServer, component: &str, host: &str, flags: &[&str]) {
+pub(crate) async fn mirror_pod(server: &TestApiServer, component: &str, host: &str, flags: &[&str]) {
     let mut command = vec![component];
     command.extend(flags);
     let pod: Pod = serde_json::from_value(json!({
@@ -76,7 +76,7 @@ async fn mirror_pod(server: &TestApiServer, component: &str, host: &str, flags: 
     pods.create(&PostParams::default(), &pod).await.unwrap();
 }
 
-async fn wait_for_holder(plane: &Plane, lease: &str, id: &str, what: &str) {
+pub(crate) async fn wait_for_holder(plane: &Plane, lease: &str, id: &str, what: &str) {
     wait_for_holders(&plane.server.client(), &[lease], WAIT, what, |h| {
         h[lease].as_deref() == Some(id)
     })
@@ -241,6 +241,43 @@ async fn status_follows_a_migration_and_its_rollback() {
     )
     .await;
     assert_eq!(rolled_back.status.code(), Some(0), "{}", stderr(&rolled_back));
+    // The Lease history the cluster shows (the managers' LeaderElection Events), drawn.
+    let directory = tempfile::tempdir().unwrap();
+    let report = directory.path().join("status.svg");
+    let drawn = tool(&kubeconfig, &["status", "--report", report.to_str().unwrap()]).await;
+    assert_eq!(drawn.status.code(), Some(0), "{}", stderr(&drawn));
+    let text = std::fs::read_to_string(&report).unwrap();
+    let svg = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    let tenures = |lease: &str| -> Vec<(String, String, bool)> {
+        let mut found: Vec<(i64, String, String, bool)> = svg
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("tenure") && n.attribute("data-lease") == Some(lease))
+            .map(|n| {
+                (
+                    n.attribute("data-start-us").unwrap().parse().unwrap(),
+                    n.attribute("data-holder").unwrap().to_owned(),
+                    n.attribute("data-component").unwrap().to_owned(),
+                    n.attribute("data-end-us") == Some("open"),
+                )
+            })
+            .collect();
+        found.sort();
+        found
+            .into_iter()
+            .map(|(_, holder, component, open)| (holder, component, open))
+            .collect()
+    };
+    assert_eq!(
+        tenures(MIGRATION),
+        [
+            (kcm_id.clone(), KCM.to_owned(), false),
+            (ccm_id.clone(), CCM.to_owned(), false),
+            (back_id.clone(), KCM.to_owned(), true),
+        ],
+        "{text}"
+    );
+    assert_eq!(tenures(CCM), [(ccm_id.clone(), CCM.to_owned(), false)], "{text}");
+    assert!(text.contains("LeaderElection Event(s)"), "{text}");
     let (_, after) = conditions(&kubeconfig).await;
     assert_eq!(
         condition(&after, "CloudControllerManagerLeading"),

@@ -1,0 +1,320 @@
+//! `leader-migration status --report`: the Lease history a cluster still shows, drawn as a tenure chart.
+//!
+//! A cluster keeps no Lease history, but every process that acquires a Lease records an Event about it
+//! (reason `LeaderElection`, "<identity> became leader", client-go's lock and ours alike), reported by its
+//! component. Those Events (kept an hour by default), with each Lease's current record, give the tenures:
+//! each acquisition lasts until the next acquisition by another process; the current holder's until now
+//! (or its last renewal, when stale); a released Lease's until its release.
+//!
+//! An Event repeated by the same process is one Event with a series: only its latest acquisition is known.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use leadermigration::elector::{EVENT_REASON, who_became_leader};
+use leadermigration::status::{Condition, LeaseObservation, Observation, Status, component_of};
+
+use crate::chart::{Bar, Chart, Tone};
+
+/// One "X became leader" Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Acquisition {
+    pub(super) lease: String,
+    pub(super) identity: String,
+    /// The component that reported it, when the Event says.
+    pub(super) component: Option<String>,
+    /// Microseconds since the epoch.
+    pub(super) at_us: i64,
+}
+
+/// The `LeaderElection` Events about `leases` in `namespace`, every page.
+pub(super) async fn acquisitions(
+    client: &kube::Client,
+    namespace: &str,
+    leases: &[&str],
+) -> Result<Vec<Acquisition>, kube::Error> {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let mut found = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await?;
+        found.extend(page.items.iter().filter_map(|event| acquisition(event, leases)));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(found),
+        }
+    }
+}
+
+fn acquisition(event: &Event, leases: &[&str]) -> Option<Acquisition> {
+    if event.reason.as_deref() != Some(EVENT_REASON) {
+        return None;
+    }
+    let regarding = event.regarding.as_ref()?;
+    let lease = regarding.name.as_deref()?;
+    if regarding.kind.as_deref() != Some("Lease") || !leases.contains(&lease) {
+        return None;
+    }
+    let identity = who_became_leader(event.note.as_deref()?)?;
+    let at = event
+        .series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or(event.event_time.as_ref().map(|t| t.0))
+        .or(event.deprecated_last_timestamp.as_ref().map(|t| t.0))
+        .or(event.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
+    let component = event
+        .reporting_controller
+        .clone()
+        .or_else(|| event.deprecated_source.as_ref().and_then(|s| s.component.clone()))
+        .filter(|c| !c.is_empty());
+    Some(Acquisition {
+        lease: lease.to_owned(),
+        identity: identity.to_owned(),
+        component,
+        at_us: at.as_microsecond(),
+    })
+}
+
+/// The chart of what `observation` and `acquisitions` show, with the conditions as its footer.
+pub(super) fn chart(
+    observation: &Observation,
+    conditions: &[Condition],
+    acquisitions: &[Acquisition],
+    events_error: Option<&str>,
+) -> Chart {
+    let now_us = observation.now * 1_000_000;
+    let leases: Vec<&LeaseObservation> = [&observation.kcm_lease, &observation.ccm_lease]
+        .into_iter()
+        .chain(observation.migration_leases.iter().map(|(lease, _)| lease))
+        .collect();
+    // A holder's component: as its Event reported it, or as status attributes a live holder.
+    let mut components: BTreeMap<&str, String> = BTreeMap::new();
+    for acquisition in acquisitions {
+        if let Some(component) = &acquisition.component {
+            components.insert(&acquisition.identity, component.clone());
+        }
+    }
+    let component = |identity: &str| {
+        components
+            .get(identity)
+            .cloned()
+            .or_else(|| component_of(observation, identity).map(str::to_owned))
+    };
+    let mut bars = Vec::new();
+    for lease in &leases {
+        let mut starts: Vec<(i64, &str)> = acquisitions
+            .iter()
+            .filter(|a| a.lease == lease.name)
+            .map(|a| (a.at_us, a.identity.as_str()))
+            .collect();
+        let holder = lease.holder.as_deref().filter(|h| !h.is_empty());
+        // The current holder without an Event of its own (a process that records none, or an expired
+        // Event): its tenure starts at the Lease's acquireTime.
+        if let (Some(holder), Some(acquired)) = (holder, lease.acquired)
+            && starts.last().is_none_or(|(_, last)| *last != holder)
+            && !starts
+                .iter()
+                .any(|(at, who)| *who == holder && *at >= acquired * 1_000_000)
+        {
+            starts.push((acquired * 1_000_000, holder));
+        }
+        starts.sort();
+        starts.dedup_by(|later, earlier| later.1 == earlier.1);
+        for (index, (start_us, identity)) in starts.iter().enumerate() {
+            let end_us = match starts.get(index + 1) {
+                Some((next, _)) => Some(*next),
+                // The last acquisition: still held (open), stale (until its last renewal), or released.
+                None if holder == Some(*identity) && lease.stale_holder(observation.now).is_none() => None,
+                None => lease.renewed.map(|r| r * 1_000_000).or(Some(*start_us)),
+            };
+            bars.push(Bar {
+                lease: lease.name.clone(),
+                holder: (*identity).to_owned(),
+                component: component(identity),
+                start_us: *start_us,
+                end_us,
+            });
+        }
+    }
+    let start_us = bars.iter().map(|b| b.start_us).min().unwrap_or(now_us);
+    let mut footer: Vec<(Tone, String)> = conditions
+        .iter()
+        .map(|c| {
+            let tone = match (c.kind, c.status) {
+                ("Completed", Status::True) => Tone::Good,
+                ("Completed", _) => Tone::Plain,
+                (_, Status::False) => Tone::Bad,
+                _ => Tone::Plain,
+            };
+            (
+                tone,
+                format!("{}={} ({}): {}", c.kind, c.status, c.reason, c.message),
+            )
+        })
+        .collect();
+    if let Some(completed) = footer.iter().position(|(_, line)| line.starts_with("Completed=")) {
+        let line = footer.remove(completed);
+        footer.insert(0, line);
+    }
+    footer.push((
+        Tone::Plain,
+        match events_error {
+            Some(why) => format!(
+                "LeaderElection Events not readable ({why}): only the current holders are drawn"
+            ),
+            None => format!(
+                "from {} LeaderElection Event(s) and the Leases' current records; Events expire (an hour by default)",
+                acquisitions.len()
+            ),
+        },
+    ));
+    Chart {
+        title: format!(
+            "Leader migration status at {}",
+            jiff::Timestamp::from_second(observation.now)
+                .map_or_else(|_| observation.now.to_string(), |t| t.to_string())
+        ),
+        start_us,
+        end_us: now_us.max(start_us + 1),
+        leases: leases.iter().map(|l| l.name.clone()).collect(),
+        bars,
+        gaps: Vec::new(),
+        marks: Vec::new(),
+        footer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leadermigration::status::{Visibility, assess};
+
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn lease(name: &str, holder: &str, acquired: i64, renewed: i64) -> LeaseObservation {
+        LeaseObservation {
+            name: name.to_owned(),
+            exists: true,
+            holder: Some(holder.to_owned()),
+            acquired: Some(acquired),
+            renewed: Some(renewed),
+            duration_seconds: Some(15),
+        }
+    }
+
+    fn acquired(lease: &str, identity: &str, component: &str, at: i64) -> Acquisition {
+        Acquisition {
+            lease: lease.to_owned(),
+            identity: identity.to_owned(),
+            component: Some(component.to_owned()),
+            at_us: at * 1_000_000,
+        }
+    }
+
+    fn observation() -> Observation {
+        Observation {
+            now: NOW,
+            kcm_lease: lease("kube-controller-manager", "kcm-b", NOW - 300, NOW - 200),
+            ccm_lease: lease("cloud-controller-manager", "ccm-a", NOW - 100, NOW - 1),
+            migration_leases: vec![(
+                lease("migration", "ccm-a", NOW - 90, NOW - 1),
+                vec!["service-lb-controller".to_owned()],
+            )],
+            pods: Visibility::Visible(Vec::new()),
+            nodes: Visibility::Visible(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn acquisitions_become_tenures_up_to_the_next_holder_or_now() {
+        let observation = observation();
+        let conditions = assess(&observation);
+        let events = [
+            acquired("migration", "kcm-a", "kube-controller-manager", NOW - 600),
+            acquired("migration", "kcm-b", "kube-controller-manager", NOW - 400),
+            acquired("migration", "ccm-a", "cloud-controller-manager", NOW - 90),
+            acquired(
+                "cloud-controller-manager",
+                "ccm-a",
+                "cloud-controller-manager",
+                NOW - 100,
+            ),
+        ];
+        let chart = chart(&observation, &conditions, &events, None);
+        let migration: Vec<(&str, i64, Option<i64>)> = chart
+            .bars
+            .iter()
+            .filter(|b| b.lease == "migration")
+            .map(|b| {
+                (
+                    b.holder.as_str(),
+                    b.start_us / 1_000_000,
+                    b.end_us.map(|e| e / 1_000_000),
+                )
+            })
+            .collect();
+        assert_eq!(
+            migration,
+            [
+                ("kcm-a", NOW - 600, Some(NOW - 400)),
+                ("kcm-b", NOW - 400, Some(NOW - 90)),
+                ("ccm-a", NOW - 90, None),
+            ]
+        );
+        // kube-controller-manager's Lease has no Event: its holder (stale, renewed 200 s ago with a 15 s
+        // duration) is drawn from the record, up to its last renewal.
+        let kcm: Vec<&Bar> = chart
+            .bars
+            .iter()
+            .filter(|b| b.lease == "kube-controller-manager")
+            .collect();
+        assert_eq!(kcm.len(), 1);
+        assert_eq!(
+            (kcm[0].start_us, kcm[0].end_us),
+            ((NOW - 300) * 1_000_000, Some((NOW - 200) * 1_000_000))
+        );
+        assert_eq!(chart.start_us, (NOW - 600) * 1_000_000);
+        assert_eq!(chart.end_us, NOW * 1_000_000);
+        assert_eq!(
+            chart
+                .bars
+                .iter()
+                .find(|b| b.holder == "ccm-a")
+                .and_then(|b| b.component.as_deref()),
+            Some("cloud-controller-manager")
+        );
+        assert!(chart.footer[0].1.starts_with("Completed="), "{:?}", chart.footer);
+        assert!(
+            chart
+                .footer
+                .last()
+                .unwrap()
+                .1
+                .contains("4 LeaderElection Event(s)")
+        );
+    }
+
+    #[test]
+    fn a_process_that_led_twice_in_a_row_is_one_tenure() {
+        let observation = observation();
+        let events = [
+            acquired("migration", "ccm-a", "cloud-controller-manager", NOW - 95),
+            acquired("migration", "ccm-a", "cloud-controller-manager", NOW - 90),
+        ];
+        let chart = chart(&observation, &assess(&observation), &events, Some("forbidden"));
+        let migration: Vec<&Bar> = chart.bars.iter().filter(|b| b.lease == "migration").collect();
+        assert_eq!(migration.len(), 1, "{migration:?}");
+        assert_eq!(migration[0].start_us, (NOW - 95) * 1_000_000);
+        assert!(
+            chart
+                .footer
+                .last()
+                .unwrap()
+                .1
+                .contains("not readable (forbidden)")
+        );
+    }
+}
