@@ -25,7 +25,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Api;
 use kube::runtime::watcher;
-use leadermigration::audit::{AuditReport, audit};
+use leadermigration::audit::{AuditReport, Handoff, audit};
 use leadermigration::{
     CLOUD_CONTROLLER_MANAGER, ControllerSelection, KUBE_CONTROLLER_MANAGER, MigrationConfig, PlanInput, plan,
 };
@@ -33,6 +33,8 @@ use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;
 use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
+
+use crate::chart::{Bar, Chart, Gap, Mark, Tone};
 
 const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER, MIGRATION_LEASE];
@@ -62,6 +64,14 @@ pub(crate) struct Args {
     /// is quick.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
     lease_seconds: u64,
+    /// Roll half-way to N+1 (until a cloud-controller-manager leads the migration lock), then back to N,
+    /// one replica at a time; judged like the forward migration, ending with kube-controller-manager leading.
+    #[arg(long)]
+    rollback: bool,
+    /// Also draw the tenures of every Lease per process, the hand-off gaps, the joins and stops, and the
+    /// verdict, as an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    report: Option<std::path::PathBuf>,
     /// `text`: a live timeline, then the verdict; `json`: only the result, as JSON.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
@@ -114,6 +124,15 @@ impl Names {
             .unwrap_or_else(PoisonError::into_inner)
             .get(identity)
             .cloned()
+    }
+
+    fn identity_of(&self, name: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(_, (n, _))| n == name)
+            .map(|(identity, _)| identity.clone())
     }
 
     fn name(&self, identity: &str) -> String {
@@ -237,6 +256,9 @@ fn follow(
 }
 
 async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode> {
+    if let Some(path) = &args.report {
+        Chart::check_destination(path)?;
+    }
     let timeline = Timeline {
         started: Instant::now(),
         live: args.output == "text",
@@ -296,9 +318,9 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     let _ = follower.await;
 
     let Migrated {
-        mut kcms,
-        mut ccms,
+        mut replicas,
         registered,
+        mut marks,
     } = match outcome {
         Ok(migrated) => migrated,
         Err(error) => {
@@ -309,15 +331,21 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
             );
         }
     };
-    // Stop the new side too, so the audit sees every tenure end. Its standbys may take a lease over
+    // Stop the side in charge too, so the audit sees every tenure end. Its standbys may take a lease over
     // for a moment while the leader stops: the audit judges those writes, the report of hand-offs
     // ends where the migration did.
     let admin = Admin::new(client.clone());
     let migration_ended_us = admin.leases().await?.iter().map(|w| w.time_us).max();
-    for replica in &ccms {
-        replica.terminate()?;
+    marks.push(Mark {
+        at_us: now_us(),
+        label: "every replica stopped (SIGTERM)".to_owned(),
+    });
+    for replica in &mut replicas {
+        if replica.try_wait().is_none() {
+            replica.terminate()?;
+        }
     }
-    for replica in kcms.iter_mut().chain(ccms.iter_mut()) {
+    for replica in &mut replicas {
         replica.wait(wait)?;
     }
 
@@ -325,6 +353,17 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     let invalid_writes = harness::refused_as_invalid(&requests).len();
     requests.extend(harness::cloud_writes(cloud.url()).await?);
     let mut report = audit(&admin.leases().await?, &requests, &environment.governance()?);
+    let ended_on = |end: i64| {
+        report
+            .tenures
+            .iter()
+            .filter(|t| t.lease == MIGRATION_LEASE && t.start_us <= end)
+            .max_by_key(|t| t.start_us)
+            .and_then(|t| names.get(&t.identity))
+            .map(|(_, side)| side)
+    };
+    let migration_lease_ends_with = migration_ended_us.and_then(ended_on);
+    let all_handoffs = report.handoffs.clone();
     report
         .handoffs
         .retain(|h| migration_ended_us.is_some_and(|end| h.at_us <= end));
@@ -333,6 +372,8 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         migrated: report.handoffs.iter().any(|h| {
             h.lease == MIGRATION_LEASE && names.get(&h.to).is_some_and(|(_, side)| side == Side::Ccm)
         }),
+        rollback: args.rollback,
+        migration_lease_ends_with,
         report,
         registered,
         nodes_initialized,
@@ -340,6 +381,13 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         invalid_writes,
     };
     show(args, &timeline, &names, &outcome);
+    if let Some(path) = &args.report {
+        let chart = report_chart(args, &names, &outcome, &all_handoffs, marks, now_us());
+        chart.write(path)?;
+        if args.output == "text" {
+            println!("report: {}", path.display());
+        }
+    }
     Ok(if outcome.ok() {
         ExitCode::SUCCESS
     } else {
@@ -347,11 +395,107 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     })
 }
 
+/// The tenure chart of a run: every tenure the audit found (to the end, when the last replicas stopped),
+/// every hand-off, every join and stop, and the verdict.
+fn report_chart(
+    args: &Args,
+    names: &Names,
+    outcome: &Outcome,
+    handoffs: &[Handoff],
+    marks: Vec<Mark>,
+    now_us: i64,
+) -> Chart {
+    let report = &outcome.report;
+    let start_us = report
+        .tenures
+        .iter()
+        .map(|t| t.start_us)
+        .chain(marks.iter().map(|m| m.at_us))
+        .min()
+        .unwrap_or(now_us);
+    let end_us = report
+        .tenures
+        .iter()
+        .filter_map(|t| t.end_us)
+        .chain(marks.iter().map(|m| m.at_us))
+        .max()
+        .unwrap_or(now_us)
+        .max(start_us + 1);
+    let component = |identity: &str| names.get(identity).map(|(_, side)| side.component().to_owned());
+    let verdict = if outcome.ok() { "ok" } else { "fail" };
+    let mut footer = vec![
+        (
+            if outcome.ok() { Tone::Good } else { Tone::Bad },
+            format!(
+                "verdict: {verdict} · {} overlap(s) in {} controller write(s) checked · writes refused as invalid: {}",
+                report.overlaps.len(),
+                report.writes_checked,
+                outcome.invalid_writes
+            ),
+        ),
+        (
+            Tone::Plain,
+            format!(
+                "migration lease taken over by a cloud-controller-manager: {} · held at the end by: {} · nodes initialised: {}/{} · services with a load balancer: {}/{}",
+                if outcome.migrated { "yes" } else { "no" },
+                outcome
+                    .migration_lease_ends_with
+                    .map_or("nobody", Side::component),
+                outcome.nodes_initialized,
+                outcome.registered.nodes,
+                outcome.services_with_ingress,
+                outcome.registered.services
+            ),
+        ),
+    ];
+    for overlap in &report.overlaps {
+        footer.push((Tone::Bad, format!("overlap: {overlap:?}")));
+    }
+    Chart {
+        title: format!(
+            "Leader migration demo: {n} replicas, N → N+1{}, stopped with {}",
+            if args.rollback { " → N (rollback)" } else { "" },
+            if args.crash { "SIGKILL" } else { "SIGTERM" },
+            n = args.replicas,
+        ),
+        start_us,
+        end_us,
+        leases: LEASES.iter().map(|l| (*l).to_owned()).collect(),
+        bars: report
+            .tenures
+            .iter()
+            .map(|t| Bar {
+                lease: t.lease.clone(),
+                holder: names.name(&t.identity),
+                component: component(&t.identity),
+                start_us: t.start_us,
+                end_us: t.end_us,
+            })
+            .collect(),
+        gaps: handoffs
+            .iter()
+            .map(|h| Gap {
+                lease: h.lease.clone(),
+                to: names.name(&h.to),
+                at_us: h.at_us,
+                gap_ms: h.gap_ms,
+                released: h.released,
+            })
+            .collect(),
+        marks,
+        footer,
+    }
+}
+
 /// What the demo found.
 struct Outcome {
     report: AuditReport,
     /// A cloud-controller-manager took the migration lock over.
     migrated: bool,
+    /// `--rollback`: the migration lock must end with kube-controller-manager.
+    rollback: bool,
+    /// The side whose replica held the migration lock last before the final stop.
+    migration_lease_ends_with: Option<Side>,
     registered: Created,
     nodes_initialized: usize,
     services_with_ingress: usize,
@@ -360,27 +504,174 @@ struct Outcome {
 }
 
 impl Outcome {
-    /// The verdict: no overlap in a run that had writes to judge, the migration done, the work finished,
-    /// and nothing written that the API server refused as invalid.
+    /// The verdict: no overlap in a run that had writes to judge, the migration done (and with `--rollback`
+    /// undone), the work finished, and nothing written that the API server refused as invalid.
     fn ok(&self) -> bool {
+        let expected_end = if self.rollback { Side::Kcm } else { Side::Ccm };
         self.invalid_writes == 0
             && self.report.overlaps.is_empty()
             && self.report.writes_checked > 0
             && self.migrated
+            && self.migration_lease_ends_with == Some(expected_end)
             && (self.nodes_initialized, self.services_with_ingress)
                 == (self.registered.nodes as usize, self.registered.services as usize)
     }
 }
 
-/// What the migration leaves: both sides' replicas (the old ones stopped), and the nodes and services
-/// registered in all.
+/// What the migration leaves: every replica (those that left stopped), the nodes and services registered
+/// in all, and when replicas joined and left.
 struct Migrated {
-    kcms: Vec<Replica>,
-    ccms: Vec<Replica>,
+    replicas: Vec<Replica>,
     registered: Created,
+    marks: Vec<Mark>,
 }
 
-/// The migration itself.
+/// Microseconds since the epoch, the clock of the API server's records (same machine).
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// The replicas of a roll, with the identities of those still running.
+struct Roll<'a> {
+    args: &'a Args,
+    environment: &'a Environment,
+    client: &'a kube::Client,
+    names: &'a Names,
+    wait: Duration,
+    kcms: Vec<Replica>,
+    ccms: Vec<Replica>,
+    live_kcms: Vec<String>,
+    live_ccms: Vec<String>,
+    /// When replicas joined and left, for the report.
+    marks: Vec<Mark>,
+}
+
+impl Roll<'_> {
+    /// Starts replica `name` on `side`; returns its index among that side's replicas.
+    fn join(&mut self, name: &str, side: Side) -> Result<usize> {
+        let mut replica = Replica::start(self.environment, name, side)?;
+        let identity = self.names.add(&mut replica, self.wait)?;
+        self.marks.push(Mark {
+            at_us: now_us(),
+            label: format!("{name} joins"),
+        });
+        let (replicas, live) = match side {
+            Side::Kcm => (&mut self.kcms, &mut self.live_kcms),
+            Side::Ccm => (&mut self.ccms, &mut self.live_ccms),
+        };
+        replicas.push(replica);
+        live.push(identity);
+        Ok(replicas.len() - 1)
+    }
+
+    /// Stops replica `index` of `side` (SIGTERM, or SIGKILL with `--crash`) and waits for it to exit.
+    async fn leave(&mut self, side: Side, index: usize) -> Result<()> {
+        let how = if self.args.crash { "SIGKILL" } else { "SIGTERM" };
+        let replica = match side {
+            Side::Kcm => &mut self.kcms[index],
+            Side::Ccm => &mut self.ccms[index],
+        };
+        self.marks.push(Mark {
+            at_us: now_us(),
+            label: format!("{} {how}", replica.name),
+        });
+        if self.args.crash {
+            replica.kill()?;
+        } else {
+            replica.terminate()?;
+        }
+        let status = replica.wait(self.wait)?;
+        if !self.args.crash && !status.success() {
+            bail!(
+                "{} exited with {status} on SIGTERM: {}",
+                replica.name,
+                replica.log_tail()
+            );
+        }
+        let identity = self.names.identity_of(&replica.name);
+        self.live_kcms.retain(|id| Some(id) != identity.as_ref());
+        self.live_ccms.retain(|id| Some(id) != identity.as_ref());
+        Ok(())
+    }
+
+    /// Waits until every lock a live replica contends for is held by a live replica of the right side.
+    async fn settle(&self) -> Result<BTreeMap<String, Option<String>>> {
+        let (kcms, ccms) = (&self.live_kcms, &self.live_ccms);
+        harness::wait_for_holders(
+            self.client,
+            &LEASES,
+            self.wait,
+            "the locks to settle on live replicas",
+            |h| {
+                let held_by = |lease: &str, ids: &[String]| {
+                    h[lease].as_ref().is_some_and(|holder| ids.contains(holder))
+                };
+                let migration = held_by(MIGRATION_LEASE, kcms) || held_by(MIGRATION_LEASE, ccms);
+                let kcm = kcms.is_empty() || held_by(KUBE_CONTROLLER_MANAGER, kcms);
+                let ccm = ccms.is_empty() || held_by(CLOUD_CONTROLLER_MANAGER, ccms);
+                migration && kcm && ccm
+            },
+        )
+        .await
+    }
+
+    /// The index of the live replica of `side` holding the migration lock now, if one does.
+    async fn migration_holder(&self, side: Side) -> Result<Option<usize>> {
+        let holders = harness::holders(self.client, &[MIGRATION_LEASE]).await?;
+        let Some(holder) = holders[MIGRATION_LEASE].as_deref() else {
+            return Ok(None);
+        };
+        let (replicas, live) = match side {
+            Side::Kcm => (&self.kcms, &self.live_kcms),
+            Side::Ccm => (&self.ccms, &self.live_ccms),
+        };
+        if !live.iter().any(|id| id == holder) {
+            return Ok(None);
+        }
+        Ok(replicas
+            .iter()
+            .position(|r| self.names.identity_of(&r.name).as_deref() == Some(holder)))
+    }
+
+    /// The index of the first replica of `side` still running.
+    fn first_live(&self, side: Side) -> usize {
+        let (replicas, live) = match side {
+            Side::Kcm => (&self.kcms, &self.live_kcms),
+            Side::Ccm => (&self.ccms, &self.live_ccms),
+        };
+        replicas
+            .iter()
+            .position(|r| {
+                self.names
+                    .identity_of(&r.name)
+                    .is_some_and(|id| live.contains(&id))
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// Waits until every registered node is initialised and every service has its load balancer.
+async fn finished(client: &kube::Client, registered: Created, wait: Duration) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let (nodes, services) = progress(client).await?;
+        if (nodes, services) == (registered.nodes as usize, registered.services as usize) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "after {wait:?}: {nodes}/{} nodes initialised, {services}/{} services with a load balancer",
+                registered.nodes,
+                registered.services
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The migration itself (and with `--rollback`, half of it and back).
 async fn migrate(
     args: &Args,
     environment: &Environment,
@@ -390,16 +681,25 @@ async fn migrate(
     timeline: &Timeline,
     wait: Duration,
 ) -> Result<Migrated> {
-    let mut kcms = Vec::new();
-    let mut kcm_ids = Vec::new();
+    let mut roll = Roll {
+        args,
+        environment,
+        client,
+        names,
+        wait,
+        kcms: Vec::new(),
+        ccms: Vec::new(),
+        live_kcms: Vec::new(),
+        live_ccms: Vec::new(),
+        marks: Vec::new(),
+    };
     for index in 1..=args.replicas {
-        let mut replica = Replica::start(environment, &format!("kcm-{index}"), Side::Kcm)?;
-        kcm_ids.push(names.add(&mut replica, wait)?);
-        kcms.push(replica);
+        roll.join(&format!("kcm-{index}"), Side::Kcm)?;
     }
     timeline.say(&format!(
         "started {} as kube-controller-manager with the N configuration",
-        kcms.iter()
+        roll.kcms
+            .iter()
             .map(|r| r.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
@@ -421,95 +721,120 @@ async fn migrate(
         args.nodes, args.services
     ));
     // Work for the controllers throughout the roll: a node and a service every half second.
+    let churn_period = Duration::from_millis(500);
+    let mut next_index = args.nodes.max(args.services);
     let stop_churn = CancellationToken::new();
-    let churn = workload.clone().churn(
-        Duration::from_millis(500),
-        args.nodes.max(args.services),
-        stop_churn.clone(),
-    );
+    let churn = workload
+        .clone()
+        .churn(churn_period, next_index, stop_churn.clone());
     let dwell = Duration::from_secs_f64(args.dwell_seconds.max(0.0));
     tokio::time::sleep(dwell).await;
 
-    let mut ccms: Vec<Replica> = Vec::new();
-    let mut ccm_ids: Vec<String> = Vec::new();
-    for (step, kcm) in kcms.iter_mut().enumerate() {
-        let mut ccm = Replica::start(environment, &format!("ccm-{}", step + 1), Side::Ccm)?;
-        ccm_ids.push(names.add(&mut ccm, wait)?);
+    // Forward: a new replica joins, an old one leaves, each step settling before the next. A rollback goes
+    // half-way, and on until a cloud-controller-manager leads the migration lock (so that there is something
+    // to roll back).
+    let replicas = args.replicas as usize;
+    let forward_steps = if args.rollback {
+        replicas.div_ceil(2)
+    } else {
+        replicas
+    };
+    for step in 0..replicas {
+        let name = format!("ccm-{}", step + 1);
+        // In order; a rollback takes the node whose kube-controller-manager holds the migration lock first,
+        // so that the lock moves early.
+        let leaving = if args.rollback {
+            roll.migration_holder(Side::Kcm).await?
+        } else {
+            None
+        }
+        .unwrap_or_else(|| roll.first_live(Side::Kcm));
         timeline.say(&format!(
-            "step {}/{}: {} joins as cloud-controller-manager (N+1); {} leaves ({})",
+            "step {}/{}: {name} joins as cloud-controller-manager (N+1); {} leaves ({})",
             step + 1,
-            args.replicas,
-            ccm.name,
-            kcm.name,
+            replicas,
+            roll.kcms[leaving].name,
             if args.crash { "SIGKILL" } else { "SIGTERM" }
         ));
-        ccms.push(ccm);
-        if args.crash {
-            kcm.kill()?;
-        } else {
-            kcm.terminate()?;
+        roll.join(&name, Side::Ccm)?;
+        roll.leave(Side::Kcm, leaving).await?;
+        roll.settle().await?;
+        // This configuration of the control plane runs for a while before the next step.
+        tokio::time::sleep(dwell).await;
+        if step + 1 >= forward_steps && (!args.rollback || roll.migration_holder(Side::Ccm).await?.is_some())
+        {
+            break;
         }
-        let status = kcm.wait(wait)?;
-        if !args.crash && !status.success() {
-            bail!("{} exited with {status} on SIGTERM: {}", kcm.name, kcm.log_tail());
+    }
+    stop_churn.cancel();
+    let churned = churn.await.context("the workload task")??;
+    next_index += churned.nodes.max(churned.services);
+    let mut registered = Created {
+        nodes: args.nodes + churned.nodes,
+        services: args.services + churned.services,
+    };
+
+    if args.rollback {
+        let holders = harness::holders(client, &LEASES).await?;
+        timeline.say(&format!(
+            "half-way: {} leads the migration lease; once every node and service is served, rolling back to N",
+            holders[MIGRATION_LEASE]
+                .as_deref()
+                .map_or_else(|| "nobody".to_owned(), |h| names.name(h))
+        ));
+        // The nodes are the cloud-controller-manager's to initialise (kube-controller-manager never runs the
+        // cloud-node controller), so they are finished before the roll back; services keep arriving.
+        finished(client, registered, wait).await?;
+        let stop_churn = CancellationToken::new();
+        let churn = workload.churn_services(churn_period, next_index, stop_churn.clone());
+        let leaving = roll.ccms.len();
+        for step in 0..leaving {
+            let name = format!("kcm-{}", replicas + step + 1);
+            timeline.say(&format!(
+                "rollback {}/{leaving}: {name} joins as kube-controller-manager (N); {} leaves ({})",
+                step + 1,
+                roll.ccms[step].name,
+                if args.crash { "SIGKILL" } else { "SIGTERM" }
+            ));
+            roll.join(&name, Side::Kcm)?;
+            roll.leave(Side::Ccm, step).await?;
+            roll.settle().await?;
+            tokio::time::sleep(dwell).await;
         }
-        // Each step settles before the next: every lock a live replica contends for is held by one.
-        let live_kcms = &kcm_ids[step + 1..];
+        let live = roll.live_kcms.clone();
         harness::wait_for_holders(
             client,
             &LEASES,
             wait,
-            "the locks to settle on live replicas",
+            "a kube-controller-manager to lead both of its locks",
             |h| {
-                let held_by = |lease: &str, ids: &[String]| {
-                    h[lease].as_ref().is_some_and(|holder| ids.contains(holder))
-                };
-                let migration = held_by(MIGRATION_LEASE, live_kcms) || held_by(MIGRATION_LEASE, &ccm_ids);
-                let kcm = live_kcms.is_empty() || held_by(KUBE_CONTROLLER_MANAGER, live_kcms);
-                migration && kcm && held_by(CLOUD_CONTROLLER_MANAGER, &ccm_ids)
+                h[MIGRATION_LEASE].as_ref().is_some_and(|m| live.contains(m))
+                    && h[KUBE_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
             },
         )
         .await?;
-        // This configuration of the control plane runs for a while before the next step.
-        tokio::time::sleep(dwell).await;
+        stop_churn.cancel();
+        registered.services += churn.await.context("the workload task")??.services;
+    } else {
+        let live = roll.live_ccms.clone();
+        harness::wait_for_holders(
+            client,
+            &LEASES,
+            wait,
+            "a cloud-controller-manager to lead both of its locks",
+            |h| {
+                h[MIGRATION_LEASE].as_ref().is_some_and(|m| live.contains(m))
+                    && h[CLOUD_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
+            },
+        )
+        .await?;
     }
-    harness::wait_for_holders(
-        client,
-        &LEASES,
-        wait,
-        "a cloud-controller-manager to lead both of its locks",
-        |h| {
-            h[MIGRATION_LEASE].as_ref().is_some_and(|m| ccm_ids.contains(m))
-                && h[CLOUD_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
-        },
-    )
-    .await?;
-    stop_churn.cancel();
-    let churned = churn.await.context("the workload task")??;
-    let registered = Created {
-        nodes: args.nodes + churned.nodes,
-        services: args.services + churned.services,
-    };
-    // The new side finishes the work: every node initialised, every service with its load balancer.
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let (nodes, services) = progress(client).await?;
-        if (nodes, services) == (registered.nodes as usize, registered.services as usize) {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!(
-                "after {wait:?}: {nodes}/{} nodes initialised, {services}/{} services with a load balancer",
-                registered.nodes,
-                registered.services
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The side now in charge finishes the work: every node initialised, every service with its load balancer.
+    finished(client, registered, wait).await?;
     Ok(Migrated {
-        kcms,
-        ccms,
+        replicas: roll.kcms.into_iter().chain(roll.ccms).collect(),
         registered,
+        marks: roll.marks,
     })
 }
 
@@ -517,11 +842,14 @@ fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
     let Outcome {
         report,
         migrated,
+        rollback,
+        migration_lease_ends_with,
         registered,
         nodes_initialized,
         services_with_ingress,
         invalid_writes,
     } = outcome;
+    let ends_with = migration_lease_ends_with.map(Side::component);
     let handoffs: Vec<serde_json::Value> = report
         .handoffs
         .iter()
@@ -539,6 +867,8 @@ fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
     if args.output == "json" {
         let result = json!({
             "verdict": verdict,
+            "mode": if *rollback { "rollback" } else { "migration" },
+            "migration_lease_ends_with": ends_with,
             "overlaps": report.overlaps.len(),
             "handoffs": handoffs,
             "nodes_initialized": nodes_initialized,
@@ -576,6 +906,15 @@ fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Outcome) {
         if *migrated { "yes" } else { "no" }
     );
     println!(
+        "migration lease held at the end by: {} (expected: {})",
+        ends_with.unwrap_or("nobody"),
+        if *rollback {
+            KUBE_CONTROLLER_MANAGER
+        } else {
+            CLOUD_CONTROLLER_MANAGER
+        }
+    );
+    println!(
         "nodes initialised: {nodes_initialized}/{} · services with a load balancer: {services_with_ingress}/{}",
         registered.nodes, registered.services
     );
@@ -596,6 +935,8 @@ mod tests {
                 ..AuditReport::default()
             },
             migrated: true,
+            rollback: false,
+            migration_lease_ends_with: Some(Side::Ccm),
             registered: Created {
                 nodes: 3,
                 services: 1,
@@ -626,6 +967,28 @@ mod tests {
             ..outcome()
         };
         assert!(!not_migrated.ok());
+        let ended_elsewhere = Outcome {
+            migration_lease_ends_with: Some(Side::Kcm),
+            ..outcome()
+        };
+        assert!(
+            !ended_elsewhere.ok(),
+            "a migration ends with the cloud-controller-manager"
+        );
+        let rolled_back = Outcome {
+            rollback: true,
+            migration_lease_ends_with: Some(Side::Kcm),
+            ..outcome()
+        };
+        assert!(rolled_back.ok());
+        let not_rolled_back = Outcome {
+            rollback: true,
+            ..outcome()
+        };
+        assert!(
+            !not_rolled_back.ok(),
+            "a rollback ends with kube-controller-manager"
+        );
         let unfinished = Outcome {
             nodes_initialized: 2,
             ..outcome()

@@ -105,12 +105,34 @@ impl Workload {
         first: u32,
         stop: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<Result<Created>> {
+        self.churn_with(period, first, true, stop)
+    }
+
+    /// Every `period`, adds a service (no nodes), until `stop`.
+    pub fn churn_services(
+        self,
+        period: Duration,
+        first: u32,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<Created>> {
+        self.churn_with(period, first, false, stop)
+    }
+
+    fn churn_with(
+        self,
+        period: Duration,
+        first: u32,
+        nodes: bool,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<Created>> {
         tokio::spawn(async move {
             let mut created = Created::default();
             let mut index = first;
             loop {
-                self.add_node(index).await?;
-                created.nodes += 1;
+                if nodes {
+                    self.add_node(index).await?;
+                    created.nodes += 1;
+                }
                 self.add_service(index).await?;
                 created.services += 1;
                 index += 1;

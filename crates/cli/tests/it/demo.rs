@@ -92,3 +92,152 @@ fn the_text_timeline_names_leases_holders_and_the_verdict() {
         assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
     }
 }
+
+/// The tenure rectangles of an SVG report: (lease, holder, component, start µs, end µs or `None` if open).
+type Tenure = (String, String, String, i64, Option<i64>);
+
+fn tenures(svg: &roxmltree::Document<'_>) -> Vec<Tenure> {
+    svg.descendants()
+        .filter(|n| n.attribute("class") == Some("tenure"))
+        .map(|n| {
+            let attribute = |name: &str| {
+                n.attribute(name)
+                    .unwrap_or_else(|| panic!("{name} missing"))
+                    .to_owned()
+            };
+            (
+                attribute("data-lease"),
+                attribute("data-holder"),
+                attribute("data-component"),
+                attribute("data-start-us").parse().unwrap(),
+                attribute("data-end-us").parse().ok(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it() {
+    let directory = tempfile::tempdir().unwrap();
+    let report = directory.path().join("rollback.svg");
+    let (output, result) = demo(&["--rollback", "--report", report.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(result["verdict"], "ok", "{result:#}");
+    assert_eq!(result["mode"], "rollback", "{result:#}");
+    assert_eq!(result["overlaps"], 0, "{result:#}");
+    assert_eq!(
+        result["migration_lease_ends_with"], "kube-controller-manager",
+        "{result:#}"
+    );
+    // Every service (more arrived during the rollback) has its load balancer: kube-controller-manager took
+    // its controllers back.
+    assert!(
+        result["services_with_ingress"].as_u64().unwrap() >= 2,
+        "{result:#}"
+    );
+    let handoffs = result["handoffs"].as_array().unwrap();
+    let migration_handoff = |from: &str, to: &str| {
+        handoffs.iter().any(|h| {
+            h["lease"] == "cloud-provider-extraction-migration"
+                && h["from"].as_str().unwrap().starts_with(from)
+                && h["to"].as_str().unwrap().starts_with(to)
+        })
+    };
+    assert!(migration_handoff("kcm-", "ccm-"), "forward: {result:#}");
+    assert!(migration_handoff("ccm-", "kcm-"), "back: {result:#}");
+
+    // The report draws what the audit found: the picture is checked by its content.
+    let text = std::fs::read_to_string(&report).unwrap();
+    let svg = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    assert_eq!(svg.root_element().tag_name().name(), "svg");
+    let tenures = tenures(&svg);
+    let migration: Vec<&Tenure> = tenures
+        .iter()
+        .filter(|t| t.0 == "cloud-provider-extraction-migration")
+        .collect();
+    assert!(migration.len() >= 3, "kcm → ccm → kcm at least: {migration:?}");
+    for tenure in &migration {
+        let side = if tenure.1.starts_with("kcm-") {
+            "kube-controller-manager"
+        } else {
+            "cloud-controller-manager"
+        };
+        assert_eq!(tenure.2, side, "{tenure:?}");
+    }
+    // One holder at a time: each tenure ends before the next begins, and the last holder is a
+    // kube-controller-manager.
+    let mut ordered = migration.clone();
+    ordered.sort_by_key(|t| t.3);
+    for pair in ordered.windows(2) {
+        let end = pair[0].4.expect("only the last tenure may be open");
+        assert!(end <= pair[1].3, "overlapping tenures drawn: {pair:?}");
+    }
+    assert!(ordered.last().unwrap().1.starts_with("kcm-"), "{ordered:?}");
+    // Every hand-off is a hatched gap; every join and stop a mark; the verdict is in the footer.
+    let gaps = svg
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("gap"))
+        .count();
+    assert!(
+        gaps >= handoffs.len(),
+        "{gaps} gaps for {} hand-offs",
+        handoffs.len()
+    );
+    let marks: Vec<&str> = svg
+        .descendants()
+        .filter_map(|n| n.attribute("data-label"))
+        .collect();
+    for expected in [
+        "kcm-1 joins",
+        "ccm-1 joins",
+        "kcm-3 joins",
+        "ccm-1 SIGTERM",
+        "every replica stopped (SIGTERM)",
+    ] {
+        assert!(marks.contains(&expected), "{expected:?} not in {marks:?}");
+    }
+    // The first node to go is the one whose kube-controller-manager holds the migration lock.
+    assert!(
+        marks.contains(&"kcm-1 SIGTERM") || marks.contains(&"kcm-2 SIGTERM"),
+        "{marks:?}"
+    );
+    let footer: Vec<String> = svg
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("footer"))
+        .map(|n| n.text().unwrap_or_default().to_owned())
+        .collect();
+    assert!(footer[0].starts_with("verdict: ok · 0 overlap(s)"), "{footer:?}");
+    assert!(
+        footer[1].contains("held at the end by: kube-controller-manager"),
+        "{footer:?}"
+    );
+}
+
+#[test]
+fn a_report_that_cannot_be_written_is_an_error_naming_the_flag() {
+    let directory = tempfile::tempdir().unwrap();
+    let report = directory.path().join("missing-directory/report.svg");
+    let output = binary()
+        .args([
+            "demo",
+            "--replicas",
+            "1",
+            "--dwell-seconds",
+            "0",
+            "--nodes",
+            "1",
+            "--services",
+            "1",
+            "--report",
+        ])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let error = stderr(&output);
+    assert!(
+        error.contains("--report") && error.contains("missing-directory"),
+        "{error}"
+    );
+    assert!(!report.exists());
+}
