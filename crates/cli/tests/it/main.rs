@@ -6,6 +6,7 @@ mod deploy;
 mod leader_migration_cli;
 mod manager;
 mod migration;
+mod migration_guide;
 mod migration_status;
 mod monitoring;
 mod support;

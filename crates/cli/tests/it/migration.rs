@@ -25,7 +25,16 @@ pub(crate) struct Plane {
 
 impl Plane {
     pub(crate) async fn start() -> Plane {
-        let server = TestApiServer::start().await.unwrap();
+        Plane::start_with(test_apiserver::Config {
+            admin: true,
+            ..test_apiserver::Config::default()
+        })
+        .await
+    }
+
+    /// With the API server configured as `config` (e.g. RBAC and TLS, as kubectl needs).
+    pub(crate) async fn start_with(config: test_apiserver::Config) -> Plane {
+        let server = TestApiServer::start_with(config).await.unwrap();
         let cloud = FakeCloudServer::start(
             FakeCloud::new(Vec::new(), Knobs::default()),
             ([127, 0, 0, 1], 0).into(),

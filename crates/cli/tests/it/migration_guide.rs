@@ -1,0 +1,298 @@
+//! `docs/migration-guide.md`, run: every `sh` block of the guide, in its stage of a real migration of this
+//! binary's replicas on the test API server (RBAC and TLS on, as kubectl expects), each command's exit code
+//! checked (0, or the `# exits N` written after it).
+//!
+//! Each block is preceded by `<!-- test: STAGE -->`; the test plays the cluster's side between stages
+//! (replicas joining and leaving, the managers' mirror pods), runs the blocks of the stage in a working
+//! directory holding `examples/` and `deploy/`, with `cloud-controller-manager` and `kubectl` on `PATH`,
+//! `KUBECONFIG` an administrator's, and the control-plane node's kubeconfig paths mapped to the managers'
+//! identities.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use harness::{Side, Workload};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use test_apiserver::UserInfo;
+
+use crate::deploy::kubeconfig_for;
+use crate::migration::Plane;
+use crate::migration_status::{mirror_pod, wait_for_holder};
+use crate::support::repo_root;
+
+const GUIDE: &str = "docs/migration-guide.md";
+const STAGES: [&str; 6] = [
+    "before",
+    "mid-roll",
+    "after",
+    "rollback",
+    "troubleshooting",
+    "done",
+];
+const KCM: &str = "kube-controller-manager";
+const CCM: &str = "cloud-controller-manager";
+const MIGRATION: &str = "cloud-provider-extraction-migration";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// One `sh` block: its stage, its first line in the guide, its text.
+#[derive(Debug)]
+struct Block {
+    stage: String,
+    line: usize,
+    text: String,
+}
+
+/// Every `sh` block of the guide; each must name its stage.
+fn blocks(guide: &str) -> Vec<Block> {
+    let lines: Vec<&str> = guide.lines().collect();
+    let mut found = Vec::new();
+    let mut index = 0;
+    while index < lines.len() {
+        if lines[index].trim() != "```sh" {
+            index += 1;
+            continue;
+        }
+        let marker = lines[..index]
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim().strip_prefix("<!-- test: "))
+            .and_then(|l| l.strip_suffix(" -->"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{GUIDE}:{}: an sh block without `<!-- test: STAGE -->` before it",
+                    index + 1
+                )
+            });
+        assert!(
+            STAGES.contains(&marker),
+            "{GUIDE}:{}: unknown stage {marker:?}",
+            index + 1
+        );
+        let start = index + 1;
+        let end = start
+            + lines[start..]
+                .iter()
+                .position(|l| l.trim() == "```")
+                .expect("a closed block");
+        found.push(Block {
+            stage: marker.to_owned(),
+            line: start + 1,
+            text: lines[start..end].join("\n"),
+        });
+        index = end + 1;
+    }
+    found
+}
+
+/// The block as a bash script: stop at the first unexpected exit code; a command ending in `# exits N` must
+/// exit N.
+fn script(block: &Block) -> String {
+    let mut script = String::from("set -euo pipefail\n");
+    let mut command = String::new();
+    for line in block.text.lines() {
+        if let Some(continued) = line.strip_suffix('\\') {
+            command.push_str(continued);
+            continue;
+        }
+        command.push_str(line);
+        let (body, expected) = match command.rsplit_once("# exits ") {
+            Some((body, code)) => (body.trim_end().to_owned(), code.trim().parse::<i32>().unwrap()),
+            None => (command.clone(), 0),
+        };
+        if expected == 0 {
+            script.push_str(&body);
+            script.push('\n');
+        } else {
+            let quoted = body.replace('\'', "'\\''");
+            script.push_str(&format!(
+                "if {body}; then rc=0; else rc=$?; fi; [ \"$rc\" -eq {expected} ] || {{ echo 'expected exit {expected}, got '\"$rc\"': {quoted}' >&2; exit 99; }}\n"
+            ));
+        }
+        command.clear();
+    }
+    script
+}
+
+#[test]
+fn every_sh_block_names_a_stage_and_expected_failures_are_checked() {
+    let guide = std::fs::read_to_string(repo_root().join(GUIDE)).unwrap();
+    let blocks = blocks(&guide);
+    for stage in STAGES {
+        assert!(
+            blocks.iter().any(|b| b.stage == stage),
+            "no block for stage {stage}"
+        );
+    }
+    let block = Block {
+        stage: "before".into(),
+        line: 1,
+        text: "a --x \\\n    --y\nb   # exits 1".into(),
+    };
+    assert_eq!(
+        script(&block),
+        "set -euo pipefail\na --x     --y\nif b; then rc=0; else rc=$?; fi; [ \"$rc\" -eq 1 ] || { echo 'expected exit 1, got '\"$rc\"': b' >&2; exit 99; }\n"
+    );
+}
+
+/// Runs the guide's blocks of `stage` in `work`.
+async fn run_stage(
+    blocks: &[Block],
+    stage: &str,
+    work: &Path,
+    env: &[(&str, String)],
+    paths: &[(&str, String)],
+) {
+    for block in blocks.iter().filter(|b| b.stage == stage) {
+        let mut text = script(block);
+        for (from, to) in paths {
+            text = text.replace(from, to);
+        }
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(&text)
+            .current_dir(work)
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let output = tokio::task::spawn_blocking(move || command.output().expect("run bash"))
+            .await
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{GUIDE}:{} ({stage}) failed with {}:\n{}\n--- stdout\n{}\n--- stderr\n{}",
+            block.line,
+            output.status,
+            block.text,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_migration_guide_runs_as_written() {
+    let guide = std::fs::read_to_string(repo_root().join(GUIDE)).unwrap();
+    let blocks = blocks(&guide);
+    let plane = Plane::start_with(test_apiserver::Config {
+        rbac: true,
+        tls: true,
+        admin: true,
+        ..test_apiserver::Config::default()
+    })
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    for shared in ["examples", "deploy"] {
+        std::os::unix::fs::symlink(repo_root().join(shared), work.path().join(shared)).unwrap();
+    }
+    let bin = work.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cloud-controller-manager"), bin.join(CCM)).unwrap();
+    let ccm_kubeconfig = kubeconfig_for(
+        &plane.server,
+        work.path(),
+        "ccm.kubeconfig",
+        UserInfo {
+            name: "system:cloud-controller-manager".into(),
+            groups: vec!["system:authenticated".into()],
+        },
+    );
+    let env = [
+        (
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()),
+        ),
+        ("KUBECONFIG", plane.server.kubeconfig_path().display().to_string()),
+    ];
+    let paths = [(
+        "/etc/kubernetes/cloud-controller-manager.conf",
+        ccm_kubeconfig.display().to_string(),
+    )];
+    let run = |stage: &'static str| run_stage(&blocks, stage, work.path(), &env, &paths);
+
+    // Version N: kube-controller-manager with its in-tree provider and Leader Migration, and a node.
+    let mut kcm = plane.replica("kcm-1", Side::Kcm);
+    let kcm_id = kcm.identity(WAIT).unwrap();
+    mirror_pod(
+        &plane.server,
+        KCM,
+        "cp1",
+        &["--cloud-provider=fake", "--enable-leader-migration"],
+    )
+    .await;
+    wait_for_holder(&plane, MIGRATION, &kcm_id, "kcm-1 to hold the migration lock").await;
+    Workload::new(plane.server.client(), plane.cloud.url())
+        .add_node(1)
+        .await
+        .unwrap();
+    run("before").await;
+
+    // An N+1 node: cloud-controller-manager joins.
+    let mut ccm = plane.replica("ccm-1", Side::Ccm);
+    mirror_pod(
+        &plane.server,
+        CCM,
+        "cp2",
+        &["--cloud-provider=fake", "--enable-leader-migration"],
+    )
+    .await;
+    run("mid-roll").await;
+
+    // The last N node goes; kube-controller-manager N+1 runs with an external provider.
+    kcm.terminate().unwrap();
+    assert!(kcm.wait(WAIT).unwrap().success());
+    mirror_pod(&plane.server, KCM, "cp1", &["--cloud-provider=external"]).await;
+    run("after").await;
+    let svg = std::fs::read_to_string(work.path().join("migration.svg")).unwrap();
+    assert!(
+        svg.contains(r#"class="tenure""#) && svg.contains("Completed=True"),
+        "{svg}"
+    );
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(work.path().join("status.json")).unwrap()).unwrap();
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Completed" && c["status"] == "True"),
+        "{status:#}"
+    );
+
+    // Rollback: an N node comes back, the N+1 one goes.
+    let mut back = plane.replica("kcm-2", Side::Kcm);
+    mirror_pod(
+        &plane.server,
+        KCM,
+        "cp1",
+        &["--cloud-provider=fake", "--enable-leader-migration"],
+    )
+    .await;
+    ccm.terminate().unwrap();
+    assert!(ccm.wait(WAIT).unwrap().success());
+    run("rollback").await;
+
+    run("troubleshooting").await;
+    assert!(work.path().join("stale.yaml").exists());
+
+    run("done").await;
+    // The migration RBAC is gone: kube-controller-manager may no longer touch the migration Lease.
+    let review: k8s_openapi::api::authorization::v1::SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": "system:kube-controller-manager",
+            "resourceAttributes": {"namespace": "kube-system", "verb": "update", "group": "coordination.k8s.io", "resource": "leases", "name": MIGRATION},
+        },
+    }))
+    .unwrap();
+    let decided = Api::all(plane.server.client())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    assert_eq!(decided.status.map(|s| s.allowed), Some(false));
+    back.terminate().unwrap();
+    assert!(back.wait(WAIT).unwrap().success());
+}
