@@ -3,8 +3,9 @@
 //!
 //! One band per Lease, one row per process that held it, one bar per tenure coloured by the holder's
 //! component; hand-off gaps are hatched and labelled; events (a replica joining, stopped, killed) are
-//! vertical lines; footer lines carry the verdict. Every bar and gap has a `<title>` (a tooltip) and a
-//! `data-*` description, so the picture can be checked by its content.
+//! vertical lines; footer lines carry the verdict. Every bar, gap and mark has a `<title>` or label and a
+//! `data-*` description (times as `data-start-us`, `data-end-us`, `data-at-us`: microseconds since the
+//! chart's start), so the picture can be checked by its content.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -64,6 +65,9 @@ pub(crate) struct Chart {
     pub(crate) gaps: Vec<Gap>,
     pub(crate) marks: Vec<Mark>,
     pub(crate) footer: Vec<(Tone, String)>,
+    /// Label times by the clock (UTC) instead of seconds since the start: for a chart of a live cluster,
+    /// whose start is an arbitrary moment.
+    pub(crate) clock: bool,
 }
 
 const WIDTH: f64 = 1100.0;
@@ -93,10 +97,20 @@ fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
+            // XML 1.0 allows no other control characters (an identity comes from an Event's note).
+            c if c.is_control() && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
     out
+}
+
+/// The temporary file a report is written to before it is renamed to `path`.
+fn partial(path: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("--report {}: not a file name", path.display()))?;
+    Ok(path.with_file_name(format!(".{}.partial", name.to_string_lossy())))
 }
 
 /// `text` cut to `max` characters, with an ellipsis when cut (long identities in the row labels).
@@ -111,6 +125,12 @@ fn shorten(text: &str, max: usize) -> String {
 
 /// Seconds since the chart's start, for labels.
 fn seconds(chart: &Chart, at_us: i64) -> String {
+    if chart.clock {
+        return jiff::Timestamp::from_microsecond(at_us).map_or_else(
+            |_| at_us.to_string(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
+    }
     format!("{:.2} s", (at_us - chart.start_us) as f64 / 1e6)
 }
 
@@ -153,8 +173,9 @@ impl Chart {
     }
 
     fn x(&self, at_us: i64) -> f64 {
-        let span = (self.end_us - self.start_us).max(1) as f64;
-        let at = (at_us.clamp(self.start_us, self.end_us) - self.start_us) as f64;
+        let end_us = self.end_us.max(self.start_us + 1);
+        let span = (end_us - self.start_us) as f64;
+        let at = (at_us.clamp(self.start_us, end_us) - self.start_us) as f64;
         LABEL_WIDTH + at / span * (WIDTH - LABEL_WIDTH - RIGHT)
     }
 
@@ -285,9 +306,9 @@ impl Chart {
             let anchor = if near_right { "end" } else { "start" };
             let _ = writeln!(
                 svg,
-                r##"<g class="mark" data-label="{}" data-at="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="#555555" stroke-dasharray="3,3"/><text x="{:.1}" y="{label_y:.1}" font-size="10" fill="#555555" text-anchor="{anchor}">{}</text></g>"##,
+                r##"<g class="mark" data-label="{}" data-at-us="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="#555555" stroke-dasharray="3,3"/><text x="{:.1}" y="{label_y:.1}" font-size="10" fill="#555555" text-anchor="{anchor}">{}</text></g>"##,
                 escape(&mark.label),
-                seconds(self, mark.at_us),
+                mark.at_us - self.start_us,
                 label_y + 3.0,
                 TOP + plot_height,
                 if near_right { x - 2.0 } else { x + 2.0 },
@@ -312,15 +333,13 @@ impl Chart {
         svg
     }
 
-    /// Checks, before any work, that a report can be written to `path`: its directory exists.
+    /// Checks, before any work, that a report can be written to `path`: a file name in an existing directory
+    /// where this process may create files (tried with the temporary file [`Chart::write`] uses).
     pub(crate) fn check_destination(path: &Path) -> anyhow::Result<()> {
         let directory = match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
         };
-        if path.file_name().is_none() {
-            anyhow::bail!("--report {}: not a file name", path.display());
-        }
         if !directory.is_dir() {
             anyhow::bail!(
                 "--report {}: the directory {} does not exist",
@@ -328,15 +347,18 @@ impl Chart {
                 directory.display()
             );
         }
-        Ok(())
+        if path.is_dir() {
+            anyhow::bail!("--report {}: a directory, not a file", path.display());
+        }
+        let temporary = partial(path)?;
+        std::fs::write(&temporary, b"")
+            .and_then(|()| std::fs::remove_file(&temporary))
+            .map_err(|error| anyhow::anyhow!("--report {}: cannot write there: {error}", path.display()))
     }
 
     /// Writes the SVG to `path` whole or not at all (a temporary file beside it, then a rename).
     pub(crate) fn write(&self, path: &Path) -> anyhow::Result<()> {
-        let name = path
-            .file_name()
-            .with_context(|| format!("--report {}: not a file name", path.display()))?;
-        let temporary = path.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+        let temporary = partial(path)?;
         std::fs::write(&temporary, self.to_svg())
             .and_then(|()| std::fs::rename(&temporary, path))
             .map_err(|error| {
@@ -389,10 +411,11 @@ impl Chart {
                 r##"<line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#eeeeee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
                 bottom + 4.0,
                 bottom + 16.0,
-                if step < 1.0 {
-                    format!("{tick:.1} s")
-                } else {
-                    format!("{tick:.0} s")
+                match (self.clock, step < 1.0) {
+                    (true, _) => jiff::Timestamp::from_microsecond(self.start_us + (tick * 1e6) as i64)
+                        .map_or_else(|_| String::new(), |t| t.strftime("%H:%M:%S").to_string()),
+                    (false, true) => format!("{tick:.1} s"),
+                    (false, false) => format!("{tick:.0} s"),
                 }
             );
             tick += step;
@@ -438,6 +461,7 @@ mod tests {
                 label: "kcm-1 stopped (SIGTERM)".to_owned(),
             }],
             footer: vec![(Tone::Good, "verdict: ok".to_owned())],
+            clock: false,
         }
     }
 
@@ -454,7 +478,7 @@ mod tests {
             "{svg}"
         );
         assert!(
-            svg.contains(r#"data-label="kcm-1 stopped (SIGTERM)" data-at="3.90 s""#),
+            svg.contains(r#"data-label="kcm-1 stopped (SIGTERM)" data-at-us="3900000""#),
             "{svg}"
         );
         assert!(svg.contains(">verdict: ok</text>"), "{svg}");

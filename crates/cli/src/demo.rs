@@ -484,6 +484,7 @@ fn report_chart(
             .collect(),
         marks,
         footer,
+        clock: false,
     }
 }
 
@@ -582,7 +583,8 @@ impl Roll<'_> {
         } else {
             replica.terminate()?;
         }
-        let status = replica.wait(self.wait)?;
+        // A blocking wait: off the runtime's workers' async duty, which serves the in-process API server.
+        let status = tokio::task::block_in_place(|| replica.wait(self.wait))?;
         if !self.args.crash && !status.success() {
             bail!(
                 "{} exited with {status} on SIGTERM: {}",
@@ -593,6 +595,31 @@ impl Roll<'_> {
         let identity = self.names.identity_of(&replica.name);
         self.live_kcms.retain(|id| Some(id) != identity.as_ref());
         self.live_ccms.retain(|id| Some(id) != identity.as_ref());
+        Ok(())
+    }
+
+    /// The replicas of `side`, and the identities of those still running.
+    fn side(&self, side: Side) -> (&[Replica], &[String]) {
+        match side {
+            Side::Kcm => (&self.kcms, &self.live_kcms),
+            Side::Ccm => (&self.ccms, &self.live_ccms),
+        }
+    }
+
+    /// Waits until a live replica of `side` leads both its main lock and the migration lock.
+    async fn lead_both(&self, side: Side) -> Result<()> {
+        let (_, live) = self.side(side);
+        let main = side.component();
+        harness::wait_for_holders(
+            self.client,
+            &LEASES,
+            self.wait,
+            &format!("a {main} to lead both of its locks"),
+            |h| {
+                h[MIGRATION_LEASE].as_ref().is_some_and(|m| live.contains(m)) && h[main] == h[MIGRATION_LEASE]
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -623,10 +650,7 @@ impl Roll<'_> {
         let Some(holder) = holders[MIGRATION_LEASE].as_deref() else {
             return Ok(None);
         };
-        let (replicas, live) = match side {
-            Side::Kcm => (&self.kcms, &self.live_kcms),
-            Side::Ccm => (&self.ccms, &self.live_ccms),
-        };
+        let (replicas, live) = self.side(side);
         if !live.iter().any(|id| id == holder) {
             return Ok(None);
         }
@@ -637,10 +661,7 @@ impl Roll<'_> {
 
     /// The index of the first replica of `side` still running.
     fn first_live(&self, side: Side) -> usize {
-        let (replicas, live) = match side {
-            Side::Kcm => (&self.kcms, &self.live_kcms),
-            Side::Ccm => (&self.ccms, &self.live_ccms),
-        };
+        let (replicas, live) = self.side(side);
         replicas
             .iter()
             .position(|r| {
@@ -801,33 +822,11 @@ async fn migrate(
             roll.settle().await?;
             tokio::time::sleep(dwell).await;
         }
-        let live = roll.live_kcms.clone();
-        harness::wait_for_holders(
-            client,
-            &LEASES,
-            wait,
-            "a kube-controller-manager to lead both of its locks",
-            |h| {
-                h[MIGRATION_LEASE].as_ref().is_some_and(|m| live.contains(m))
-                    && h[KUBE_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
-            },
-        )
-        .await?;
+        roll.lead_both(Side::Kcm).await?;
         stop_churn.cancel();
         registered.services += churn.await.context("the workload task")??.services;
     } else {
-        let live = roll.live_ccms.clone();
-        harness::wait_for_holders(
-            client,
-            &LEASES,
-            wait,
-            "a cloud-controller-manager to lead both of its locks",
-            |h| {
-                h[MIGRATION_LEASE].as_ref().is_some_and(|m| live.contains(m))
-                    && h[CLOUD_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
-            },
-        )
-        .await?;
+        roll.lead_both(Side::Ccm).await?;
     }
     // The side now in charge finishes the work: every node initialised, every service with its load balancer.
     finished(client, registered, wait).await?;

@@ -34,6 +34,16 @@ pub struct Observation {
     pub nodes: Visibility<Vec<NodeObservation>>,
 }
 
+impl Observation {
+    /// Every Lease observed: kube-controller-manager's main Lease, cloud-controller-manager's, then the
+    /// migration Leases.
+    pub fn leases(&self) -> impl Iterator<Item = &LeaseObservation> {
+        [&self.kcm_lease, &self.ccm_lease]
+            .into_iter()
+            .chain(self.migration_leases.iter().map(|(lease, _)| lease))
+    }
+}
+
 /// What could be read, or why not.
 #[derive(Debug, Clone)]
 pub enum Visibility<T> {

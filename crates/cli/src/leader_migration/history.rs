@@ -6,15 +6,20 @@
 //! each acquisition lasts until the next acquisition by another process; the current holder's until now
 //! (or its last renewal, when stale); a released Lease's until its release.
 //!
-//! An Event repeated by the same process is one Event with a series: only its latest acquisition is known.
+//! Each acquisition by this binary is an Event of its own. client-go's recorder may merge a process's
+//! repeated Event into one (a count, and the last time): then only its latest acquisition is known.
+//!
+//! The time axis starts at the earliest Event (an hour back when there is none): a holder that has led for
+//! weeks would otherwise squeeze the hour the Events cover into a few pixels. Labels are clock times.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use leadermigration::elector::{EVENT_REASON, who_became_leader};
 use leadermigration::status::{Condition, LeaseObservation, Observation, Status, component_of};
 
+use super::list_all;
 use crate::chart::{Bar, Chart, Tone};
 
 /// One "X became leader" Event.
@@ -28,23 +33,16 @@ pub(super) struct Acquisition {
     pub(super) at_us: i64,
 }
 
-/// The `LeaderElection` Events about `leases` in `namespace`, every page.
+/// The `LeaderElection` Events about `leases` in `namespace`.
 pub(super) async fn acquisitions(
     client: &kube::Client,
     namespace: &str,
     leases: &[&str],
 ) -> Result<Vec<Acquisition>, kube::Error> {
-    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
-    let mut found = Vec::new();
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&params).await?;
-        found.extend(page.items.iter().filter_map(|event| acquisition(event, leases)));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(found),
-        }
-    }
+    list_all(&Api::<Event>::namespaced(client.clone(), namespace), |event| {
+        acquisition(event, leases)
+    })
+    .await
 }
 
 fn acquisition(event: &Event, leases: &[&str]) -> Option<Acquisition> {
@@ -83,12 +81,9 @@ pub(super) fn chart(
     conditions: &[Condition],
     acquisitions: &[Acquisition],
     events_error: Option<&str>,
+    now_us: i64,
 ) -> Chart {
-    let now_us = observation.now * 1_000_000;
-    let leases: Vec<&LeaseObservation> = [&observation.kcm_lease, &observation.ccm_lease]
-        .into_iter()
-        .chain(observation.migration_leases.iter().map(|(lease, _)| lease))
-        .collect();
+    let leases: Vec<&LeaseObservation> = observation.leases().collect();
     // A holder's component: as its Event reported it, or as status attributes a live holder.
     let mut components: BTreeMap<&str, String> = BTreeMap::new();
     for acquisition in acquisitions {
@@ -110,10 +105,9 @@ pub(super) fn chart(
             .map(|a| (a.at_us, a.identity.as_str()))
             .collect();
         let holder = lease.holder.as_deref().filter(|h| !h.is_empty());
-        // The current holder without an Event of its own (a process that records none, or an expired
-        // Event): its tenure starts at the Lease's acquireTime.
+        // The current holder without an Event of this tenure (a process that records none, or an expired
+        // Event): its tenure starts at the Lease's acquireTime (whole seconds; an Event is written after it).
         if let (Some(holder), Some(acquired)) = (holder, lease.acquired)
-            && starts.last().is_none_or(|(_, last)| *last != holder)
             && !starts
                 .iter()
                 .any(|(at, who)| *who == holder && *at >= acquired * 1_000_000)
@@ -138,7 +132,15 @@ pub(super) fn chart(
             });
         }
     }
-    let start_us = bars.iter().map(|b| b.start_us).min().unwrap_or(now_us);
+    let newest = acquisitions.iter().map(|a| a.at_us).max().unwrap_or(now_us);
+    let end_us = now_us.max(newest);
+    let earliest = acquisitions
+        .iter()
+        .map(|a| a.at_us)
+        .min()
+        .unwrap_or(end_us - 3_600_000_000);
+    // A margin before the first Event, so that its bar does not start on the axis.
+    let start_us = earliest - ((end_us - earliest) / 20).max(1_000_000);
     let mut footer: Vec<(Tone, String)> = conditions
         .iter()
         .map(|c| {
@@ -177,12 +179,13 @@ pub(super) fn chart(
                 .map_or_else(|_| observation.now.to_string(), |t| t.to_string())
         ),
         start_us,
-        end_us: now_us.max(start_us + 1),
+        end_us,
         leases: leases.iter().map(|l| l.name.clone()).collect(),
         bars,
         gaps: Vec::new(),
         marks: Vec::new(),
         footer,
+        clock: true,
     }
 }
 
@@ -243,7 +246,7 @@ mod tests {
                 NOW - 100,
             ),
         ];
-        let chart = chart(&observation, &conditions, &events, None);
+        let chart = chart(&observation, &conditions, &events, None, NOW * 1_000_000);
         let migration: Vec<(&str, i64, Option<i64>)> = chart
             .bars
             .iter()
@@ -276,8 +279,10 @@ mod tests {
             (kcm[0].start_us, kcm[0].end_us),
             ((NOW - 300) * 1_000_000, Some((NOW - 200) * 1_000_000))
         );
-        assert_eq!(chart.start_us, (NOW - 600) * 1_000_000);
+        // The axis: the earliest Event, less a twentieth of the span, to now.
+        assert_eq!(chart.start_us, (NOW - 630) * 1_000_000);
         assert_eq!(chart.end_us, NOW * 1_000_000);
+        assert!(chart.clock);
         assert_eq!(
             chart
                 .bars
@@ -298,13 +303,79 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_whose_event_is_of_an_earlier_tenure_gets_its_current_one_from_the_record() {
+        let observation = observation();
+        // Listed out of order, as an API server may; ccm-a's Event is of its tenure before kcm-b's.
+        let events = [
+            acquired("migration", "kcm-b", "kube-controller-manager", NOW - 400),
+            acquired("migration", "ccm-a", "cloud-controller-manager", NOW - 500),
+        ];
+        let chart = chart(
+            &observation,
+            &assess(&observation),
+            &events,
+            None,
+            NOW * 1_000_000,
+        );
+        let migration: Vec<(&str, i64, Option<i64>)> = chart
+            .bars
+            .iter()
+            .filter(|b| b.lease == "migration")
+            .map(|b| {
+                (
+                    b.holder.as_str(),
+                    b.start_us / 1_000_000,
+                    b.end_us.map(|e| e / 1_000_000),
+                )
+            })
+            .collect();
+        assert_eq!(
+            migration,
+            [
+                ("ccm-a", NOW - 500, Some(NOW - 400)),
+                ("kcm-b", NOW - 400, Some(NOW - 90)),
+                ("ccm-a", NOW - 90, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn without_events_the_axis_is_the_last_hour_not_the_holders_whole_reign() {
+        let mut observation = observation();
+        observation.kcm_lease = lease("kube-controller-manager", "kcm-b", NOW - 30 * 86_400, NOW - 1);
+        let chart = chart(&observation, &assess(&observation), &[], None, NOW * 1_000_000);
+        assert_eq!(chart.start_us, (NOW - 3_600 - 180) * 1_000_000);
+        let kcm = chart
+            .bars
+            .iter()
+            .find(|b| b.lease == "kube-controller-manager")
+            .unwrap();
+        assert_eq!(
+            kcm.start_us,
+            (NOW - 30 * 86_400) * 1_000_000,
+            "drawn from the axis' start, dated in its title"
+        );
+        assert!(
+            chart.to_svg().contains("held kube-controller-manager from 2026-"),
+            "{}",
+            chart.to_svg()
+        );
+    }
+
+    #[test]
     fn a_process_that_led_twice_in_a_row_is_one_tenure() {
         let observation = observation();
         let events = [
             acquired("migration", "ccm-a", "cloud-controller-manager", NOW - 95),
             acquired("migration", "ccm-a", "cloud-controller-manager", NOW - 90),
         ];
-        let chart = chart(&observation, &assess(&observation), &events, Some("forbidden"));
+        let chart = chart(
+            &observation,
+            &assess(&observation),
+            &events,
+            Some("forbidden"),
+            NOW * 1_000_000,
+        );
         let migration: Vec<&Bar> = chart.bars.iter().filter(|b| b.lease == "migration").collect();
         assert_eq!(migration.len(), 1, "{migration:?}");
         assert_eq!(migration[0].start_us, (NOW - 95) * 1_000_000);

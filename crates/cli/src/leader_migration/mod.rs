@@ -18,6 +18,26 @@ use leadermigration::{
     MigrationConfig, Placement, PlanInput, Severity,
 };
 
+/// What `keep` makes of every object `api` lists, a page of 500 at a time (only a page is held whole).
+async fn list_all<K, T>(
+    api: &kube::Api<K>,
+    mut keep: impl FnMut(&K) -> Option<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut kept = Vec::new();
+    let mut params = kube::api::ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await?;
+        kept.extend(page.items.iter().filter_map(&mut keep));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(kept),
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Check leader-migration configuration files. Exit 0 when all are valid, 1 when one is not.

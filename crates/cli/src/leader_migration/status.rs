@@ -21,7 +21,7 @@ use leadermigration::{
 };
 use serde_json::json;
 
-use super::{PlanOutput, history, load};
+use super::{PlanOutput, history, list_all, load};
 use crate::duration::GoDuration;
 
 #[derive(Debug, Args)]
@@ -40,10 +40,11 @@ pub(crate) struct StatusArgs {
     ccm_lease: String,
     #[arg(long, value_enum, default_value = "text")]
     output: PlanOutput,
-    /// Wait until a condition holds, then print the status: `TYPE` (for True) or `TYPE=STATUS`, e.g.
-    /// `Completed` or `NodesInitialized=False`. Exit 1 if it does not within --timeout.
+    /// Wait until a condition holds, then print the status: `TYPE` (for True), `TYPE=STATUS` or
+    /// `TYPE=STATUS/REASON`, e.g. `Completed`, `NodesInitialized=False` or
+    /// `MigrationLocksOnCloudSide=False/HeldByKubeControllerManager`. Exit 1 if it does not within --timeout.
     #[arg(long, value_name = "CONDITION", value_parser = parse_wait_for)]
-    wait_for: Option<(String, Status)>,
+    wait_for: Option<WaitFor>,
     /// How long --wait-for waits.
     #[arg(long, value_name = "DURATION", default_value = "5m", requires = "wait_for")]
     timeout: GoDuration,
@@ -76,7 +77,35 @@ impl ClusterArgs {
     }
 }
 
-fn parse_wait_for(text: &str) -> Result<(String, Status), String> {
+/// What `--wait-for` waits for.
+#[derive(Debug, Clone)]
+struct WaitFor {
+    kind: String,
+    status: Status,
+    reason: Option<String>,
+}
+
+impl WaitFor {
+    fn met(&self, conditions: &[Condition]) -> bool {
+        conditions.iter().any(|c| {
+            c.kind == self.kind
+                && c.status == self.status
+                && self.reason.as_deref().is_none_or(|r| r == c.reason)
+        })
+    }
+}
+
+impl std::fmt::Display for WaitFor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.kind, self.status)?;
+        match &self.reason {
+            Some(reason) => write!(f, "/{reason}"),
+            None => Ok(()),
+        }
+    }
+}
+
+fn parse_wait_for(text: &str) -> Result<WaitFor, String> {
     let (kind, status) = text.split_once('=').unwrap_or((text, "True"));
     if !CONDITIONS.contains(&kind) {
         return Err(format!(
@@ -84,13 +113,26 @@ fn parse_wait_for(text: &str) -> Result<(String, Status), String> {
             CONDITIONS.join(", ")
         ));
     }
+    let (status, reason) = match status.split_once('/') {
+        Some((status, reason)) => (status, Some(reason)),
+        None => (status, None),
+    };
     let status = match status {
         "True" => Status::True,
         "False" => Status::False,
         "Unknown" => Status::Unknown,
         other => return Err(format!("unknown status {other:?} (True, False or Unknown)")),
     };
-    Ok((kind.to_owned(), status))
+    if let Some(reason) = reason
+        && (reason.is_empty() || !reason.chars().all(|c| c.is_ascii_alphanumeric()))
+    {
+        return Err(format!("a reason is one CamelCase word, not {reason:?}"));
+    }
+    Ok(WaitFor {
+        kind: kind.to_owned(),
+        status,
+        reason: reason.map(str::to_owned),
+    })
 }
 
 /// How often `--wait-for` reads the cluster again.
@@ -114,14 +156,9 @@ pub(crate) fn run(args: &StatusArgs, catalog: &ControllerCatalog, out: &mut impl
         loop {
             let observation = observe(&client, args, &migration).await?;
             let conditions = assess(&observation);
-            let met = args.wait_for.as_ref().is_none_or(|(kind, status)| {
-                conditions.iter().any(|c| c.kind == kind && c.status == *status)
-            });
+            let met = args.wait_for.as_ref().is_none_or(|wait| wait.met(&conditions));
             let timed_out = tokio::time::Instant::now() + POLL > deadline;
             if met || timed_out {
-                if let Some(path) = &args.report {
-                    draw(&client, args, &observation, &conditions, path).await?;
-                }
                 match args.output {
                     PlanOutput::Text => print_text(&observation, &conditions, out)?,
                     PlanOutput::Json => writeln!(
@@ -130,14 +167,14 @@ pub(crate) fn run(args: &StatusArgs, catalog: &ControllerCatalog, out: &mut impl
                         serde_json::to_string_pretty(&to_json(&observation, &conditions))?
                     )?,
                 }
+                if let Some(path) = &args.report {
+                    draw(&client, args, &observation, &conditions, path).await?;
+                }
                 if met {
                     return Ok(ExitCode::SUCCESS);
                 }
-                let (kind, status) = args.wait_for.as_ref().expect("only a wait times out");
-                eprintln!(
-                    "error: timed out after {} waiting for {kind}={status}",
-                    args.timeout
-                );
+                let wait = args.wait_for.as_ref().expect("only a wait times out");
+                eprintln!("error: timed out after {} waiting for {wait}", args.timeout);
                 return Ok(ExitCode::FAILURE);
             }
             tokio::time::sleep(POLL).await;
@@ -153,16 +190,13 @@ async fn draw(
     conditions: &[Condition],
     path: &std::path::Path,
 ) -> Result<()> {
-    let names: Vec<&str> = [&observation.kcm_lease, &observation.ccm_lease]
-        .into_iter()
-        .chain(observation.migration_leases.iter().map(|(lease, _)| lease))
-        .map(|lease| lease.name.as_str())
-        .collect();
+    let names: Vec<&str> = observation.leases().map(|lease| lease.name.as_str()).collect();
     let (acquisitions, error) = match history::acquisitions(client, &args.cluster.namespace, &names).await {
         Ok(found) => (found, None),
         Err(error) => (Vec::new(), Some(error.to_string())),
     };
-    history::chart(observation, conditions, &acquisitions, error.as_deref()).write(path)
+    let now_us = jiff::Timestamp::now().as_microsecond();
+    history::chart(observation, conditions, &acquisitions, error.as_deref(), now_us).write(path)
 }
 
 async fn observe(
@@ -255,30 +289,21 @@ fn manager_pods(pod: &Pod) -> Vec<ManagerPod> {
         .collect()
 }
 
-/// Every node, a page of 500 at a time.
+/// Every node.
 async fn list_nodes(client: &kube::Client) -> Result<Vec<NodeObservation>, kube::Error> {
-    let api: Api<Node> = Api::all(client.clone());
-    let mut nodes = Vec::new();
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = api.list(&params).await?;
-        nodes.extend(page.items.iter().map(|node| {
-            let spec = node.spec.as_ref();
-            NodeObservation {
-                name: node.metadata.name.clone().unwrap_or_default(),
-                provider_id: spec
-                    .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|id| !id.is_empty()),
-                uninitialized_taint: spec
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|taints| taints.iter().any(|t| t.key == UNINITIALIZED_TAINT)),
-            }
-        }));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(nodes),
-        }
-    }
+    list_all(&Api::<Node>::all(client.clone()), |node| {
+        let spec = node.spec.as_ref();
+        Some(NodeObservation {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            provider_id: spec
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|id| !id.is_empty()),
+            uninitialized_taint: spec
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|taints| taints.iter().any(|t| t.key == UNINITIALIZED_TAINT)),
+        })
+    })
+    .await
 }
 
 fn time(seconds: i64) -> String {

@@ -1,6 +1,6 @@
 //! `cloud-controller-manager demo`: the README's first command, end to end.
 
-use crate::support::{binary, stderr, stdout};
+use crate::support::{SvgTenure, binary, stderr, stdout, svg_tenures};
 
 fn demo(args: &[&str]) -> (std::process::Output, serde_json::Value) {
     let output = binary()
@@ -93,29 +93,6 @@ fn the_text_timeline_names_leases_holders_and_the_verdict() {
     }
 }
 
-/// The tenure rectangles of an SVG report: (lease, holder, component, start µs, end µs or `None` if open).
-type Tenure = (String, String, String, i64, Option<i64>);
-
-fn tenures(svg: &roxmltree::Document<'_>) -> Vec<Tenure> {
-    svg.descendants()
-        .filter(|n| n.attribute("class") == Some("tenure"))
-        .map(|n| {
-            let attribute = |name: &str| {
-                n.attribute(name)
-                    .unwrap_or_else(|| panic!("{name} missing"))
-                    .to_owned()
-            };
-            (
-                attribute("data-lease"),
-                attribute("data-holder"),
-                attribute("data-component"),
-                attribute("data-start-us").parse().unwrap(),
-                attribute("data-end-us").parse().ok(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it() {
     let directory = tempfile::tempdir().unwrap();
@@ -150,8 +127,8 @@ fn a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it() {
     let text = std::fs::read_to_string(&report).unwrap();
     let svg = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
     assert_eq!(svg.root_element().tag_name().name(), "svg");
-    let tenures = tenures(&svg);
-    let migration: Vec<&Tenure> = tenures
+    let tenures = svg_tenures(&svg);
+    let migration: Vec<&SvgTenure> = tenures
         .iter()
         .filter(|t| t.0 == "cloud-provider-extraction-migration")
         .collect();
@@ -196,11 +173,30 @@ fn a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it() {
     ] {
         assert!(marks.contains(&expected), "{expected:?} not in {marks:?}");
     }
-    // The first node to go is the one whose kube-controller-manager holds the migration lock.
-    assert!(
-        marks.contains(&"kcm-1 SIGTERM") || marks.contains(&"kcm-2 SIGTERM"),
-        "{marks:?}"
+    // The first node to go is the one whose kube-controller-manager held the migration lock then.
+    let first_stop = svg
+        .descendants()
+        .find(|n| {
+            n.attribute("data-label")
+                .is_some_and(|l| l.starts_with("kcm-") && l.ends_with(" SIGTERM"))
+        })
+        .unwrap();
+    let (who, at) = (
+        first_stop
+            .attribute("data-label")
+            .unwrap()
+            .trim_end_matches(" SIGTERM"),
+        first_stop
+            .attribute("data-at-us")
+            .unwrap()
+            .parse::<i64>()
+            .unwrap(),
     );
+    let holder_then = ordered
+        .iter()
+        .find(|t| t.3 <= at && t.4.is_none_or(|end| at < end))
+        .unwrap_or_else(|| panic!("nobody held the migration lock at {at}: {ordered:?}"));
+    assert_eq!(holder_then.1, who, "{ordered:?}");
     let footer: Vec<String> = svg
         .descendants()
         .filter(|n| n.attribute("class") == Some("footer"))
@@ -234,10 +230,23 @@ fn a_report_that_cannot_be_written_is_an_error_naming_the_flag() {
         .output()
         .unwrap();
     assert!(!output.status.success());
+    assert_eq!(stdout(&output), "", "refused before the demo starts");
     let error = stderr(&output);
     assert!(
         error.contains("--report") && error.contains("missing-directory"),
         "{error}"
     );
     assert!(!report.exists());
+    let onto_a_directory = binary()
+        .args(["demo", "--report"])
+        .arg(directory.path())
+        .output()
+        .unwrap();
+    assert!(!onto_a_directory.status.success());
+    assert_eq!(stdout(&onto_a_directory), "");
+    assert!(
+        stderr(&onto_a_directory).contains("a directory, not a file"),
+        "{}",
+        stderr(&onto_a_directory)
+    );
 }

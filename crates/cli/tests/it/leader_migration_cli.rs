@@ -92,6 +92,31 @@ fn status_and_preflight_refuse_bad_flags_before_touching_a_cluster() {
     let status = run(&["leader-migration", "status", "--wait-for", "Completed=Yes"]);
     assert_eq!(status.status.code(), Some(2));
     assert!(stderr(&status).contains("unknown status \"Yes\" (True, False or Unknown)"));
+    let reason = run(&[
+        "leader-migration",
+        "status",
+        "--wait-for",
+        "Completed=False/not one",
+    ]);
+    assert_eq!(reason.status.code(), Some(2));
+    assert!(
+        stderr(&reason).contains("a reason is one CamelCase word, not \"not one\""),
+        "{}",
+        stderr(&reason)
+    );
+    let report = run(&[
+        "leader-migration",
+        "status",
+        "--report",
+        "/nonexistent-dir/status.svg",
+    ]);
+    assert_eq!(report.status.code(), Some(1), "{}", stderr(&report));
+    assert!(
+        stderr(&report)
+            .contains("--report /nonexistent-dir/status.svg: the directory /nonexistent-dir does not exist"),
+        "{}",
+        stderr(&report)
+    );
     let timeout_alone = run(&["leader-migration", "status", "--timeout", "5s"]);
     assert_eq!(timeout_alone.status.code(), Some(2), "--timeout needs --wait-for");
     let bad_timeout = run(&[

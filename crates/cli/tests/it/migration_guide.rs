@@ -87,8 +87,13 @@ fn blocks(guide: &str) -> Vec<Block> {
     found
 }
 
-/// The block as a bash script: stop at the first unexpected exit code; a command ending in `# exits N` must
-/// exit N.
+/// `text` quoted for bash (single quotes).
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The block as a bash script: stop at the first unexpected exit code; a command ending in `# exits N`
+/// must exit N, and with `# exits N: TEXT` print TEXT too.
 fn script(block: &Block) -> String {
     let mut script = String::from("set -euo pipefail\n");
     let mut command = String::new();
@@ -98,18 +103,21 @@ fn script(block: &Block) -> String {
             continue;
         }
         command.push_str(line);
-        let (body, expected) = match command.rsplit_once("# exits ") {
-            Some((body, code)) => (body.trim_end().to_owned(), code.trim().parse::<i32>().unwrap()),
-            None => (command.clone(), 0),
-        };
-        if expected == 0 {
-            script.push_str(&body);
-            script.push('\n');
-        } else {
-            let quoted = body.replace('\'', "'\\''");
-            script.push_str(&format!(
-                "if {body}; then rc=0; else rc=$?; fi; [ \"$rc\" -eq {expected} ] || {{ echo 'expected exit {expected}, got '\"$rc\"': {quoted}' >&2; exit 99; }}\n"
-            ));
+        match command.rsplit_once("# exits ") {
+            None => {
+                script.push_str(&command);
+                script.push('\n');
+            }
+            Some((body, expectation)) => {
+                let body = body.trim_end();
+                let (code, text) = expectation.split_once(':').unwrap_or((expectation, ""));
+                let code: i32 = code.trim().parse().expect("`# exits N`");
+                let (shown, text) = (quoted(body), quoted(text.trim()));
+                script.push_str(&format!(
+                    r#"if out=$({body} 2>&1); then rc=0; else rc=$?; fi; printf '%s\n' "$out"; [ "$rc" -eq {code} ] || {{ echo "expected exit {code}, got $rc: "{shown} >&2; exit 99; }}; grep -qF -- {text} <<<"$out" || {{ echo "expected the output to contain "{text}": "{shown} >&2; exit 98; }}"#
+                ));
+                script.push('\n');
+            }
         }
         command.clear();
     }
@@ -126,34 +134,54 @@ fn every_sh_block_names_a_stage_and_expected_failures_are_checked() {
             "no block for stage {stage}"
         );
     }
-    let block = Block {
-        stage: "before".into(),
-        line: 1,
-        text: "a --x \\\n    --y\nb   # exits 1".into(),
+    // The expectations are enforced: scripts of commands that meet them, and of commands that do not.
+    let run = |text: &str| {
+        let block = Block {
+            stage: "before".into(),
+            line: 1,
+            text: text.into(),
+        };
+        Command::new("bash")
+            .arg("-c")
+            .arg(script(&block))
+            .output()
+            .unwrap()
+            .status
+            .code()
     };
     assert_eq!(
-        script(&block),
-        "set -euo pipefail\na --x     --y\nif b; then rc=0; else rc=$?; fi; [ \"$rc\" -eq 1 ] || { echo 'expected exit 1, got '\"$rc\"': b' >&2; exit 99; }\n"
+        run("true --x \\\n    --y\nsh -c 'echo no such thing; exit 1'   # exits 1: no such"),
+        Some(0)
+    );
+    assert_eq!(run("false\ntrue"), Some(1), "an unmarked failure stops the block");
+    assert_eq!(
+        run("true   # exits 1"),
+        Some(99),
+        "a command that should fail but does not"
+    );
+    assert_eq!(
+        run("sh -c 'echo other; exit 1'   # exits 1: no such"),
+        Some(98),
+        "the wrong message"
     );
 }
 
-/// Runs the guide's blocks of `stage` in `work`.
+/// Runs the guide's blocks of `stage` in `work`, each bounded (five minutes).
 async fn run_stage(
     blocks: &[Block],
     stage: &str,
     work: &Path,
     env: &[(&str, String)],
-    paths: &[(&str, String)],
+    replacements: &[(&str, String)],
 ) {
     for block in blocks.iter().filter(|b| b.stage == stage) {
         let mut text = script(block);
-        for (from, to) in paths {
+        for (from, to) in replacements {
             text = text.replace(from, to);
         }
-        let mut command = Command::new("bash");
+        let mut command = Command::new("timeout");
         command
-            .arg("-c")
-            .arg(&text)
+            .args(["300", "bash", "-c", &text])
             .current_dir(work)
             .env_remove("KUBERNETES_SERVICE_HOST");
         for (key, value) in env {
@@ -208,11 +236,16 @@ async fn the_migration_guide_runs_as_written() {
         ),
         ("KUBECONFIG", plane.server.kubeconfig_path().display().to_string()),
     ];
-    let paths = [(
-        "/etc/kubernetes/cloud-controller-manager.conf",
-        ccm_kubeconfig.display().to_string(),
-    )];
-    let run = |stage: &'static str| run_stage(&blocks, stage, work.path(), &env, &paths);
+    // The node's kubeconfig path, and the guide's generous waits shortened for a test.
+    let replacements = [
+        (
+            "/etc/kubernetes/cloud-controller-manager.conf",
+            ccm_kubeconfig.display().to_string(),
+        ),
+        ("--timeout 10m", "--timeout 60s".to_owned()),
+        ("--timeout 2m", "--timeout 60s".to_owned()),
+    ];
+    let run = |stage: &'static str| run_stage(&blocks, stage, work.path(), &env, &replacements);
 
     // Version N: kube-controller-manager with its in-tree provider and Leader Migration, and a node.
     let mut kcm = plane.replica("kcm-1", Side::Kcm);
@@ -265,6 +298,7 @@ async fn the_migration_guide_runs_as_written() {
 
     // Rollback: an N node comes back, the N+1 one goes.
     let mut back = plane.replica("kcm-2", Side::Kcm);
+    let back_id = back.identity(WAIT).unwrap();
     mirror_pod(
         &plane.server,
         KCM,
@@ -275,6 +309,7 @@ async fn the_migration_guide_runs_as_written() {
     ccm.terminate().unwrap();
     assert!(ccm.wait(WAIT).unwrap().success());
     run("rollback").await;
+    wait_for_holder(&plane, MIGRATION, &back_id, "kcm-2 to hold the migration lock").await;
 
     run("troubleshooting").await;
     assert!(work.path().join("stale.yaml").exists());

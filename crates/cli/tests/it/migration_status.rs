@@ -13,7 +13,7 @@ use test_apiserver::{TestApiServer, UserInfo};
 
 use crate::deploy::{kubeconfig_for, kubectl};
 use crate::migration::Plane;
-use crate::support::{binary, repo_root, stderr, stdout};
+use crate::support::{SvgTenure, binary, repo_root, stderr, stdout, svg_tenures};
 
 const KCM: &str = "kube-controller-manager";
 const CCM: &str = "cloud-controller-manager";
@@ -232,7 +232,7 @@ async fn status_follows_a_migration_and_its_rollback() {
         &[
             "status",
             "--wait-for",
-            "MigrationLocksOnCloudSide=False",
+            "MigrationLocksOnCloudSide=False/HeldByKubeControllerManager",
             "--timeout",
             "30s",
             "--output",
@@ -248,23 +248,13 @@ async fn status_follows_a_migration_and_its_rollback() {
     assert_eq!(drawn.status.code(), Some(0), "{}", stderr(&drawn));
     let text = std::fs::read_to_string(&report).unwrap();
     let svg = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    let drawn = svg_tenures(&svg);
     let tenures = |lease: &str| -> Vec<(String, String, bool)> {
-        let mut found: Vec<(i64, String, String, bool)> = svg
-            .descendants()
-            .filter(|n| n.attribute("class") == Some("tenure") && n.attribute("data-lease") == Some(lease))
-            .map(|n| {
-                (
-                    n.attribute("data-start-us").unwrap().parse().unwrap(),
-                    n.attribute("data-holder").unwrap().to_owned(),
-                    n.attribute("data-component").unwrap().to_owned(),
-                    n.attribute("data-end-us") == Some("open"),
-                )
-            })
-            .collect();
-        found.sort();
+        let mut found: Vec<&SvgTenure> = drawn.iter().filter(|t| t.0 == lease).collect();
+        found.sort_by_key(|t| t.3);
         found
             .into_iter()
-            .map(|(_, holder, component, open)| (holder, component, open))
+            .map(|t| (t.1.clone(), t.2.clone(), t.4.is_none()))
             .collect()
     };
     assert_eq!(

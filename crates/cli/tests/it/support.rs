@@ -89,3 +89,28 @@ pub(crate) fn free_port() -> u16 {
     }
     panic!("no free port in {base}..{}", base + BLOCK);
 }
+
+/// A tenure rectangle of an SVG report: lease, holder, component, start and end (µs since the chart's
+/// start; `None`: still held).
+pub(crate) type SvgTenure = (String, String, String, i64, Option<i64>);
+
+/// The tenure rectangles of an SVG report (`demo --report`, `status --report`).
+pub(crate) fn svg_tenures(svg: &roxmltree::Document<'_>) -> Vec<SvgTenure> {
+    svg.descendants()
+        .filter(|n| n.attribute("class") == Some("tenure"))
+        .map(|n| {
+            let attribute = |name: &str| {
+                n.attribute(name)
+                    .unwrap_or_else(|| panic!("{name} missing"))
+                    .to_owned()
+            };
+            (
+                attribute("data-lease"),
+                attribute("data-holder"),
+                attribute("data-component"),
+                attribute("data-start-us").parse().unwrap(),
+                attribute("data-end-us").parse().ok(),
+            )
+        })
+        .collect()
+}
