@@ -231,6 +231,22 @@ mod tests {
         }
     }
 
+    /// The bars of `lease`: holder, start and end in Unix seconds.
+    fn seconds<'a>(chart: &'a Chart, lease: &str) -> Vec<(&'a str, i64, Option<i64>)> {
+        chart
+            .bars
+            .iter()
+            .filter(|b| b.lease == lease)
+            .map(|b| {
+                (
+                    b.holder.as_str(),
+                    b.start_us / 1_000_000,
+                    b.end_us.map(|e| e / 1_000_000),
+                )
+            })
+            .collect()
+    }
+
     #[test]
     fn acquisitions_become_tenures_up_to_the_next_holder_or_now() {
         let observation = observation();
@@ -247,20 +263,8 @@ mod tests {
             ),
         ];
         let chart = chart(&observation, &conditions, &events, None, NOW * 1_000_000);
-        let migration: Vec<(&str, i64, Option<i64>)> = chart
-            .bars
-            .iter()
-            .filter(|b| b.lease == "migration")
-            .map(|b| {
-                (
-                    b.holder.as_str(),
-                    b.start_us / 1_000_000,
-                    b.end_us.map(|e| e / 1_000_000),
-                )
-            })
-            .collect();
         assert_eq!(
-            migration,
+            seconds(&chart, "migration"),
             [
                 ("kcm-a", NOW - 600, Some(NOW - 400)),
                 ("kcm-b", NOW - 400, Some(NOW - 90)),
@@ -317,20 +321,8 @@ mod tests {
             None,
             NOW * 1_000_000,
         );
-        let migration: Vec<(&str, i64, Option<i64>)> = chart
-            .bars
-            .iter()
-            .filter(|b| b.lease == "migration")
-            .map(|b| {
-                (
-                    b.holder.as_str(),
-                    b.start_us / 1_000_000,
-                    b.end_us.map(|e| e / 1_000_000),
-                )
-            })
-            .collect();
         assert_eq!(
-            migration,
+            seconds(&chart, "migration"),
             [
                 ("ccm-a", NOW - 500, Some(NOW - 400)),
                 ("kcm-b", NOW - 400, Some(NOW - 90)),

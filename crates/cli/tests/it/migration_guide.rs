@@ -10,16 +10,14 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use harness::{Side, Workload};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use test_apiserver::UserInfo;
 
 use crate::deploy::kubeconfig_for;
 use crate::migration::Plane;
-use crate::migration_status::{mirror_pod, wait_for_holder};
+use crate::migration_status::{Stages, wait_for_holder};
 use crate::support::repo_root;
 
 const GUIDE: &str = "docs/migration-guide.md";
@@ -31,10 +29,8 @@ const STAGES: [&str; 6] = [
     "troubleshooting",
     "done",
 ];
-const KCM: &str = "kube-controller-manager";
 const CCM: &str = "cloud-controller-manager";
 const MIGRATION: &str = "cloud-provider-extraction-migration";
-const WAIT: Duration = Duration::from_secs(30);
 
 /// One `sh` block: its stage, its first line in the guide, its text.
 #[derive(Debug)]
@@ -248,37 +244,15 @@ async fn the_migration_guide_runs_as_written() {
     let run = |stage: &'static str| run_stage(&blocks, stage, work.path(), &env, &replacements);
 
     // Version N: kube-controller-manager with its in-tree provider and Leader Migration, and a node.
-    let mut kcm = plane.replica("kcm-1", Side::Kcm);
-    let kcm_id = kcm.identity(WAIT).unwrap();
-    mirror_pod(
-        &plane.server,
-        KCM,
-        "cp1",
-        &["--cloud-provider=fake", "--enable-leader-migration"],
-    )
-    .await;
-    wait_for_holder(&plane, MIGRATION, &kcm_id, "kcm-1 to hold the migration lock").await;
-    Workload::new(plane.server.client(), plane.cloud.url())
-        .add_node(1)
-        .await
-        .unwrap();
+    let mut stages = Stages::before(&plane).await;
     run("before").await;
 
     // An N+1 node: cloud-controller-manager joins.
-    let mut ccm = plane.replica("ccm-1", Side::Ccm);
-    mirror_pod(
-        &plane.server,
-        CCM,
-        "cp2",
-        &["--cloud-provider=fake", "--enable-leader-migration"],
-    )
-    .await;
+    stages.mid_roll().await;
     run("mid-roll").await;
 
     // The last N node goes; kube-controller-manager N+1 runs with an external provider.
-    kcm.terminate().unwrap();
-    assert!(kcm.wait(WAIT).unwrap().success());
-    mirror_pod(&plane.server, KCM, "cp1", &["--cloud-provider=external"]).await;
+    stages.after().await;
     run("after").await;
     let svg = std::fs::read_to_string(work.path().join("migration.svg")).unwrap();
     assert!(
@@ -297,19 +271,15 @@ async fn the_migration_guide_runs_as_written() {
     );
 
     // Rollback: an N node comes back, the N+1 one goes.
-    let mut back = plane.replica("kcm-2", Side::Kcm);
-    let back_id = back.identity(WAIT).unwrap();
-    mirror_pod(
-        &plane.server,
-        KCM,
-        "cp1",
-        &["--cloud-provider=fake", "--enable-leader-migration"],
+    stages.rollback().await;
+    run("rollback").await;
+    wait_for_holder(
+        &plane,
+        MIGRATION,
+        &stages.back_id,
+        "kcm-2 to hold the migration lock",
     )
     .await;
-    ccm.terminate().unwrap();
-    assert!(ccm.wait(WAIT).unwrap().success());
-    run("rollback").await;
-    wait_for_holder(&plane, MIGRATION, &back_id, "kcm-2 to hold the migration lock").await;
 
     run("troubleshooting").await;
     assert!(work.path().join("stale.yaml").exists());
@@ -328,6 +298,5 @@ async fn the_migration_guide_runs_as_written() {
         .await
         .unwrap();
     assert_eq!(decided.status.map(|s| s.allowed), Some(false));
-    back.terminate().unwrap();
-    assert!(back.wait(WAIT).unwrap().success());
+    stages.stop();
 }

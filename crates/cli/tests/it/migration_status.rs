@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use harness::{Side, Workload, wait_for_holders};
+use harness::{Replica, Side, Workload, wait_for_holders};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -84,11 +84,104 @@ pub(crate) async fn wait_for_holder(plane: &Plane, lease: &str, id: &str, what: 
     .unwrap();
 }
 
+/// A migration played on a plane, one control-plane host at a time: the binary's replicas join and
+/// leave, and the managers' mirror pods show their command lines, as at each stage of the seed guide.
+pub(crate) struct Stages<'a> {
+    plane: &'a Plane,
+    kcm: Replica,
+    ccm: Option<Replica>,
+    back: Option<Replica>,
+    /// kcm-1's identity (version N).
+    pub(crate) kcm_id: String,
+    /// ccm-1's (N+1), once it joined.
+    pub(crate) ccm_id: String,
+    /// kcm-2's (N again, after the rollback), once it joined.
+    pub(crate) back_id: String,
+}
+
+impl<'a> Stages<'a> {
+    /// Version N: kube-controller-manager (kcm-1) with its in-tree provider and Leader Migration holds the
+    /// migration lock; one node is registered.
+    pub(crate) async fn before(plane: &'a Plane) -> Stages<'a> {
+        let mut kcm = plane.replica("kcm-1", Side::Kcm);
+        let kcm_id = kcm.identity(WAIT).unwrap();
+        mirror_pod(
+            &plane.server,
+            KCM,
+            "cp1",
+            &["--cloud-provider=fake", "--enable-leader-migration"],
+        )
+        .await;
+        wait_for_holder(plane, MIGRATION, &kcm_id, "kcm-1 to hold the migration lock").await;
+        Workload::new(plane.server.client(), plane.cloud.url())
+            .add_node(1)
+            .await
+            .unwrap();
+        Stages {
+            plane,
+            kcm,
+            ccm: None,
+            back: None,
+            kcm_id,
+            ccm_id: String::new(),
+            back_id: String::new(),
+        }
+    }
+
+    /// An N+1 host: cloud-controller-manager (ccm-1) joins and leads its main Lease; kcm-1 still runs.
+    pub(crate) async fn mid_roll(&mut self) {
+        let mut ccm = self.plane.replica("ccm-1", Side::Ccm);
+        self.ccm_id = ccm.identity(WAIT).unwrap();
+        mirror_pod(
+            &self.plane.server,
+            CCM,
+            "cp2",
+            &["--cloud-provider=fake", "--enable-leader-migration"],
+        )
+        .await;
+        wait_for_holder(self.plane, CCM, &self.ccm_id, "ccm-1 to hold its main Lease").await;
+        self.ccm = Some(ccm);
+    }
+
+    /// The last N host goes (kcm-1 stops); kube-controller-manager N+1 runs with an external provider and
+    /// without Leader Migration.
+    pub(crate) async fn after(&mut self) {
+        self.kcm.terminate().unwrap();
+        assert!(self.kcm.wait(WAIT).unwrap().success());
+        mirror_pod(&self.plane.server, KCM, "cp1", &["--cloud-provider=external"]).await;
+    }
+
+    /// Rollback: an N host comes back (kcm-2), the N+1 one goes (ccm-1 stops). Does not wait for the
+    /// migration lock to move: that is what the caller checks.
+    pub(crate) async fn rollback(&mut self) {
+        let mut back = self.plane.replica("kcm-2", Side::Kcm);
+        self.back_id = back.identity(WAIT).unwrap();
+        mirror_pod(
+            &self.plane.server,
+            KCM,
+            "cp1",
+            &["--cloud-provider=fake", "--enable-leader-migration"],
+        )
+        .await;
+        let mut ccm = self.ccm.take().expect("mid_roll first");
+        ccm.terminate().unwrap();
+        assert!(ccm.wait(WAIT).unwrap().success());
+        self.back = Some(back);
+    }
+
+    /// Stops what still runs, each cleanly.
+    pub(crate) fn stop(self) {
+        for mut replica in self.ccm.into_iter().chain(self.back) {
+            replica.terminate().unwrap();
+            assert!(replica.wait(WAIT).unwrap().success());
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_follows_a_migration_and_its_rollback() {
     let plane = Plane::start().await;
     let kubeconfig = plane.server.kubeconfig_path().to_owned();
-    let workload = Workload::new(plane.server.client(), plane.cloud.url());
 
     // An empty cluster proves nothing: no nodes, no pods, no Leases.
     let (_, empty) = conditions(&kubeconfig).await;
@@ -100,17 +193,8 @@ async fn status_follows_a_migration_and_its_rollback() {
     );
 
     // Before: version N, kube-controller-manager with the in-tree provider runs the cloud controllers.
-    let mut kcm = plane.replica("kcm-1", Side::Kcm);
-    let kcm_id = kcm.identity(WAIT).unwrap();
-    mirror_pod(
-        &plane.server,
-        KCM,
-        "cp1",
-        &["--cloud-provider=fake", "--enable-leader-migration"],
-    )
-    .await;
-    wait_for_holder(&plane, MIGRATION, &kcm_id, "kcm-1 to hold the migration lock").await;
-    workload.add_node(1).await.unwrap();
+    let mut stages = Stages::before(&plane).await;
+    let kcm_id = stages.kcm_id.clone();
     let (document, before) = conditions(&kubeconfig).await;
     assert_eq!(
         condition(&before, "KubeControllerManagerLeading"),
@@ -158,17 +242,9 @@ async fn status_follows_a_migration_and_its_rollback() {
         stdout(&waited)
     );
 
-    // Mid-roll: N+1 on the first control-plane host, kube-controller-manager N still elsewhere.
-    let mut ccm = plane.replica("ccm-1", Side::Ccm);
-    let ccm_id = ccm.identity(WAIT).unwrap();
-    mirror_pod(
-        &plane.server,
-        CCM,
-        "cp1",
-        &["--cloud-provider=fake", "--enable-leader-migration"],
-    )
-    .await;
-    wait_for_holder(&plane, CCM, &ccm_id, "ccm-1 to hold its main Lease").await;
+    // Mid-roll: N+1 on one control-plane host, kube-controller-manager N still on another.
+    stages.mid_roll().await;
+    let ccm_id = stages.ccm_id.clone();
     let (_, mid) = conditions(&kubeconfig).await;
     assert_eq!(condition(&mid, "CloudControllerManagerLeading"), ("True", "Held"));
     assert_eq!(
@@ -178,15 +254,7 @@ async fn status_follows_a_migration_and_its_rollback() {
     assert_eq!(condition(&mid, "Completed").0, "False");
 
     // After: kube-controller-manager N+1 runs without a cloud provider; the migration lock moves.
-    kcm.terminate().unwrap();
-    assert!(kcm.wait(WAIT).unwrap().success());
-    mirror_pod(
-        &plane.server,
-        KCM,
-        "cp1",
-        &["--cloud-provider=external", "--enable-leader-migration"],
-    )
-    .await;
+    stages.after().await;
     let done = tool(
         &kubeconfig,
         &["status", "--wait-for", "Completed", "--timeout", "30s"],
@@ -209,17 +277,8 @@ async fn status_follows_a_migration_and_its_rollback() {
     );
 
     // Rollback: kube-controller-manager N comes back, the cloud-controller-manager goes.
-    let mut back = plane.replica("kcm-2", Side::Kcm);
-    let back_id = back.identity(WAIT).unwrap();
-    mirror_pod(
-        &plane.server,
-        KCM,
-        "cp1",
-        &["--cloud-provider=fake", "--enable-leader-migration"],
-    )
-    .await;
-    ccm.terminate().unwrap();
-    assert!(ccm.wait(WAIT).unwrap().success());
+    stages.rollback().await;
+    let back_id = stages.back_id.clone();
     wait_for_holder(
         &plane,
         MIGRATION,
@@ -274,8 +333,7 @@ async fn status_follows_a_migration_and_its_rollback() {
         ("False", "Released")
     );
     assert_eq!(condition(&after, "Completed"), ("False", "InProgress"));
-    back.terminate().unwrap();
-    assert!(back.wait(WAIT).unwrap().success());
+    stages.stop();
 }
 
 // Multi-threaded: kubectl runs on one worker while the test API server answers on the other.
