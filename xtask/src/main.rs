@@ -11,8 +11,11 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod chaos;
 mod fuzz;
+mod new_provider;
+mod release;
 mod shell;
 mod test;
+mod tools;
 
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", about = "Repository chores")]
@@ -32,6 +35,15 @@ enum Command {
     Chaos(chaos::Args),
     /// Fuzz the leader-migration configuration decoder (needs the nightly toolchain; installs cargo-fuzz).
     Fuzz(fuzz::Args),
+    /// Build the shipped binaries (`dist` profile) into tarballs with README, LICENSE, a CycloneDX bill
+    /// of materials and SHA256SUMS, under target/dist/.
+    Dist(release::dist::Args),
+    /// Build an OCI image per shipped binary without a container engine (OCI layout and a `docker load`
+    /// archive under target/image/), reproducibly; prints a kustomize `images:` snippet.
+    Image(release::image::Args),
+    /// Scaffold a provider crate (crates/providers/NAME, or --path DIR) with its own binary and a test
+    /// against the test API server.
+    NewProvider(new_provider::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +53,9 @@ fn main() -> ExitCode {
         Command::Fuzz(args) => fuzz::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Chaos(args) => chaos::run(&args),
+        Command::Dist(args) => release::dist::run(&args),
+        Command::Image(args) => release::image::run(&args),
+        Command::NewProvider(args) => new_provider::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,8 +1,8 @@
 //! `cargo xtask test [-p PACKAGE]`: the one command that runs every test on a fresh machine.
 //!
-//! Set-up: checks for `kubectl` (the test API server is checked against it) and installs Prometheus's
-//! `promtool` from Debian's `prometheus` package where it is missing and `apt-get` may run (the shipped
-//! alerts and dashboard are checked with it; without it those tests say they were skipped). Then, for a full run:
+//! Set-up: checks for `kubectl` (the test API server is checked against it) and installs what else the
+//! tests use (`tools`: promtool, skopeo, umoci, a Python environment; without them those tests say they
+//! were skipped). Then, for a full run:
 //! `cargo fmt --check`, `cargo clippy -D warnings`, the tests (with cargo-nextest when installed), and a 60 s
 //! chaos run (`cargo xtask chaos`).
 
@@ -26,55 +26,8 @@ pub(crate) fn run_setup() -> Result<()> {
             "kubectl is not on PATH: the test API server's tests run the real kubectl against it. Install kubectl (any version ≥ 1.28) and run again"
         );
     }
-    if !has("promtool", &["--version"]) {
-        install_promtool();
-    }
+    crate::tools::install();
     Ok(())
-}
-
-/// `apt-get install prometheus` (for `promtool`), as root or with password-less sudo; a failure is reported,
-/// not fatal: the tests that need `promtool` then say they were skipped.
-fn install_promtool() {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    let sudo: &[&str] = if root { &[] } else { &["sudo", "-n"] };
-    if !has("apt-get", &["--version"]) || (!root && !has("sudo", &["-n", "true"])) {
-        eprintln!(
-            "promtool is missing and cannot be installed here (needs apt-get as root): the monitoring tests will be SKIPPED. Install Debian's `prometheus` package to run them"
-        );
-        return;
-    }
-    eprintln!("installing promtool (Debian package prometheus) for the monitoring tests…");
-    let install = |args: &[&str]| {
-        let mut command = std::process::Command::new(sudo.first().copied().unwrap_or(args[0]));
-        command
-            .args(sudo.iter().skip(1))
-            .args(if sudo.is_empty() { &args[1..] } else { args })
-            .env("DEBIAN_FRONTEND", "noninteractive");
-        exec(&mut command)
-    };
-    let installed = install(&[
-        "apt-get",
-        "install",
-        "-y",
-        "--no-install-recommends",
-        "prometheus",
-    ])
-    .or_else(|_| {
-        install(&["apt-get", "update"])?;
-        install(&[
-            "apt-get",
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "prometheus",
-        ])
-    });
-    if let Err(error) = installed {
-        eprintln!("cannot install promtool ({error:#}): the monitoring tests will be SKIPPED");
-    }
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
@@ -112,8 +65,19 @@ pub(crate) fn run(args: &Args) -> Result<()> {
                 .args(&selection)
                 .args(&args.runner_args),
         )?;
-        // nextest does not run doctests.
-        exec(cargo().args(["test", "--doc", "--locked"]).args(&selection))?;
+        // nextest does not run doctests (xtask has no library, so none).
+        let documented: Vec<String> = if full {
+            selection.clone()
+        } else {
+            args.packages
+                .iter()
+                .filter(|p| *p != "xtask")
+                .flat_map(|p| ["-p".to_owned(), p.clone()])
+                .collect()
+        };
+        if !documented.is_empty() {
+            exec(cargo().args(["test", "--doc", "--locked"]).args(&documented))?;
+        }
     } else {
         exec(
             cargo()

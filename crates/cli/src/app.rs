@@ -59,9 +59,23 @@ pub fn main(registry: Registry) -> ExitCode {
 
 fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
     result.unwrap_or_else(|error| {
-        eprintln!("error: {error:#}");
+        eprintln!("error: {}", describe(&error));
         ExitCode::FAILURE
     })
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message already holds
+/// (many errors print their source in their own message, and `{:#}` would print it twice).
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// glibc's malloc keeps an arena per thread that allocates, and a long-running manager whose cache is
@@ -128,6 +142,18 @@ fn run_manager(matches: &clap::ArgMatches, registry: &Registry) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::other("No such file or directory");
+        let repeated = anyhow::Error::new(io).context("cannot read /x: No such file or directory");
+        assert_eq!(
+            super::describe(&repeated),
+            "cannot read /x: No such file or directory"
+        );
+        let added = anyhow::anyhow!("disk full").context("cannot write /y");
+        assert_eq!(super::describe(&added), "cannot write /y: disk full");
+    }
+
     #[test]
     fn repeated_flags_on_the_real_command_take_the_last_value() {
         crate::settings::tests::hermetic(|| {

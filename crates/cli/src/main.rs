@@ -2,11 +2,18 @@
 
 use std::process::ExitCode;
 
-use controller_manager::Registry;
+use controller_manager::{RegistrationError, Registry};
+
+fn register(registry: &mut Registry) -> Result<(), RegistrationError> {
+    registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory)?;
+    #[cfg(feature = "aws")]
+    registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
+    Ok(())
+}
 
 fn main() -> ExitCode {
     let mut registry = Registry::new();
-    if let Err(error) = registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory) {
+    if let Err(error) = register(&mut registry) {
         #[allow(clippy::print_stderr)]
         {
             eprintln!("error: {error}");

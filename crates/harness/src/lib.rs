@@ -7,9 +7,11 @@
 //! log, the cloud's log of applied changes with their callers), checked by [`leadermigration::audit`].
 
 mod admin;
+mod moto;
 mod replica;
 mod workload;
 
 pub use admin::{Admin, cloud_writes, holders, refused_as_invalid, wait_for_holders};
+pub use moto::Moto;
 pub use replica::{Environment, Replica, Side, Timings};
 pub use workload::{Created, Workload, has_ingress, initialized};

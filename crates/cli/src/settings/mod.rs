@@ -50,9 +50,9 @@ const SERVICE: &str = "Service-lb-controller flags";
 const MISC: &str = "Misc flags";
 const SERVING: &str = "Secure serving flags";
 const AUTHN: &str =
-    "Authentication flags (delegated authentication is not implemented yet: accepted, no effect)";
+    "Authentication flags (who may read /metrics: TokenReview, client certificates, front proxy)";
 const AUTHZ: &str =
-    "Authorization flags (delegated authorization is not implemented yet: accepted, no effect)";
+    "Authorization flags (SubjectAccessReview, except for --authorization-always-allow-paths)";
 const WEBHOOK: &str = "Webhook flags (no webhooks are implemented: accepted, no effect)";
 const LOGS: &str = "Logs flags";
 

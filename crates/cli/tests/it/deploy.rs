@@ -169,8 +169,28 @@ fn assert_only_the_provider_is_refused(args: &[String], provider: &str) {
     assert_eq!(
         problems,
         [format!(
-            "error: --cloud-provider: unknown cloud provider \"{provider}\" (this binary has: fake)"
+            "error: --cloud-provider: unknown cloud provider \"{provider}\" (this binary has: aws, fake)"
         )],
+        "{text}"
+    );
+}
+
+/// The binary accepts every setting of `args` and builds the provider from the overlay's cloud-config
+/// (the region as the instance metadata would give it); what stops it is the missing cluster.
+fn assert_only_the_cluster_is_missing(args: &[String]) {
+    let output = binary()
+        .args(args)
+        .args(["--kubeconfig=/nonexistent", "--secure-port=0"])
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    let problems: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(problems.len(), 1, "{text}");
+    assert!(
+        problems[0].starts_with("error: --kubeconfig: cannot read /nonexistent"),
         "{text}"
     );
 }
@@ -231,10 +251,11 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
             std::fs::write(&copy, data).unwrap();
             local.push(format!("{file_flag}={}", copy.display()));
         }
-        if provider == "fake" {
-            continue; // It runs, with these flags, in the migration test below.
+        match provider {
+            "fake" => {} // It runs, with these flags, in the migration test below.
+            "aws" => assert_only_the_cluster_is_missing(&local),
+            _ => assert_only_the_provider_is_refused(&local, provider),
         }
-        assert_only_the_provider_is_refused(&local, provider);
     }
     let (pod, args) = static_pod();
     assert_eq!(pod["spec"]["hostNetwork"], true);

@@ -1,6 +1,7 @@
 //! Integration tests of the `cloud-controller-manager` binary, one module per area. A single test binary
 //! keeps link time down.
 
+mod aws;
 mod demo;
 mod deploy;
 mod leader_migration_cli;

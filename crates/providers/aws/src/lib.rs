@@ -1,4 +1,143 @@
-//! AWS cloud provider: not implemented yet.
+//! The AWS cloud provider, on the AWS SDK for Rust (`--cloud-provider=aws`).
 //!
-//! The crate exists so the workspace layout is final; the AWS SDK is added here, and only here, when the
-//! provider is implemented, so that no other crate rebuilds it.
+//! Built so far: upstream's INI cloud-config ([`config`]), the SDK clients with the standard credential
+//! and region chains, endpoint overrides, timeouts and one TLS stack ([`client`]), EC2 instances for the
+//! node controllers, batched: one `DescribeInstances` answers up to 200 nodes ([`instances`]), VPC
+//! routes ([`routes`]), and classic ELBs and NLBs for LoadBalancer services ([`load_balancer`],
+//! [`load_balancer::network`]). Not yet: the tagging controller.
+//!
+//! AWS errors map to the framework's: throttling (`RequestLimitExceeded`, `Throttling…`) to a retry after
+//! [`THROTTLED_RETRY_AFTER`], after the SDK's own back-off has run out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use cloud_provider::{CloudError, CloudProvider, InstancesV2, LoadBalancer, Routes};
+use tokio::sync::Mutex;
+
+pub mod batch;
+pub mod client;
+pub mod config;
+pub mod instances;
+pub mod load_balancer;
+pub mod routes;
+
+pub use client::RequestCounter;
+pub use config::{CloudConfig, ConfigError};
+
+/// `--cloud-provider=aws`.
+pub const PROVIDER_NAME: &str = "aws";
+/// How long a controller waits after the account's rate limit refused a request.
+pub const THROTTLED_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// The provider.
+pub struct AwsProvider {
+    config: CloudConfig,
+    region: String,
+    ec2: aws_sdk_ec2::Client,
+    elb: aws_sdk_elasticloadbalancing::Client,
+    elbv2: aws_sdk_elasticloadbalancingv2::Client,
+    requests: Arc<RequestCounter>,
+    zone_ids: Mutex<HashMap<String, String>>,
+    route_table: Mutex<Option<String>>,
+    describer: batch::Describer,
+}
+
+impl std::fmt::Debug for AwsProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsProvider")
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the provider from `--cloud-config` (upstream's INI; optional, as upstream).
+pub async fn factory(
+    config: Option<Vec<u8>>,
+) -> Result<Arc<dyn CloudProvider>, Box<dyn std::error::Error + Send + Sync>> {
+    let text = String::from_utf8(config.unwrap_or_default()).map_err(|_| "cloud-config: not UTF-8 text")?;
+    let parsed = CloudConfig::parse(&text)?;
+    for warning in &parsed.warnings {
+        tracing::warn!("cloud-config {warning}");
+    }
+    let sdk = client::sdk_config(&parsed.config).await?;
+    Ok(Arc::new(AwsProvider::new(parsed.config, &sdk)))
+}
+
+impl AwsProvider {
+    /// A provider for `config` on the SDK configuration `sdk` (which gives the region and credentials).
+    pub fn new(config: CloudConfig, sdk: &aws_config::SdkConfig) -> AwsProvider {
+        let requests = Arc::new(RequestCounter::default());
+        let ec2 = client::ec2(sdk, &config, &requests);
+        let elb = client::elb(sdk, &config, &requests);
+        let elbv2 = client::elbv2(sdk, &config, &requests);
+        let region = sdk.region().map(|r| r.as_ref().to_owned()).unwrap_or_default();
+        AwsProvider {
+            config,
+            region,
+            ec2,
+            elb,
+            elbv2,
+            requests,
+            zone_ids: Mutex::new(HashMap::new()),
+            route_table: Mutex::new(None),
+            describer: batch::Describer::default(),
+        }
+    }
+
+    /// The AWS requests this provider has sent, by `service:Operation`.
+    pub fn requests(&self) -> &Arc<RequestCounter> {
+        &self.requests
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CloudConfig {
+        &self.config
+    }
+}
+
+impl CloudProvider for AwsProvider {
+    fn provider_name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        Some(self)
+    }
+
+    /// A cluster ID (`KubernetesClusterID` or `KubernetesClusterTag`) is required, as upstream, unless
+    /// `--allow-untagged-cloud`: name-based look-ups only see this cluster's instances.
+    fn has_cluster_id(&self) -> bool {
+        !self.config.cluster_id().is_empty()
+    }
+}
+
+/// An AWS failure (EC2, ELB) as the framework's error: throttling becomes a retry after [`THROTTLED_RETRY_AFTER`].
+pub(crate) fn aws_error<E, R>(error: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let code = error.code().unwrap_or_default().to_owned();
+    let message = DisplayErrorContext(&error).to_string();
+    if matches!(
+        code.as_str(),
+        "RequestLimitExceeded" | "Throttling" | "ThrottlingException" | "TooManyRequestsException"
+    ) {
+        return CloudError::Retry {
+            after: THROTTLED_RETRY_AFTER,
+            message,
+        };
+    }
+    CloudError::provider(message)
+}

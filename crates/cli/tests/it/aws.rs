@@ -1,0 +1,474 @@
+//! The shipped binary with `--cloud-provider=aws` against moto (EC2, ELB) and the test API server: a node
+//! initialised from its instance, a LoadBalancer service's classic ELB made and deleted through the
+//! service-lb controller, and the node deleted when its instance is terminated.
+
+use std::process::{Child, Stdio};
+
+use futures::StreamExt;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::PostParams;
+use test_apiserver::TestApiServer;
+
+use crate::support::binary;
+
+struct Manager(Child);
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ec2(moto: &harness::Moto) -> aws_sdk_ec2::Client {
+    let config = aws_sdk_ec2::config::Builder::new()
+        .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+        .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_ec2::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .endpoint_url(moto.url())
+        .build();
+    aws_sdk_ec2::Client::from_conf(config)
+}
+
+fn elb(moto: &harness::Moto) -> aws_sdk_elasticloadbalancing::Client {
+    let config = aws_sdk_elasticloadbalancing::config::Builder::new()
+        .behavior_version(aws_sdk_elasticloadbalancing::config::BehaviorVersion::latest())
+        .region(aws_sdk_elasticloadbalancing::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_elasticloadbalancing::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .endpoint_url(moto.url())
+        .build();
+    aws_sdk_elasticloadbalancing::Client::from_conf(config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_provider_initialises_a_node_serves_a_load_balancer_and_deletes_the_node_with_its_instance() {
+    let Some(moto) = harness::Moto::for_test() else {
+        return;
+    };
+    let ec2 = ec2(&moto);
+    let started = ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .instance_type(InstanceType::C5Xlarge)
+        .min_count(1)
+        .max_count(1)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(
+                    Tag::builder()
+                        .key("kubernetes.io/cluster/test")
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let instance = &started.instances()[0];
+    let id = instance.instance_id().unwrap().to_owned();
+    let dns = instance.private_dns_name().unwrap().to_owned();
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let log = dir.path().join("manager.log");
+    let _manager = aws_manager(
+        dir.path(),
+        &server,
+        moto.url(),
+        "manager",
+        &["--node-monitor-period=1s"],
+    );
+    let nodes: Api<Node> = Api::all(server.client());
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": dns},
+        "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let initialised = loop {
+        let node = nodes.get(&dns).await.unwrap();
+        if node.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some() {
+            break node;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node was not initialised:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        initialised.spec.as_ref().unwrap().provider_id.as_deref(),
+        Some(format!("aws:///us-east-1a/{id}").as_str())
+    );
+    let labels = initialised.metadata.labels.clone().unwrap();
+    assert_eq!(labels["topology.kubernetes.io/zone"], "us-east-1a");
+    assert_eq!(labels["topology.kubernetes.io/region"], "us-east-1");
+    assert_eq!(labels["node.kubernetes.io/instance-type"], "c5.xlarge");
+    assert!(
+        labels["topology.k8s.aws/zone-id"].starts_with("use1-az"),
+        "{labels:?}"
+    );
+    let addresses = initialised.status.unwrap().addresses.unwrap();
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "InternalIP" && Some(a.address.as_str()) == instance.private_ip_address())
+    );
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a.type_ == "Hostname" && a.address == dns)
+    );
+
+    // A LoadBalancer service: a classic ELB in the instance's (cluster-tagged) subnet, its DNS name in
+    // the service's status; deleting the service deletes the ELB.
+    ec2.create_tags()
+        .resources(instance.subnet_id().unwrap())
+        .tags(
+            Tag::builder()
+                .key("kubernetes.io/cluster/test")
+                .value("shared")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(server.client(), "default");
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080}]},
+    }))
+    .unwrap();
+    let uid = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let elb_name = format!("a{}", uid.replace('-', ""))[..32].to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let hostname = loop {
+        let status = services
+            .get("web")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.load_balancer);
+        if let Some(hostname) = status
+            .and_then(|s| s.ingress)
+            .and_then(|i| i.first()?.hostname.clone())
+        {
+            break hostname;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the service got no load balancer:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let elb = elb(&moto);
+    let described = elb
+        .describe_load_balancers()
+        .load_balancer_names(&elb_name)
+        .send()
+        .await
+        .unwrap();
+    let made = &described.load_balancer_descriptions()[0];
+    assert_eq!(made.dns_name(), Some(hostname.as_str()));
+    assert_eq!(made.instances()[0].instance_id(), Some(id.as_str()));
+    services.delete("web", &Default::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while elb
+        .describe_load_balancers()
+        .load_balancer_names(&elb_name)
+        .send()
+        .await
+        .is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ELB outlived its service:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    ec2.terminate_instances().instance_ids(&id).send().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while nodes.get_opt(&dns).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node of a terminated instance was not deleted:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A counting HTTP proxy in front of moto: every request's `Action` (the AWS Query protocol's operation),
+/// counted, then forwarded. It sees what the account's rate limit would see: every attempt.
+struct Counter {
+    counts: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    url: String,
+}
+
+impl Counter {
+    async fn start(upstream: &str) -> Counter {
+        use http_body_util::{BodyExt, Full};
+        use hyper_util::rt::TokioIo;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let counts: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>> =
+            Default::default();
+        let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        let upstream: http::Uri = upstream.parse().unwrap();
+        let shared = counts.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (client, upstream, counts) = (client.clone(), upstream.clone(), shared.clone());
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                            let (client, upstream, counts) =
+                                (client.clone(), upstream.clone(), counts.clone());
+                            async move {
+                                let (mut parts, body) = request.into_parts();
+                                let body = body.collect().await?.to_bytes();
+                                let action = String::from_utf8_lossy(&body)
+                                    .split('&')
+                                    .find_map(|pair| pair.strip_prefix("Action=").map(str::to_owned))
+                                    .unwrap_or_else(|| "unknown".into());
+                                *counts.lock().unwrap().entry(action).or_default() += 1;
+                                let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+                                parts.uri = format!("{}{}", upstream.to_string().trim_end_matches('/'), path)
+                                    .parse()
+                                    .unwrap();
+                                let response = client
+                                    .request(http::Request::from_parts(parts, Full::new(body)))
+                                    .await
+                                    .unwrap();
+                                let (parts, body) = response.into_parts();
+                                let body = body.collect().await?.to_bytes();
+                                Ok::<_, hyper::Error>(http::Response::from_parts(parts, Full::new(body)))
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Counter { counts, url }
+    }
+
+    fn take(&self, action: &str) -> u64 {
+        self.counts.lock().unwrap().remove(action).unwrap_or(0)
+    }
+}
+
+/// The manager (`--cloud-provider=aws`, EC2 and ELB at `url`), with `flags`; its log is `<name>.log`.
+fn aws_manager(
+    dir: &std::path::Path,
+    server: &TestApiServer,
+    url: &str,
+    name: &str,
+    flags: &[&str],
+) -> Manager {
+    let config = dir.join("cloud.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "[Global]\nRegion = us-east-1\nKubernetesClusterID = test\n\n[ServiceOverride \"ec2\"]\nService = ec2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n[ServiceOverride \"elb\"]\nService = elb\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n"
+        ),
+    )
+    .unwrap();
+    Manager(
+        binary()
+            .arg("--cloud-provider=aws")
+            .arg(format!("--cloud-config={}", config.display()))
+            .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
+            .args([
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--configure-cloud-routes=false",
+            ])
+            .args(["--kube-api-qps=1000", "--kube-api-burst=1000"])
+            .args(flags)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// What 1,000 nodes cost in EC2 requests, counted by a proxy (every attempt): to initialise them as they
+/// arrive (as fast as the API server takes them), then per lifecycle-monitor period with all of them
+/// NotReady, and per address-refresh period. The issue's targets: ≤ 20, ≤ 10 and ≤ 10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)] // the figures, for the record
+async fn a_thousand_nodes_cost_a_few_ec2_requests_to_initialise_and_to_watch() {
+    const NODES: i32 = 1_000;
+    const PERIODS: u32 = 4;
+    let Some(moto) = harness::Moto::for_test() else {
+        return;
+    };
+    let ec2 = ec2(&moto);
+    let started = ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .min_count(NODES)
+        .max_count(NODES)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(
+                    Tag::builder()
+                        .key("kubernetes.io/cluster/test")
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let names: Vec<String> = started
+        .instances()
+        .iter()
+        .map(|i| i.private_dns_name().unwrap().to_owned())
+        .collect();
+    let counter = Counter::start(moto.url()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let nodes: Api<Node> = Api::all(server.client());
+
+    // Initialisation: Ready nodes (the lifecycle controller leaves them alone), addresses refreshed every
+    // 5 minutes (the default): only the cloud-node controller asks.
+    let manager = aws_manager(dir.path(), &server, &counter.url, "init", &[]);
+    let begun = std::time::Instant::now();
+    futures::stream::iter(names.iter())
+        .map(|name| {
+            let nodes = nodes.clone();
+            async move {
+                let node: Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name},
+                    "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }))
+                .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let list = nodes.list(&Default::default()).await.unwrap();
+        let done = list
+            .items
+            .iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_some())
+            .count();
+        if done == names.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{done} of {} nodes initialised:\n{}",
+            names.len(),
+            std::fs::read_to_string(dir.path().join("init.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let initialised_in = begun.elapsed();
+    drop(manager);
+    let init = counter.take("DescribeInstances");
+    let zones = counter.take("DescribeAvailabilityZones");
+
+    // Every node NotReady, then each periodic check alone, sampled over whole periods.
+    futures::stream::iter(names.iter())
+        .map(|name| {
+            let nodes = nodes.clone();
+            async move {
+                let status =
+                    serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}});
+                nodes
+                    .patch_status(name, &Default::default(), &kube::api::Patch::Merge(status))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let period = Duration::from_secs(3);
+    let mut per_period = Vec::new();
+    for (name, flags) in [
+        (
+            "monitor",
+            [
+                "--controllers=cloud-node-lifecycle-controller",
+                "--node-monitor-period=3s",
+            ],
+        ),
+        (
+            "refresh",
+            [
+                "--controllers=cloud-node-controller",
+                "--node-status-update-frequency=3s",
+            ],
+        ),
+    ] {
+        let manager = aws_manager(dir.path(), &server, &counter.url, name, &flags);
+        // Sampling a rate over whole periods (not waiting for a condition).
+        tokio::time::sleep(period * PERIODS).await;
+        drop(manager);
+        per_period.push(counter.take("DescribeInstances") as f64 / f64::from(PERIODS));
+    }
+    eprintln!(
+        "aws: {NODES} nodes initialised in {initialised_in:?} with {init} DescribeInstances and {zones} DescribeAvailabilityZones; \
+         per {period:?} period with all NotReady: {} DescribeInstances for the lifecycle monitor, {} for the address refresh",
+        per_period[0], per_period[1]
+    );
+    // The target is 20 (18 measured on an idle machine); how many look-ups share a request depends on
+    // how fast the nodes arrive, so the test allows twice that: a regression to a request per few nodes
+    // (177 before look-ups were batched across controllers) still fails.
+    assert!(init <= 40, "{init} DescribeInstances to initialise {NODES} nodes");
+    assert!(zones <= 2, "{zones} DescribeAvailabilityZones");
+    assert!(
+        per_period[0] <= 10.0,
+        "{} DescribeInstances per monitor period",
+        per_period[0]
+    );
+    assert!(
+        per_period[1] <= 10.0,
+        "{} DescribeInstances per refresh period",
+        per_period[1]
+    );
+}

@@ -1,0 +1,262 @@
+//! Service load balancers: which kind a service gets, and what every kind shares.
+//!
+//! - **Type** by `service.beta.kubernetes.io/aws-load-balancer-type`: absent or anything else → a classic
+//!   ELB ([`classic`]); `nlb` → an NLB ([`network`]); `external` or `nlb-ip` →
+//!   [`CloudError::ImplementedElsewhere`] (the AWS Load Balancer Controller owns the service).
+//! - **Name**: upstream's `a` + the service UID (the framework's default), so a load balancer the in-tree
+//!   provider made is found and adopted after a migration, not duplicated.
+//! - **Subnets**: the `…-subnets` annotation (IDs), else one per zone among the VPC's subnets tagged for
+//!   the cluster, preferring `kubernetes.io/role/elb` (`internal-elb` for `…-internal`), then the lowest ID.
+//! - **Security groups** ([`security`]): the rules the nodes' groups need, found again and revoked.
+//! - Every call is idempotent: what exists is compared and only differences are changed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::Filter;
+use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+
+use crate::instances::key_of;
+use crate::{AwsProvider, aws_error};
+
+pub mod classic;
+pub mod network;
+pub mod security;
+
+pub use classic::{Wanted, wanted};
+
+const PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
+
+/// Which load balancer a service gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A classic ELB (the default).
+    Classic,
+    /// A network load balancer (`…-type: nlb`).
+    Network,
+    /// Someone else's (`…-type: external` or `nlb-ip`).
+    Elsewhere,
+}
+
+/// The kind `service` asks for.
+pub fn kind(service: &Service) -> Kind {
+    match annotation(service, "type").as_deref() {
+        Some("nlb") => Kind::Network,
+        Some("external" | "nlb-ip") => Kind::Elsewhere,
+        _ => Kind::Classic,
+    }
+}
+
+fn annotation(service: &Service, key: &str) -> Option<String> {
+    service
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(&format!("{PREFIX}{key}"))
+        .cloned()
+}
+
+/// The subnets of the `…-subnets` annotation (IDs, comma-separated).
+pub fn annotated_subnets(service: &Service) -> Option<Vec<String>> {
+    annotation(service, "subnets").map(|list| {
+        list.split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    })
+}
+
+/// `…-internal`: any non-empty value but `false`.
+pub fn is_internal(service: &Service) -> bool {
+    annotation(service, "internal").is_some_and(|v| !v.is_empty() && v != "false")
+}
+
+impl AwsProvider {
+    fn cluster_tag(&self) -> (String, String) {
+        (
+            format!("kubernetes.io/cluster/{}", self.config.cluster_id()),
+            "owned".to_owned(),
+        )
+    }
+
+    fn tagged_for_cluster(&self, tags: impl Iterator<Item = (Option<String>, Option<String>)>) -> bool {
+        let id = self.config.cluster_id();
+        let key = format!("kubernetes.io/cluster/{id}");
+        tags.into_iter().any(|(k, v)| {
+            k.as_deref() == Some(key.as_str())
+                || (k.as_deref() == Some("KubernetesCluster") && v.as_deref() == Some(id))
+        })
+    }
+
+    /// The instances of `nodes` that EC2 knows.
+    pub(crate) async fn node_instances(
+        &self,
+        nodes: &[Arc<Node>],
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
+        let keys: Vec<_> = nodes.iter().filter_map(|n| key_of(n)).collect();
+        let found = self.describe(&keys).await?;
+        let mut instances: Vec<_> = keys.iter().filter_map(|k| found.get(k).cloned()).collect();
+        instances.sort_by(|a, b| a.instance_id().cmp(&b.instance_id()));
+        instances.dedup_by(|a, b| a.instance_id() == b.instance_id());
+        Ok(instances)
+    }
+
+    /// The VPC: configured, or the nodes' instances'.
+    pub(crate) fn vpc_of(&self, instances: &[aws_sdk_ec2::types::Instance]) -> Result<String, CloudError> {
+        if !self.config.vpc.is_empty() {
+            return Ok(self.config.vpc.clone());
+        }
+        instances
+            .iter()
+            .find_map(|i| i.vpc_id())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                CloudError::provider(
+                    "cannot tell the VPC: set VPC in the cloud-config, or wait for a node with an instance",
+                )
+            })
+    }
+
+    /// One subnet per zone in `vpc` for the ELB, as upstream chooses them.
+    pub(crate) async fn subnets(&self, vpc: &str, internal: bool) -> Result<Vec<String>, CloudError> {
+        let output = self
+            .ec2
+            .describe_subnets()
+            .filters(Filter::builder().name("vpc-id").values(vpc).build())
+            .send()
+            .await
+            .map_err(aws_error)?;
+        let role = if internal {
+            "kubernetes.io/role/internal-elb"
+        } else {
+            "kubernetes.io/role/elb"
+        };
+        let mut best: std::collections::BTreeMap<String, (bool, String)> = std::collections::BTreeMap::new();
+        for subnet in output.subnets() {
+            let tags = || {
+                subnet
+                    .tags()
+                    .iter()
+                    .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)))
+            };
+            if !self.tagged_for_cluster(tags()) {
+                continue;
+            }
+            let (Some(zone), Some(id)) = (subnet.availability_zone(), subnet.subnet_id()) else {
+                continue;
+            };
+            let has_role = tags().any(|(k, _)| k.as_deref() == Some(role));
+            let better = match best.get(zone) {
+                None => true,
+                Some((best_role, best_id)) => {
+                    (has_role, std::cmp::Reverse(id)) > (*best_role, std::cmp::Reverse(best_id.as_str()))
+                }
+            };
+            if better {
+                best.insert(zone.to_owned(), (has_role, id.to_owned()));
+            }
+        }
+        if best.is_empty() {
+            return Err(CloudError::provider(format!(
+                "no subnet of {vpc} is tagged kubernetes.io/cluster/{}: tag the cluster's subnets or annotate the service with {PREFIX}subnets",
+                self.config.cluster_id()
+            )));
+        }
+        Ok(best.into_values().map(|(_, id)| id).collect())
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for AwsProvider {
+    async fn get_load_balancer(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, CloudError> {
+        match kind(service) {
+            Kind::Elsewhere => Err(CloudError::ImplementedElsewhere),
+            Kind::Network => cx.call("DescribeLoadBalancers", self.get_nlb(service)).await,
+            Kind::Classic => {
+                let name = default_load_balancer_name(service);
+                Ok(cx
+                    .call("DescribeLoadBalancers", self.describe_elb(&name))
+                    .await?
+                    .as_ref()
+                    .map(classic::status))
+            }
+        }
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<LoadBalancerStatus, CloudError> {
+        match kind(service) {
+            Kind::Elsewhere => Err(CloudError::ImplementedElsewhere),
+            Kind::Network => cx.guard(self.ensure_nlb(service, nodes)).await,
+            Kind::Classic => cx.guard(self.ensure_classic(service, nodes)).await,
+        }
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<(), CloudError> {
+        match kind(service) {
+            Kind::Elsewhere => Err(CloudError::ImplementedElsewhere),
+            Kind::Network => cx.guard(self.update_nlb(service, nodes)).await,
+            Kind::Classic => cx.guard(self.update_classic(service, nodes)).await,
+        }
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), CloudError> {
+        match kind(service) {
+            // Not ours to delete.
+            Kind::Elsewhere => Ok(()),
+            Kind::Network => cx.guard(self.delete_nlb(service)).await,
+            Kind::Classic => cx.guard(self.delete_classic(service)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(value: serde_json::Value) -> Service {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_annotation_picks_the_kind_and_the_scheme() {
+        let annotated = |value: &str| {
+            service(serde_json::json!({"metadata": {"annotations": {
+                "service.beta.kubernetes.io/aws-load-balancer-type": value,
+                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            }}}))
+        };
+        assert_eq!(kind(&annotated("nlb")), Kind::Network);
+        assert_eq!(kind(&annotated("external")), Kind::Elsewhere);
+        assert_eq!(kind(&annotated("nlb-ip")), Kind::Elsewhere);
+        assert_eq!(kind(&annotated("clb")), Kind::Classic);
+        assert_eq!(kind(&service(serde_json::json!({}))), Kind::Classic);
+        assert!(is_internal(&annotated("nlb")));
+        let not = service(
+            serde_json::json!({"metadata": {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-internal": "false"}}}),
+        );
+        assert!(!is_internal(&not));
+    }
+}

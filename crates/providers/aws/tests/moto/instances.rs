@@ -1,0 +1,227 @@
+//! Instances: look-ups by provider ID and name, batching, existence and shutdown, addresses.
+
+use super::*;
+
+#[tokio::test]
+async fn nodes_are_described_by_provider_id_and_private_dns_name_in_one_request_each() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let tagged = run_instances(&ec2, 3, true).await;
+    let untagged = run_instances(&ec2, 1, false).await;
+    let provider = moto.provider("");
+    let instances = provider.instances_v2().unwrap();
+
+    let by_id = &tagged[0];
+    let id = by_id.instance_id().unwrap();
+    let by_name = &tagged[1];
+    let dns = by_name.private_dns_name().unwrap();
+    let resource_named = tagged[2].instance_id().unwrap();
+    let nodes = vec![
+        node("a", Some(&format!("aws:///us-east-1a/{id}"))),
+        node(dns, None),
+        node(&format!("{resource_named}.ec2.internal"), None),
+        node("ghost", Some("aws:////i-0000000000000dead")),
+        // Not this cluster's: invisible by name, as upstream.
+        node(untagged[0].private_dns_name().unwrap(), None),
+    ];
+    let before = provider.requests().snapshot();
+    let metadata = instances.instance_metadata_batch(&cx(), &nodes).await;
+    let after = provider.requests().snapshot();
+    // One DescribeInstances by ID, one by name, one DescribeAvailabilityZones (then cached).
+    assert_eq!(
+        after.get("EC2:DescribeInstances").copied().unwrap_or(0)
+            - before.get("EC2:DescribeInstances").copied().unwrap_or(0),
+        2,
+        "{after:?}"
+    );
+    assert_eq!(
+        after.get("EC2:DescribeAvailabilityZones").copied(),
+        Some(1),
+        "{after:?}"
+    );
+
+    let first = metadata[0].as_ref().unwrap();
+    assert_eq!(first.provider_id, format!("aws:///us-east-1a/{id}"));
+    assert_eq!(first.instance_type, "m5.large");
+    assert_eq!(first.zone, "us-east-1a");
+    assert_eq!(first.region, "us-east-1");
+    assert!(first.additional_labels[provider_aws::instances::ZONE_ID_LABEL].starts_with("use1-az"));
+    let kinds: Vec<&str> = first.node_addresses.iter().map(|a| a.type_.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "InternalIP",
+            "ExternalIP",
+            "InternalDNS",
+            "Hostname",
+            "ExternalDNS"
+        ]
+    );
+    assert_eq!(
+        first.node_addresses[0].address,
+        by_id.private_ip_address().unwrap()
+    );
+    assert_eq!(first.node_addresses[3].address, by_id.private_dns_name().unwrap());
+    assert_eq!(
+        metadata[1].as_ref().unwrap().provider_id,
+        format!("aws:///us-east-1a/{}", by_name.instance_id().unwrap())
+    );
+    assert_eq!(
+        metadata[2].as_ref().unwrap().provider_id,
+        format!("aws:///us-east-1a/{resource_named}")
+    );
+    assert!(matches!(metadata[3], Err(CloudError::InstanceNotFound)));
+    assert!(matches!(metadata[4], Err(CloudError::InstanceNotFound)));
+
+    // A second look-up of the same nodes: the zone IDs are cached.
+    let again = provider.requests().snapshot();
+    instances.instance_metadata_batch(&cx(), &nodes).await;
+    assert_eq!(
+        provider
+            .requests()
+            .snapshot()
+            .get("EC2:DescribeAvailabilityZones"),
+        again.get("EC2:DescribeAvailabilityZones")
+    );
+}
+
+#[tokio::test]
+async fn terminated_instances_are_gone_and_stopped_ones_shut_down() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let started = run_instances(&ec2, 3, true).await;
+    let ids: Vec<&str> = started.iter().map(|i| i.instance_id().unwrap()).collect();
+    ec2.stop_instances().instance_ids(ids[1]).send().await.unwrap();
+    ec2.terminate_instances()
+        .instance_ids(ids[2])
+        .send()
+        .await
+        .unwrap();
+    let provider = moto.provider("");
+    let instances = provider.instances_v2().unwrap();
+    let nodes: Vec<Arc<Node>> = ids
+        .iter()
+        .map(|id| node(id, Some(&format!("aws:///us-east-1a/{id}"))))
+        .collect();
+    let mut nodes = nodes;
+    nodes.push(node("ghost", Some("aws:///us-east-1a/i-0000000000000dead")));
+
+    let exists: Vec<bool> = instances
+        .instance_exists_batch(&cx(), &nodes)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        exists,
+        [true, true, false, false],
+        "running, stopped, terminated, absent"
+    );
+    let shutdown: Vec<bool> = instances
+        .instance_shutdown_batch(&cx(), &nodes)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(shutdown, [false, true, false, false]);
+    assert_eq!(
+        provider.requests().snapshot().get("EC2:DescribeInstances"),
+        Some(&2),
+        "one request per batch"
+    );
+}
+
+#[tokio::test]
+async fn ipv6_first_lists_each_interfaces_first_ipv6_address() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.1.0.0/16")
+        .amazon_provided_ipv6_cidr_block(true)
+        .send()
+        .await
+        .unwrap();
+    let vpc = vpc.vpc().unwrap();
+    let v6 = vpc.ipv6_cidr_block_association_set()[0]
+        .ipv6_cidr_block()
+        .unwrap();
+    let subnet_v6 = v6.replace("::/56", "::/64");
+    let subnet = ec2
+        .create_subnet()
+        .vpc_id(vpc.vpc_id().unwrap())
+        .cidr_block("10.1.1.0/24")
+        .ipv6_cidr_block(subnet_v6)
+        .availability_zone("us-east-1b")
+        .send()
+        .await
+        .unwrap();
+    let subnet = subnet.subnet().unwrap().subnet_id().unwrap().to_owned();
+    let started = ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&subnet)
+        .ipv6_address_count(1)
+        .send()
+        .await
+        .unwrap();
+    let instance = &started.instances()[0];
+    let id = instance.instance_id().unwrap();
+    let provider = moto.provider("NodeIPFamilies = ipv6\nNodeIPFamilies = ipv4");
+    let nodes = [node("n", Some(&format!("aws:///us-east-1b/{id}")))];
+    let metadata = provider
+        .instances_v2()
+        .unwrap()
+        .instance_metadata_batch(&cx(), &nodes)
+        .await;
+    let metadata = metadata[0].as_ref().unwrap();
+    assert_eq!(metadata.zone, "us-east-1b");
+    let first = &metadata.node_addresses[0];
+    assert_eq!(first.type_, "InternalIP");
+    assert!(
+        first.address.contains(':'),
+        "IPv6 first: {:?}",
+        metadata.node_addresses
+    );
+    assert!(
+        metadata.node_addresses[1].address.starts_with("10.1.1."),
+        "{:?}",
+        metadata.node_addresses
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_fails_each_node_without_deleting_it() {
+    // No moto needed: nothing listens on this port.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = format!(
+        "[Global]\nRegion = us-east-1\nKubernetesClusterID = test\n[ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\nURL = http://127.0.0.1:{port}\nSigningRegion = us-east-1\n"
+    );
+    let sdk = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "t", "t", None, None, "test",
+        )))
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    let provider = AwsProvider::new(CloudConfig::parse(&text).unwrap().config, &sdk);
+    let nodes = [node("a", Some("aws:///us-east-1a/i-1")), node("b", None)];
+    let exists = provider
+        .instances_v2()
+        .unwrap()
+        .instance_exists_batch(&cx(), &nodes)
+        .await;
+    assert_eq!(exists.len(), 2);
+    assert!(
+        exists.iter().all(|r| matches!(r, Err(CloudError::Provider(_)))),
+        "{exists:?}"
+    );
+    assert!(provider.has_cluster_id());
+}

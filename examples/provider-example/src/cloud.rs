@@ -1,0 +1,114 @@
+//! The "cloud": one JSON file holding instances, load balancers and routes. A real provider would call
+//! its cloud's API here; everything else in this crate would stay the same.
+
+use std::path::PathBuf;
+
+use cloud_provider::CloudError;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+/// What the file holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    /// Virtual machines.
+    #[serde(default)]
+    pub instances: Vec<Instance>,
+    /// Load balancers, by name.
+    #[serde(default)]
+    pub load_balancers: Vec<LoadBalancer>,
+    /// Routes to nodes' pod ranges.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// A virtual machine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Instance {
+    /// The cloud's ID, e.g. `i-1`.
+    pub id: String,
+    /// Its host name, which is the node's name.
+    pub name: String,
+    /// Machine type.
+    #[serde(rename = "type")]
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Private address.
+    pub address: String,
+    /// `running`, `stopped` or `terminated`.
+    pub state: String,
+    /// Tags (the tagging controller sets `kubernetes-node`).
+    #[serde(default)]
+    pub tags: std::collections::BTreeMap<String, String>,
+}
+
+/// A load balancer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadBalancer {
+    /// Its name (the framework's default: `a` + the service's UID).
+    pub name: String,
+    /// Its public address.
+    pub ip: String,
+    /// The ports it forwards.
+    pub ports: Vec<i32>,
+    /// The nodes it forwards to.
+    pub nodes: Vec<String>,
+}
+
+/// A route.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Its name (the node's UID).
+    pub name: String,
+    /// The node it sends to.
+    pub node: String,
+    /// The pod range.
+    pub cidr: String,
+}
+
+/// The cloud's API: reads and read-modify-writes of the file, one at a time in this process. (Across
+/// processes, leader election makes each controller's writer unique.)
+#[derive(Debug)]
+pub struct FileCloud {
+    path: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl FileCloud {
+    /// The cloud kept in `path`.
+    pub fn new(path: PathBuf) -> FileCloud {
+        FileCloud {
+            path,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// The current state.
+    pub async fn read(&self) -> Result<State, CloudError> {
+        let bytes = tokio::fs::read(&self.path)
+            .await
+            .map_err(|e| CloudError::provider(format!("{}: {e}", self.path.display())))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| CloudError::provider(format!("{}: {e}", self.path.display())))
+    }
+
+    /// Applies `change` to the state and writes it back whole (temporary file, then rename).
+    pub async fn update<T>(&self, change: impl FnOnce(&mut State) -> T) -> Result<T, CloudError> {
+        let _one_at_a_time = self.lock.lock().await;
+        let mut state = self.read().await?;
+        let outcome = change(&mut state);
+        let bytes = serde_json::to_vec_pretty(&state).map_err(CloudError::provider)?;
+        let temporary = self.path.with_extension("partial");
+        tokio::fs::write(&temporary, bytes)
+            .await
+            .map_err(CloudError::provider)?;
+        tokio::fs::rename(&temporary, &self.path)
+            .await
+            .map_err(CloudError::provider)?;
+        Ok(outcome)
+    }
+}

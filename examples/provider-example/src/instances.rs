@@ -1,0 +1,88 @@
+//! Instances: what the node controllers ask.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+
+use crate::ExampleCloud;
+use crate::cloud::{Instance, State};
+
+// ANCHOR: lookup
+/// The node's instance: by provider ID when the node has one, else by name.
+fn find<'a>(state: &'a State, node: &Node) -> Option<&'a Instance> {
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    match provider_id.and_then(ExampleCloud::instance_id) {
+        Some(id) => state.instances.iter().find(|i| i.id == id),
+        None => state
+            .instances
+            .iter()
+            .find(|i| Some(&i.name) == node.metadata.name.as_ref()),
+    }
+}
+// ANCHOR_END: lookup
+
+// ANCHOR: instances
+#[async_trait]
+impl InstancesV2 for ExampleCloud {
+    async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        let state = cx.guard(self.cloud.read()).await?;
+        Ok(find(&state, node).is_some_and(|i| i.state != "terminated"))
+    }
+
+    async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        let state = cx.guard(self.cloud.read()).await?;
+        Ok(find(&state, node).is_some_and(|i| i.state == "stopped"))
+    }
+
+    async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
+        let state = cx.guard(self.cloud.read()).await?;
+        let instance = find(&state, node).ok_or(CloudError::InstanceNotFound)?;
+        Ok(metadata(instance, &self.region))
+    }
+
+    // One read of the cloud answers every node: override the batch form when your API can.
+    async fn instance_metadata_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<InstanceMetadata, CloudError>> {
+        let state = match cx.guard(self.cloud.read()).await {
+            Ok(state) => state,
+            Err(error) => {
+                let message = error.to_string();
+                return nodes
+                    .iter()
+                    .map(|_| Err(CloudError::provider(message.clone())))
+                    .collect();
+            }
+        };
+        nodes
+            .iter()
+            .map(|node| {
+                let instance = find(&state, node).ok_or(CloudError::InstanceNotFound)?;
+                Ok(metadata(instance, &self.region))
+            })
+            .collect()
+    }
+}
+// ANCHOR_END: instances
+
+fn metadata(instance: &Instance, region: &str) -> InstanceMetadata {
+    let address = |kind: &str, value: &str| NodeAddress {
+        type_: kind.to_owned(),
+        address: value.to_owned(),
+    };
+    InstanceMetadata {
+        provider_id: ExampleCloud::provider_id(instance),
+        instance_type: instance.instance_type.clone(),
+        node_addresses: vec![
+            address("InternalIP", &instance.address),
+            address("Hostname", &instance.name),
+        ],
+        zone: instance.zone.clone(),
+        region: region.to_owned(),
+        additional_labels: [("example.com/instance-id".to_owned(), instance.id.clone())].into(),
+    }
+}

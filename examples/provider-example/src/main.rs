@@ -1,0 +1,17 @@
+//! `example-cloud-controller-manager`: the framework's manager with the example cloud and its controller.
+
+use std::process::ExitCode;
+
+// ANCHOR: main
+fn main() -> ExitCode {
+    let mut registry = controller_manager::Registry::new(); // the framework's four controllers
+    if let Err(error) = provider_example::register(&mut registry) {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("error: {error}");
+        }
+        return ExitCode::FAILURE;
+    }
+    cloud_controller_manager::main(registry) // flags, leader election and migration, serving, signals
+}
+// ANCHOR_END: main

@@ -1,0 +1,243 @@
+//! The example binary against the test API server: a node initialised from the cloud, a LoadBalancer
+//! service's life cycle, a route, the provider's own controller, and a terminated instance's node deleted.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use provider_example::cloud::{Instance, State};
+use serde_json::json;
+use test_apiserver::TestApiServer;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The manager process; killed on drop.
+struct Manager(Child);
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(dir: &Path, server: &TestApiServer, flags: &[&str]) -> Manager {
+    let config = dir.join("cloud-config.json");
+    let state = json!({ "state": dir.join("state.json") });
+    std::fs::write(&config, state.to_string()).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_example-cloud-controller-manager"))
+        .arg("--cloud-provider=example")
+        .arg(format!("--cloud-config={}", config.display()))
+        .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
+        .args([
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--node-monitor-period=1s",
+        ])
+        .args(flags)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("manager.log")).unwrap())
+        .spawn()
+        .unwrap();
+    Manager(child)
+}
+
+fn write_state(dir: &Path, state: &State) {
+    std::fs::write(dir.join("state.json"), serde_json::to_vec_pretty(state).unwrap()).unwrap();
+}
+
+fn read_state(dir: &Path) -> State {
+    serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+}
+
+/// Polls `check` until it gives `Some`, for at most [`WAIT`].
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    dir: &Path,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        let log = std::fs::read_to_string(dir.join("manager.log")).unwrap_or_default();
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; manager log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_provider_runs_every_controller_against_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let instance = |id: &str, name: &str, address: &str| Instance {
+        id: id.into(),
+        name: name.into(),
+        instance_type: "small".into(),
+        zone: "zone-a".into(),
+        address: address.into(),
+        state: "running".into(),
+        tags: Default::default(),
+    };
+    write_state(
+        dir,
+        &State {
+            instances: vec![
+                instance("i-1", "n1", "10.0.0.1"),
+                instance("i-2", "n2", "10.0.0.2"),
+            ],
+            ..State::default()
+        },
+    );
+    let server = TestApiServer::start().await.unwrap();
+    let _manager = start(
+        dir,
+        &server,
+        &[
+            "--controllers=*,example-tagging-controller",
+            "--cluster-cidr=10.244.0.0/16",
+            "--allocate-node-cidrs=true",
+            "--route-reconciliation-period=1s",
+        ],
+    );
+    let nodes: Api<Node> = Api::all(server.client());
+    for (name, cidr) in [("n1", "10.244.1.0/24"), ("n2", "10.244.2.0/24")] {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "podCIDR": cidr, "podCIDRs": [cidr],
+                "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+            },
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+
+    // The cloud-node controller initialises the node from the instance.
+    let n1 = eventually(dir, "n1 initialised", || async {
+        let node = nodes.get("n1").await.ok()?;
+        let spec = node.spec.clone()?;
+        let tainted = spec
+            .taints
+            .iter()
+            .flatten()
+            .any(|t| t.key == cloud_provider::names::TAINT_UNINITIALIZED);
+        (!tainted).then_some(node)
+    })
+    .await;
+    assert_eq!(
+        n1.spec.as_ref().unwrap().provider_id.as_deref(),
+        Some("example://zone-a/i-1")
+    );
+    let labels = n1.metadata.labels.clone().unwrap();
+    assert_eq!(labels["topology.kubernetes.io/zone"], "zone-a");
+    assert_eq!(labels["topology.kubernetes.io/region"], "example-1");
+    assert_eq!(labels["node.kubernetes.io/instance-type"], "small");
+    assert_eq!(labels["example.com/instance-id"], "i-1");
+    let addresses: Vec<_> = n1
+        .status
+        .unwrap()
+        .addresses
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect();
+    assert_eq!(
+        addresses,
+        [
+            ("InternalIP".into(), "10.0.0.1".into()),
+            ("Hostname".into(), "n1".into())
+        ]
+    );
+
+    // The provider's own controller tags the instances; the route controller makes a route per node.
+    eventually(dir, "instances tagged and routes made", || async {
+        let state = read_state(dir);
+        let tagged = state
+            .instances
+            .iter()
+            .all(|i| i.tags.get(provider_example::tagging::TAG) == Some(&i.name));
+        let mut routes: Vec<_> = state
+            .routes
+            .iter()
+            .map(|r| (r.node.clone(), r.cidr.clone()))
+            .collect();
+        routes.sort();
+        (tagged
+            && routes
+                == [
+                    ("n1".into(), "10.244.1.0/24".into()),
+                    ("n2".into(), "10.244.2.0/24".into()),
+                ])
+        .then_some(())
+    })
+    .await;
+
+    // A LoadBalancer service gets a load balancer in the cloud and its address in its status.
+    let services: Api<Service> = Api::namespaced(server.client(), "default");
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &service).await.unwrap();
+    let ip = eventually(dir, "the service's load balancer", || async {
+        let status = services.get("web").await.ok()?.status?.load_balancer?;
+        status.ingress?.first()?.ip.clone()
+    })
+    .await;
+    let state = read_state(dir);
+    assert_eq!(state.load_balancers.len(), 1);
+    assert_eq!(state.load_balancers[0].ip, ip);
+    assert_eq!(state.load_balancers[0].ports, [80]);
+    assert_eq!(state.load_balancers[0].nodes, ["n1", "n2"]);
+
+    // Deleting the service deletes the load balancer.
+    services.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually(dir, "the load balancer deleted", || async {
+        read_state(dir).load_balancers.is_empty().then_some(())
+    })
+    .await;
+
+    // n2's instance is terminated: its node (not Ready) is deleted, and its route with it.
+    let mut state = read_state(dir);
+    state.instances[1].state = "terminated".into();
+    write_state(dir, &state);
+    eventually(dir, "n2 deleted", || async {
+        nodes.get_opt("n2").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    eventually(dir, "n2's route deleted", || async {
+        let routes = read_state(dir).routes;
+        (routes.len() == 1 && routes[0].node == "n1").then_some(())
+    })
+    .await;
+    assert!(
+        nodes.get_opt("n1").await.unwrap().is_some(),
+        "n1's instance runs: its node stays"
+    );
+}
+
+#[test]
+fn a_bad_cloud_config_is_one_error_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cloud-config.json");
+    std::fs::write(&config, r#"{"state": "/nonexistent", "regoin": "x"}"#).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_example-cloud-controller-manager"))
+        .arg("--cloud-provider=example")
+        .arg(format!("--cloud-config={}", config.display()))
+        .args(["--kubeconfig=/nonexistent", "--leader-elect=false"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown field `regoin`"), "{stderr}");
+}

@@ -1,0 +1,113 @@
+//! What the tests need installed beside the Rust toolchain, set up by `cargo xtask test`:
+//!
+//! - Debian packages, where missing and `apt-get` may run (as root or with password-less sudo):
+//!   `prometheus` (for `promtool`: the shipped alerts and dashboard), `skopeo` and `umoci` (the release
+//!   images are inspected and unpacked with them).
+//! - A Python virtual environment under `<target dir>/venv` with pinned packages from PyPI:
+//!   `cyclonedx-python-lib` (the bills of materials are validated against the CycloneDX schema with it)
+//!   and `moto[server]` (the AWS provider's tests run against its emulated EC2).
+//!
+//! A failure is reported, not fatal: the tests that need the tool then say loudly that they were skipped.
+
+use std::process::Command;
+
+use crate::shell::{exec, has, target_dir};
+
+/// Debian packages: (the program that must answer, its arguments, the package, what needs it).
+const DEBIAN: &[(&str, &[&str], &str, &str)] = &[
+    ("promtool", &["--version"], "prometheus", "the monitoring tests"),
+    ("skopeo", &["--version"], "skopeo", "the release image tests"),
+    ("umoci", &["--version"], "umoci", "the release image tests"),
+];
+
+/// Python packages for `<target dir>/venv`, pinned.
+const PYTHON: &[&str] = &[
+    "cyclonedx-python-lib[json-validation]==11.12.0",
+    "moto[server]==5.2.5",
+];
+
+pub(crate) fn install() {
+    let missing: Vec<_> = DEBIAN
+        .iter()
+        .filter(|(tool, args, ..)| !has(tool, args))
+        .collect();
+    if !missing.is_empty() {
+        let packages: Vec<&str> = missing.iter().map(|(_, _, package, _)| *package).collect();
+        if let Err(why) = apt_get(&packages) {
+            for (tool, _, package, needs) in missing {
+                eprintln!(
+                    "{tool} is missing and cannot be installed ({why}): {needs} will be SKIPPED. Install Debian's `{package}` package to run them"
+                );
+            }
+        }
+    }
+    if let Err(why) = venv() {
+        eprintln!(
+            "cannot set up the Python environment ({why}): the bill-of-materials schema checks will be SKIPPED"
+        );
+    }
+}
+
+fn apt_get(packages: &[&str]) -> Result<(), String> {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !has("apt-get", &["--version"]) || (!root && !has("sudo", &["-n", "true"])) {
+        return Err("needs apt-get as root".into());
+    }
+    eprintln!(
+        "installing Debian packages for the tests: {}…",
+        packages.join(" ")
+    );
+    let run = |args: &[&str]| {
+        let mut command = if root {
+            Command::new(args[0])
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.args(["-n", args[0]]);
+            sudo
+        };
+        command.args(&args[1..]).env("DEBIAN_FRONTEND", "noninteractive");
+        exec(&mut command)
+    };
+    let install: Vec<&str> = ["apt-get", "install", "-y", "--no-install-recommends"]
+        .into_iter()
+        .chain(packages.iter().copied())
+        .collect();
+    run(&install)
+        .or_else(|_| {
+            run(&["apt-get", "update"])?;
+            run(&install)
+        })
+        .map_err(|error| format!("{error:#}"))
+}
+
+/// `<target dir>/venv` with [`PYTHON`] installed; a marker file records what was installed, so a second
+/// run costs nothing.
+fn venv() -> Result<(), String> {
+    let venv = target_dir().join("venv");
+    let marker = venv.join("installed.txt");
+    let wanted = PYTHON.join("\n");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == wanted) {
+        return Ok(());
+    }
+    eprintln!(
+        "installing Python packages for the tests into {}: {}…",
+        venv.display(),
+        PYTHON.join(" ")
+    );
+    let python = if has("python3", &["--version"]) {
+        "python3"
+    } else {
+        "python"
+    };
+    exec(Command::new(python).args(["-m", "venv"]).arg(&venv)).map_err(|e| format!("{e:#}"))?;
+    exec(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(PYTHON),
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    std::fs::write(&marker, wanted).map_err(|e| e.to_string())
+}
