@@ -2,12 +2,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::CloudError;
+use crate::fence::FencedStream;
 
 /// The context of one cloud call.
 ///
@@ -132,17 +134,40 @@ impl CallContext {
     }
 
     /// Runs `call`, abandoning it (dropping its future) at the deadline ([`CloudError::Timeout`]) or on
-    /// cancellation ([`CloudError::Cancelled`]).
+    /// cancellation ([`CloudError::Cancelled`]). The clock is read before every poll of `call`, so a process
+    /// that was frozen past the deadline (SIGSTOP) does not take one more step of the call when it wakes,
+    /// before any timer has fired.
     pub async fn guard<T>(&self, call: impl Future<Output = Result<T, CloudError>>) -> Result<T, CloudError> {
-        if self.cancel.is_cancelled() {
-            return Err(CloudError::Cancelled);
-        }
-        tokio::select! {
-            () = self.cancel.cancelled() => Err(CloudError::Cancelled),
-            outcome = tokio::time::timeout_at(self.deadline, call) => {
-                outcome.unwrap_or(Err(CloudError::Timeout))
+        let mut call = std::pin::pin!(call);
+        let mut expiry = std::pin::pin!(tokio::time::sleep_until(self.deadline));
+        let mut cancelled = std::pin::pin!(self.cancel.cancelled());
+        std::future::poll_fn(|task| {
+            if self.cancel.is_cancelled() {
+                return Poll::Ready(Err(CloudError::Cancelled));
             }
-        }
+            if Instant::now() >= self.deadline {
+                return Poll::Ready(Err(CloudError::Timeout));
+            }
+            if let Poll::Ready(outcome) = call.as_mut().poll(task) {
+                return Poll::Ready(outcome);
+            }
+            if expiry.as_mut().poll(task).is_ready() {
+                return Poll::Ready(Err(CloudError::Timeout));
+            }
+            if cancelled.as_mut().poll(task).is_ready() {
+                return Poll::Ready(Err(CloudError::Cancelled));
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// `stream`, a connection opened for this call alone, fenced on it: every read and write fails from the
+    /// deadline on or once the call is cancelled (see [`FencedStream`]). The framework's guard drops a late
+    /// call's future, but only a fence keeps a frozen or partitioned process from sending its request after
+    /// the lock may have passed to another.
+    pub fn fence<S>(&self, stream: S) -> FencedStream<S> {
+        FencedStream::new(stream, self.clone())
     }
 }
 
@@ -158,7 +183,13 @@ mod tests {
             Ok::<_, CloudError>(1)
         };
         assert!(matches!(cx.guard(slow).await, Err(CloudError::Timeout)));
-        assert_eq!(cx.guard(async { Ok(2) }).await.unwrap(), 2);
+        // Past the deadline, even a call that would finish at once is not started.
+        assert!(matches!(
+            cx.guard(async { Ok(2) }).await,
+            Err(CloudError::Timeout)
+        ));
+        let fresh = CallContext::with_timeout(Duration::from_secs(5));
+        assert_eq!(fresh.guard(async { Ok(2) }).await.unwrap(), 2);
 
         let cancel = CancellationToken::new();
         let cx = CallContext::new(Instant::now() + Duration::from_secs(60), cancel.clone(), "me/c");
@@ -166,6 +197,23 @@ mod tests {
         let (outcome, ()) = tokio::join!(cx.guard(pending), async { cancel.cancel() });
         assert!(matches!(outcome, Err(CloudError::Cancelled)));
         assert!(cx.narrowed(Duration::from_secs(1)).deadline() <= cx.deadline());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_started_past_its_deadline_takes_no_step() {
+        // The context was made, then the process froze past its deadline (no timer has fired yet).
+        let cx = CallContext::with_timeout(Duration::from_secs(5));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let stepped = std::sync::atomic::AtomicBool::new(false);
+        let call = std::future::poll_fn(|_| {
+            stepped.store(true, std::sync::atomic::Ordering::SeqCst);
+            Poll::Ready(Ok::<_, CloudError>(()))
+        });
+        assert!(matches!(cx.guard(call).await, Err(CloudError::Timeout)));
+        assert!(
+            !stepped.load(std::sync::atomic::Ordering::SeqCst),
+            "the late call was polled"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,6 +15,7 @@
 
 mod context;
 mod error;
+mod fence;
 mod instances;
 mod load_balancer;
 pub mod names;
@@ -24,6 +25,7 @@ mod routes;
 
 pub use context::{CallContext, CallObserver};
 pub use error::CloudError;
+pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, default_load_balancer_name};
 pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, Zone, Zones};

@@ -63,7 +63,7 @@ impl FakeProvider {
             .guard(async {
                 Ok(match &self.backend {
                     Backend::Local(cloud) => cloud.handle_as(request, cx.caller()).await,
-                    Backend::Remote(client) => client.call_as(&request, cx.caller()).await,
+                    Backend::Remote(client) => client.call_within(&request, cx).await,
                 })
             })
             .await?;

@@ -4,10 +4,11 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use cloud_provider::CallContext;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use crate::cloud::FakeCloud;
 use crate::protocol::{CloudRequest, CloudResponse};
@@ -35,7 +36,7 @@ impl FakeCloudServer {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| handle(cloud.clone(), request));
                     let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .serve_connection(TokioIo::new(stream), service)
                         .await;
                 });
             }
@@ -102,21 +103,28 @@ async fn handle(
     reply(200, serde_json::to_vec(&response).expect("responses serialise"))
 }
 
-/// A client of a [`FakeCloudServer`].
+/// A client of a [`FakeCloudServer`]. Every call has a connection of its own, reset (`SO_LINGER` 0) when the
+/// call ends or is abandoned, so a request given up on is never delivered later.
 #[derive(Clone)]
 pub struct FakeCloudClient {
     url: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// `host:port`, from the URL.
+    authority: String,
 }
 
 impl FakeCloudClient {
     /// A client of the cloud at `url` (`http://host:port`; see [`FakeCloudClient::check_url`]).
     pub fn new(url: &str) -> FakeCloudClient {
-        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-        FakeCloudClient {
-            url: url.trim_end_matches('/').to_owned(),
-            client,
-        }
+        let url = url.trim_end_matches('/').to_owned();
+        let authority = url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|uri| {
+                let host = uri.host()?.to_owned();
+                Some(format!("{host}:{}", uri.port_u16().unwrap_or(80)))
+            })
+            .unwrap_or_else(|| url.trim_start_matches("http://").to_owned());
+        FakeCloudClient { url, authority }
     }
 
     /// Whether `url` can be a fake cloud's address: `http://host[:port]`, nothing after.
@@ -144,8 +152,23 @@ impl FakeCloudClient {
 
     /// Sends one call on behalf of `caller` (its `User-Agent`).
     pub async fn call_as(&self, request: &CloudRequest, caller: &str) -> CloudResponse {
+        self.send(request, caller, None).await
+    }
+
+    /// Sends one call of a controller's, on behalf of the context's caller, on a connection fenced on the
+    /// context ([`CallContext::fence`]): not a byte of it is written once its deadline passed.
+    pub async fn call_within(&self, request: &CloudRequest, cx: &CallContext) -> CloudResponse {
+        self.send(request, cx.caller(), Some(cx)).await
+    }
+
+    async fn send(&self, request: &CloudRequest, caller: &str, fence: Option<&CallContext>) -> CloudResponse {
+        let error = |message: String| CloudResponse::Error {
+            message,
+            not_found: false,
+        };
         let body = serde_json::to_vec(request).expect("requests serialise");
-        let mut builder = http::Request::post(format!("{}/cloud", self.url))
+        let mut builder = http::Request::post("/cloud")
+            .header(http::header::HOST, self.authority.as_str())
             .header(http::header::CONTENT_TYPE, "application/json");
         if let Ok(agent) = http::HeaderValue::from_str(caller)
             && !caller.is_empty()
@@ -154,35 +177,57 @@ impl FakeCloudClient {
         }
         let http_request = match builder.body(Full::new(Bytes::from(body))) {
             Ok(request) => request,
-            Err(error) => {
-                return CloudResponse::Error {
-                    message: format!("cannot make a request to the fake cloud at {}: {error}", self.url),
-                    not_found: false,
-                };
+            Err(e) => {
+                return error(format!(
+                    "cannot make a request to the fake cloud at {}: {e}",
+                    self.url
+                ));
             }
         };
-        let response = match self.client.request(http_request).await {
-            Ok(response) => response,
-            Err(error) => {
-                return CloudResponse::Error {
-                    message: format!("fake cloud at {} unreachable: {error}", self.url),
-                    not_found: false,
-                };
-            }
+        let stream = match TcpStream::connect(&self.authority).await {
+            Ok(stream) => stream,
+            Err(e) => return error(format!("fake cloud at {} unreachable: {e}", self.url)),
         };
-        match response.into_body().collect().await {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes.to_bytes()).unwrap_or_else(|error| CloudResponse::Error {
-                    message: format!("bad answer from the fake cloud: {error}"),
-                    not_found: false,
-                })
+        if let Err(e) = stream.set_nodelay(true).and_then(|()| stream.set_zero_linger()) {
+            return error(format!(
+                "fake cloud at {}: cannot set up the connection: {e}",
+                self.url
+            ));
+        }
+        let answer = match fence {
+            Some(cx) => exchange(TokioIo::new(cx.fence(stream)), http_request).await,
+            None => exchange(TokioIo::new(stream), http_request).await,
+        };
+        match answer {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| error(format!("bad answer from the fake cloud: {e}"))),
+            Err(e) => {
+                // hyper's own message ("operation was canceled") hides why: name every cause.
+                let mut message = format!("fake cloud at {}: {e}", self.url);
+                let mut cause = std::error::Error::source(&e);
+                while let Some(inner) = cause {
+                    message.push_str(&format!(": {inner}"));
+                    cause = inner.source();
+                }
+                error(message)
             }
-            Err(error) => CloudResponse::Error {
-                message: format!("fake cloud answer cut short: {error}"),
-                not_found: false,
-            },
         }
     }
+}
+
+/// One request and its answer on a new connection, which is driven here (not by a spawned task), so it ends
+/// when this future is dropped.
+async fn exchange<I>(io: I, request: http::Request<Full<Bytes>>) -> Result<Bytes, hyper::Error>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+    let answer = async move {
+        let response = sender.send_request(request).await?;
+        response.into_body().collect().await.map(|body| body.to_bytes())
+    };
+    let (answer, _closed) = tokio::join!(answer, connection);
+    answer
 }
 
 #[cfg(test)]
@@ -251,5 +296,29 @@ mod tests {
         client.call(&ensure("c")).await;
         let objects: Vec<String> = writes(&client).await.into_iter().map(|w| w.object).collect();
         assert_eq!(objects, ["a", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_call_past_its_deadline_writes_nothing_to_the_cloud() {
+        let server = FakeCloudServer::start(FakeCloud::default(), "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = FakeCloudClient::new(server.url());
+        // Not through the guard: the connection's fence alone keeps the request from being sent.
+        let late = CallContext::new(
+            tokio::time::Instant::now(),
+            tokio_util::sync::CancellationToken::new(),
+            "ccm/v1 (host_1) service-lb-controller",
+        );
+        let answer = client.call_within(&ensure("late"), &late).await;
+        let CloudResponse::Error { message, .. } = answer else {
+            panic!("a late call was answered: {answer:?}");
+        };
+        assert!(message.contains("past its deadline"), "{message}");
+        let on_time = CallContext::with_timeout(Duration::from_secs(30));
+        let answer = client.call_within(&ensure("on-time"), &on_time).await;
+        assert!(matches!(answer, CloudResponse::LoadBalancer { .. }), "{answer:?}");
+        let objects: Vec<String> = writes(&client).await.into_iter().map(|w| w.object).collect();
+        assert_eq!(objects, ["on-time"]);
     }
 }
