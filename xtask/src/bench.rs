@@ -11,7 +11,7 @@ use crate::shell::{cargo, exec, target_dir};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Which benchmark.
-    #[arg(value_parser = ["apiserver", "leader", "nodes"])]
+    #[arg(value_parser = ["apiserver", "leader", "nodes", "aws"])]
     name: String,
     /// The benchmark's arguments, e.g. `--output FILE` (see `ccm-bench <name> --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -19,6 +19,11 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
+    if args.name == "aws" {
+        // moto, in `<target dir>/venv`, where the benchmark finds it.
+        crate::tools::python()
+            .map_err(|why| anyhow::anyhow!("cannot install moto for the aws benchmark: {why}"))?;
+    }
     // The manager as it ships (profile `dist`: fat LTO), and the benchmark and the API server optimised.
     exec(cargo().args([
         "build",

@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Set up what the tests need, then run formatting and lint checks and every test.
     Test(test::Args),
-    /// Run a benchmark in release mode: apiserver, leader, nodes.
+    /// Run a benchmark in release mode: apiserver, leader, nodes, aws.
     Bench(bench::Args),
     /// Six managers mid-migration under faults; fails on any overlap, a cluster that does not converge, or
     /// a process stuck on SIGTERM.

@@ -43,7 +43,7 @@ pub(crate) fn install() {
     }
     if let Err(why) = venv() {
         eprintln!(
-            "cannot set up the Python environment ({why}): the bill-of-materials schema checks will be SKIPPED"
+            "cannot set up the Python environment ({why}): the bill-of-materials schema checks and the AWS provider's tests against moto will be SKIPPED"
         );
     }
 }
@@ -81,6 +81,11 @@ fn apt_get(packages: &[&str]) -> Result<(), String> {
             run(&install)
         })
         .map_err(|error| format!("{error:#}"))
+}
+
+/// The Python environment alone (moto, for `cargo xtask bench aws`).
+pub(crate) fn python() -> Result<(), String> {
+    venv()
 }
 
 /// `<target dir>/venv` with [`PYTHON`] installed; a marker file records what was installed, so a second

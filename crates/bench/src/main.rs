@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod apiserver;
+mod aws;
 mod chaos;
 mod leader;
 mod netns;
@@ -30,6 +31,8 @@ enum Command {
     Leader(leader::Args),
     /// Cloud-node initialisation of a burst of nodes: rate, API writes per node, controller-manager memory.
     Nodes(nodes::Args),
+    /// The AWS provider against moto: EC2 requests to initialise and to watch a cluster's nodes.
+    Aws(aws::Args),
     /// Six managers mid-migration under kills, pauses, API-server and cloud faults: overlaps and convergence.
     Chaos(chaos::Args),
 }
@@ -61,5 +64,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Leader(args) => leader::run(args).await,
         Command::Nodes(args) => nodes::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
+        Command::Aws(args) => aws::run(args).await,
     }
 }

@@ -7,6 +7,7 @@
 //! log, the cloud's log of applied changes with their callers), checked by [`leadermigration::audit`].
 
 mod admin;
+pub mod aws_cost;
 mod moto;
 mod replica;
 mod workload;

@@ -3,7 +3,10 @@
 //! The node controller, the lifecycle controller and the load balancers each ask about instances in
 //! their own batches, and a burst of new nodes arrives as many small batches. The first look-up opens a
 //! batch for [`WINDOW`]; look-ups arriving before it closes add their keys to it; then one request
-//! answers all of them. (Upstream's AWS provider batches `DescribeInstances` by ID the same way.)
+//! answers all of them. (Upstream's AWS provider batches `DescribeInstances` by ID the same way.) While
+//! look-ups keep coming (a batch closed less than [`BUSY_AFTER`] ago), a batch stays open for
+//! [`BUSY_WINDOW`]: a burst of new nodes costs about four requests a second, whatever its rate, at the
+//! price of up to a quarter of a second more before each node is initialised.
 //!
 //! The batch's request is a shared future: whichever waiter polls it drives it, so a caller abandoning
 //! its look-up at its own deadline does not strand the others, and no task outlives the callers.
@@ -16,11 +19,18 @@ use aws_sdk_ec2::types::Instance;
 use cloud_provider::CloudError;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use tokio::time::Instant;
 
 use crate::instances::InstanceKey;
 
 /// How long a batch stays open for more keys.
 pub const WINDOW: Duration = Duration::from_millis(100);
+
+/// How long a batch stays open for more keys while look-ups keep coming.
+pub const BUSY_WINDOW: Duration = Duration::from_millis(250);
+
+/// Look-ups are "coming" when the last batch closed less than this long ago.
+pub const BUSY_AFTER: Duration = Duration::from_secs(1);
 
 type Found = Arc<HashMap<InstanceKey, Instance>>;
 
@@ -53,6 +63,8 @@ struct Batch {
 #[derive(Default)]
 pub struct Describer {
     open: Arc<Mutex<Option<Batch>>>,
+    /// When the last batch closed.
+    last_closed: Arc<Mutex<Option<Instant>>>,
 }
 
 impl std::fmt::Debug for Describer {
@@ -100,8 +112,14 @@ impl Describer {
         let wanted = Arc::new(Mutex::new(keys.iter().cloned().collect::<BTreeSet<_>>()));
         let closed = Arc::new(Mutex::new(false));
         let (open, wanted_in, closed_in) = (self.open.clone(), wanted.clone(), closed.clone());
+        let last_closed = self.last_closed.clone();
+        let busy = last_closed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < BUSY_AFTER);
+        let window = if busy { BUSY_WINDOW } else { WINDOW };
         let answer = async move {
-            tokio::time::sleep(WINDOW).await;
+            tokio::time::sleep(window).await;
             // Closed under the same lock callers join under: no key is added after this read.
             let keys = {
                 let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
@@ -109,6 +127,7 @@ impl Describer {
                 if open.as_ref().is_some_and(|b| Arc::ptr_eq(&b.closed, &closed_in)) {
                     *open = None;
                 }
+                *last_closed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
                 std::mem::take(&mut *wanted_in.lock().unwrap_or_else(PoisonError::into_inner))
             };
             match send(keys).await {
@@ -168,6 +187,43 @@ mod tests {
             *sent.lock().unwrap(),
             [BTreeSet::from([id(1), id(2), id(3)]), BTreeSet::from([id(4)])]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_stream_of_look_ups_costs_a_request_per_busy_window() {
+        let describer = Arc::new(Describer::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut asks = Vec::new();
+        // A node every 20 ms for 5 s, as a burst of registrations arrives.
+        for n in 0..250 {
+            let (describer, calls) = (describer.clone(), calls.clone());
+            asks.push(tokio::spawn(async move {
+                describer
+                    .describe(&[id(n)], move |keys| async move {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        Ok(keys
+                            .into_iter()
+                            .map(|k| (k, Instance::builder().build()))
+                            .collect())
+                    })
+                    .await
+                    .unwrap()
+                    .len()
+            }));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for ask in asks {
+            assert!(ask.await.unwrap() >= 1);
+        }
+        let calls = calls.load(Ordering::SeqCst);
+        // 5 s of arrivals: one request in the first window, then one per busy window (a 100 ms window
+        // throughout would make about 40).
+        let most = (Duration::from_secs(5).as_millis() / BUSY_WINDOW.as_millis()) as usize + 2;
+        assert!(
+            calls <= most,
+            "{calls} requests for a 5 s stream of look-ups (at most {most})"
+        );
+        assert!(calls >= most / 2, "{calls}: batches stay open too long");
     }
 
     #[tokio::test(start_paused = true)]

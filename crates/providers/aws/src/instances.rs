@@ -69,7 +69,7 @@ pub fn key_of(node: &Node) -> Option<InstanceKey> {
 }
 
 impl AwsProvider {
-    /// The instances for `keys`. Look-ups made within [`crate::batch::WINDOW`] of each other (the node
+    /// The instances for `keys`. Look-ups made close together ([`crate::batch`]: the node
     /// controller's batches, the lifecycle controller's, the load balancers') share requests: one
     /// `DescribeInstances` per 200 IDs and one per 200 names, each paged by 1,000.
     pub(crate) async fn describe(
