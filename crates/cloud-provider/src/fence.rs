@@ -32,11 +32,6 @@ impl<S> FencedStream<S> {
         FencedStream { stream, cx, expiry }
     }
 
-    /// The stream, unfenced.
-    pub fn into_inner(self) -> S {
-        self.stream
-    }
-
     /// An error once the call is over; until then, a wake-up registered for its deadline.
     fn check(&mut self, task: &mut Context<'_>) -> io::Result<()> {
         if self.cx.cancellation().is_cancelled() {

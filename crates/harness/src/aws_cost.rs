@@ -8,7 +8,7 @@
 //! whole periods.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -267,32 +267,40 @@ impl Drop for Manager {
 }
 
 impl Manager {
-    /// `--cloud-provider=aws` with EC2 and ELB at `url`, one process, no election; its log is `<name>.log`.
+    /// The manager for `run`, EC2 and ELB at `url`, with `flags`; its log is `<name>.log`.
     fn start(run: &CostRun, url: &str, name: &str, flags: &[String]) -> Result<Manager> {
-        let config = run.dir.join("cloud.conf");
-        std::fs::write(&config, cloud_config(url))?;
         let log = run.dir.join(format!("{name}.log"));
-        let child = Command::new(&run.manager)
-            .arg("--cloud-provider=aws")
-            .arg(format!("--cloud-config={}", config.display()))
-            .arg(format!("--kubeconfig={}", run.kubeconfig.display()))
-            .args([
-                "--leader-elect=false",
-                "--secure-port=0",
-                "--configure-cloud-routes=false",
-                "--kube-api-qps=1000",
-                "--kube-api-burst=1000",
-            ])
+        let child = manager_command(&run.manager, &run.kubeconfig, &run.dir, url)?
             .args(flags)
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .with_context(|| format!("starting {}", run.manager.display()))?;
         Ok(Manager { child, log })
     }
+}
+
+/// `manager` with `--cloud-provider=aws`, EC2 and ELB at `url` (its cloud-config written to
+/// `dir/cloud.conf`), moto's dummy credentials, one process without election, and a generous API rate.
+pub fn manager_command(manager: &Path, kubeconfig: &Path, dir: &Path, url: &str) -> Result<Command> {
+    let config = dir.join("cloud.conf");
+    std::fs::write(&config, cloud_config(url)).with_context(|| format!("writing {}", config.display()))?;
+    let mut command = Command::new(manager);
+    command
+        .arg("--cloud-provider=aws")
+        .arg(format!("--cloud-config={}", config.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args([
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--configure-cloud-routes=false",
+            "--kube-api-qps=1000",
+            "--kube-api-burst=1000",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    Ok(command)
 }
 
 /// The AWS provider's cloud-config for moto at `url`: EC2 and ELB overridden, the cluster ID set.
@@ -351,11 +359,6 @@ impl CountingProxy {
             }
         });
         Ok(CountingProxy { counts, url, task })
-    }
-
-    /// How many requests of `action` since the last take of it.
-    pub fn take(&self, action: &str) -> u64 {
-        self.lock().remove(action).unwrap_or(0)
     }
 
     /// Every count since the last take, by action.

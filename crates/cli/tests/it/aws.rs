@@ -12,8 +12,6 @@ use kube::Api;
 use kube::api::PostParams;
 use test_apiserver::TestApiServer;
 
-use crate::support::binary;
-
 struct Manager(Child);
 
 impl Drop for Manager {
@@ -230,23 +228,16 @@ fn aws_manager(
     name: &str,
     flags: &[&str],
 ) -> Manager {
-    let config = dir.join("cloud.conf");
-    std::fs::write(&config, harness::aws_cost::cloud_config(url)).unwrap();
+    let mut command = harness::aws_cost::manager_command(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cloud-controller-manager")),
+        server.kubeconfig_path(),
+        dir,
+        url,
+    )
+    .unwrap();
     Manager(
-        binary()
-            .arg("--cloud-provider=aws")
-            .arg(format!("--cloud-config={}", config.display()))
-            .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
-            .args([
-                "--leader-elect=false",
-                "--secure-port=0",
-                "--configure-cloud-routes=false",
-            ])
-            .args(["--kube-api-qps=1000", "--kube-api-burst=1000"])
+        command
             .args(flags)
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
             .spawn()
