@@ -12,10 +12,12 @@
 //! - [`ProviderRegistry`]: name → factory, built explicitly by the binary; unknown and duplicate names are
 //!   errors.
 //! - [`names`]: well-known taints, labels, annotations and finalizers.
+//! - [`gcfg`]: reading cloud-configs in upstream's INI dialect (the AWS and GCE providers' format).
 
 mod context;
 mod error;
 mod fence;
+pub mod gcfg;
 mod instances;
 mod load_balancer;
 pub mod names;

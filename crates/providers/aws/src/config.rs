@@ -18,8 +18,6 @@
 //! Upstream reads the file with `gcfg.FatalOnly` and ignores unknown keys silently; here they are
 //! returned as warnings (the manager logs them), and a bad value is one error naming its line and key.
 
-use std::fmt;
-
 /// An IP family for node addresses (`NodeIPFamilies`), in the order addresses are reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IpFamily {
@@ -87,26 +85,8 @@ pub struct CloudConfig {
     pub service_overrides: Vec<ServiceOverride>,
 }
 
-/// A cloud-config the provider cannot use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// 1-based line, 0 for a problem of the whole file.
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            write!(f, "cloud-config: {}", self.message)
-        } else {
-            write!(f, "cloud-config line {}: {}", self.line, self.message)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use cloud_provider::gcfg::ConfigError;
+use cloud_provider::gcfg::{self, Item, boolean};
 
 /// A parsed cloud-config and what was ignored in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,69 +108,65 @@ impl CloudConfig {
         let mut warnings = Vec::new();
         let mut section: Option<(String, Option<String>)> = None;
         let mut overrides: Vec<(usize, String, ServiceOverride)> = Vec::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = index + 1;
-            let error = |message: String| ConfigError { line, message };
-            let content = strip_comment(raw).trim();
-            if content.is_empty() {
-                continue;
-            }
-            if let Some(header) = content.strip_prefix('[') {
-                let header = header
-                    .strip_suffix(']')
-                    .ok_or_else(|| error(format!("section header {content:?} has no closing ]")))?;
-                let (name, sub) = match header.split_once(char::is_whitespace) {
-                    Some((name, sub)) => (name, Some(unquote(sub.trim()).map_err(&error)?)),
-                    None => (header, None),
-                };
-                let name = name.to_ascii_lowercase();
-                match (name.as_str(), &sub) {
-                    ("global", None) => {}
-                    ("serviceoverride", Some(key)) => {
-                        if overrides.iter().any(|(_, k, _)| k == key) {
-                            return Err(error(format!("[ServiceOverride {key:?}] appears twice")));
+        for item in gcfg::read(text)? {
+            match item {
+                Item::Section { line, name, sub } => {
+                    let lower = name.to_ascii_lowercase();
+                    match (lower.as_str(), &sub) {
+                        ("global", None) => {}
+                        ("serviceoverride", Some(key)) => {
+                            if overrides.iter().any(|(_, k, _)| k == key) {
+                                return Err(ConfigError::new(
+                                    line,
+                                    format!("[ServiceOverride {key:?}] appears twice"),
+                                ));
+                            }
+                            overrides.push((line, key.clone(), ServiceOverride::default()));
                         }
-                        overrides.push((line, key.clone(), ServiceOverride::default()));
-                    }
-                    _ => warnings.push(format!("line {line}: section [{header}] is unknown, ignored")),
-                }
-                section = Some((name, sub));
-                continue;
-            }
-            let Some((name, sub)) = &section else {
-                return Err(error(format!("{content:?} is outside any section")));
-            };
-            let (key, value) = match content.split_once('=') {
-                Some((key, value)) => (key.trim(), unquote(value.trim()).map_err(&error)?),
-                // gcfg: a key without `=` is a boolean set to true.
-                None => (content, "true".to_owned()),
-            };
-            let at = |message: &str| error(format!("[{}] {key}: {message}", section_name(name, sub)));
-            match name.as_str() {
-                "global" if !config.set(key, &value).map_err(|m| at(&m))? => {
-                    warnings.push(format!("line {line}: [Global] {key}: unknown key, ignored"));
-                }
-                "serviceoverride" => {
-                    let Some((_, _, entry)) = overrides.last_mut() else {
-                        unreachable!("a section was pushed")
-                    };
-                    let slot = match key.to_ascii_lowercase().as_str() {
-                        "service" => &mut entry.service,
-                        "region" => &mut entry.region,
-                        "url" => &mut entry.url,
-                        "signingregion" => &mut entry.signing_region,
-                        "signingmethod" => &mut entry.signing_method,
-                        "signingname" => &mut entry.signing_name,
                         _ => {
-                            warnings.push(format!(
-                                "line {line}: [ServiceOverride] {key}: unknown key, ignored"
-                            ));
-                            continue;
+                            let header = match &sub {
+                                Some(sub) => format!("{name} {sub:?}"),
+                                None => name.clone(),
+                            };
+                            warnings.push(format!("line {line}: section [{header}] is unknown, ignored"));
                         }
-                    };
-                    *slot = value;
+                    }
+                    section = Some((lower, sub));
                 }
-                _ => {}
+                Item::Key { line, key, value } => {
+                    let Some((name, sub)) = &section else {
+                        unreachable!("gcfg::read puts every key in a section")
+                    };
+                    let at = |message: &str| {
+                        ConfigError::new(line, format!("[{}] {key}: {message}", section_name(name, sub)))
+                    };
+                    match name.as_str() {
+                        "global" if !config.set(&key, &value).map_err(|m| at(&m))? => {
+                            warnings.push(format!("line {line}: [Global] {key}: unknown key, ignored"));
+                        }
+                        "serviceoverride" => {
+                            let Some((_, _, entry)) = overrides.last_mut() else {
+                                unreachable!("a section was pushed")
+                            };
+                            let slot = match key.to_ascii_lowercase().as_str() {
+                                "service" => &mut entry.service,
+                                "region" => &mut entry.region,
+                                "url" => &mut entry.url,
+                                "signingregion" => &mut entry.signing_region,
+                                "signingmethod" => &mut entry.signing_method,
+                                "signingname" => &mut entry.signing_name,
+                                _ => {
+                                    warnings.push(format!(
+                                        "line {line}: [ServiceOverride] {key}: unknown key, ignored"
+                                    ));
+                                    continue;
+                                }
+                            };
+                            *slot = value;
+                        }
+                        _ => {}
+                    }
+                }
             }
         }
         for (line, key, entry) in overrides {
@@ -368,55 +344,6 @@ fn section_name(name: &str, sub: &Option<String>) -> String {
         Some(sub) => format!("{name} {sub:?}"),
         None => name.to_owned(),
     }
-}
-
-fn boolean(value: &str) -> Result<bool, String> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" | "" => Ok(false),
-        _ => Err(format!("{value:?} is not a boolean (true/false)")),
-    }
-}
-
-/// The line without a `;` or `#` comment outside quotes.
-fn strip_comment(line: &str) -> &str {
-    let mut quoted = false;
-    let mut escaped = false;
-    for (i, c) in line.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' => escaped = true,
-            '"' => quoted = !quoted,
-            ';' | '#' if !quoted => return &line[..i],
-            _ => {}
-        }
-    }
-    line
-}
-
-/// A value, unquoted: `"a \"b\""` → `a "b"`; bare values are taken as written.
-fn unquote(value: &str) -> Result<String, String> {
-    let Some(inner) = value.strip_prefix('"') else {
-        return Ok(value.to_owned());
-    };
-    let inner = inner
-        .strip_suffix('"')
-        .ok_or_else(|| format!("value {value} has no closing quote"))?;
-    let mut out = String::new();
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some(other) => out.push(other),
-                None => return Err(format!("value {value} ends in a lone backslash")),
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,0 +1,227 @@
+//! A test double of the Compute Engine REST API (`compute/v1`), for the GCE provider's tests and demo.
+//!
+//! Google ships no Compute Engine emulator, so this serves exactly the endpoints the provider calls, over
+//! real HTTP on 127.0.0.1:
+//!
+//! - instances: `get`, `list` and `aggregatedList` (seeded by the test: [`ComputeDouble::put_instance`]);
+//! - routes, firewalls and HTTP health checks (global), target pools, forwarding rules and addresses
+//!   (regional): `get`, `list`, `insert`, `delete`, and the target pools' `addInstance`/`removeInstance`;
+//! - long-running operations: every write answers with an operation that is `PENDING` until it has been
+//!   polled [`ComputeDouble::set_operation_polls`] times, then `DONE`, and only then takes effect; `get`
+//!   and `wait` on `global`, `regions/R` and `zones/Z` operations;
+//! - `list` filters of one clause (`name eq "RE2"`, `name = "x"`, also `!=`/`ne`), `maxResults` and
+//!   `pageToken` paging; 404 `notFound`, 409 `alreadyExists` and 400 `invalid` as Compute answers them.
+//!
+//! **Shapes cannot drift**: every body read and every body written goes through `google-cloud-compute-v1`'s
+//! own model types (the ones the provider deserialises), and `gcloud` is pointed at the double in this
+//! repository's tests as a second, independent client.
+//!
+//! Fault and latency knobs: [`ComputeDouble::fail_requests`] (an HTTP error for matching requests: 429
+//! `rateLimitExceeded`, 500, …), [`ComputeDouble::fail_operations`] (operations that end `DONE` with an
+//! error), [`ComputeDouble::set_latency`]. [`ComputeDouble::requests`] lists what was asked, in order.
+
+mod resources;
+mod server;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use google_cloud_compute_v1::model;
+use tokio_util::sync::CancellationToken;
+
+pub use resources::Collection;
+use resources::State;
+
+/// A running double; stops when dropped.
+pub struct ComputeDouble {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for ComputeDouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComputeDouble")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Requests that fail with an HTTP error instead of being served.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// The HTTP method, or any.
+    pub method: Option<http::Method>,
+    /// A substring of the path (`/global/routes`, `/aggregated/instances`).
+    pub path_contains: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// Compute's error reason (`rateLimitExceeded`, `backendError`).
+    pub reason: String,
+    /// How many requests fail; then the fault is spent.
+    pub times: u32,
+}
+
+impl Drop for ComputeDouble {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl ComputeDouble {
+    /// Starts a double on a free port of 127.0.0.1.
+    pub async fn start() -> std::io::Result<ComputeDouble> {
+        ComputeDouble::start_on("127.0.0.1:0".parse().expect("an address")).await
+    }
+
+    /// Starts a double on `addr`.
+    pub async fn start_on(addr: SocketAddr) -> std::io::Result<ComputeDouble> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::new(format!("http://{addr}"))));
+        let stop = CancellationToken::new();
+        tokio::spawn(server::serve(listener, state.clone(), stop.clone()));
+        Ok(ComputeDouble { addr, state, stop })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The API endpoint, as `gce.conf`'s `api-endpoint` and gcloud's `api_endpoint_overrides/compute`
+    /// take it: `http://127.0.0.1:PORT/compute/v1/`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}/compute/v1/", self.addr)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds (or replaces) an instance in `project`/`zone`; its `id`, `selfLink`, `zone`, `kind`, `status`
+    /// (`RUNNING`) and creation time are filled in where unset.
+    pub fn put_instance(&self, project: &str, zone: &str, instance: model::Instance) {
+        let value = serde_json::to_value(instance).expect("an instance serialises");
+        self.state()
+            .put(Collection::Instances, project, &format!("zones/{zone}"), value);
+    }
+
+    /// Sets an instance's status (`TERMINATED`, `STOPPED`, …); `false` when there is no such instance.
+    pub fn set_instance_status(&self, project: &str, zone: &str, name: &str, status: &str) -> bool {
+        self.state().patch(
+            Collection::Instances,
+            project,
+            &format!("zones/{zone}"),
+            name,
+            |v| {
+                v["status"] = status.into();
+            },
+        )
+    }
+
+    /// Deletes an instance (as if it were deleted outside the cluster); `false` when there was none.
+    pub fn delete_instance(&self, project: &str, zone: &str, name: &str) -> bool {
+        self.state()
+            .remove(Collection::Instances, project, &format!("zones/{zone}"), name)
+            .is_some()
+    }
+
+    /// An instance, if it exists.
+    pub fn instance(&self, project: &str, zone: &str, name: &str) -> Option<model::Instance> {
+        self.get(Collection::Instances, project, &format!("zones/{zone}"), name)
+    }
+
+    /// The project's routes, by name.
+    pub fn routes(&self, project: &str) -> Vec<model::Route> {
+        self.all(Collection::Routes, project)
+    }
+
+    /// The project's firewall rules, by name.
+    pub fn firewalls(&self, project: &str) -> Vec<model::Firewall> {
+        self.all(Collection::Firewalls, project)
+    }
+
+    /// The project's legacy HTTP health checks, by name.
+    pub fn http_health_checks(&self, project: &str) -> Vec<model::HttpHealthCheck> {
+        self.all(Collection::HttpHealthChecks, project)
+    }
+
+    /// The project's target pools (all regions), by name.
+    pub fn target_pools(&self, project: &str) -> Vec<model::TargetPool> {
+        self.all(Collection::TargetPools, project)
+    }
+
+    /// The project's forwarding rules (all regions), by name.
+    pub fn forwarding_rules(&self, project: &str) -> Vec<model::ForwardingRule> {
+        self.all(Collection::ForwardingRules, project)
+    }
+
+    /// The project's reserved addresses (all regions), by name.
+    pub fn addresses(&self, project: &str) -> Vec<model::Address> {
+        self.all(Collection::Addresses, project)
+    }
+
+    /// Inserts a resource directly (no operation), as if it had been made before the test: a route, a
+    /// firewall, a target pool, … in `scope` (`global`, `regions/R`, `zones/Z`).
+    pub fn put<T: serde::Serialize>(&self, collection: Collection, project: &str, scope: &str, resource: T) {
+        let value = serde_json::to_value(resource).expect("a resource serialises");
+        self.state().put(collection, project, scope, value);
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        collection: Collection,
+        project: &str,
+        scope: &str,
+        name: &str,
+    ) -> Option<T> {
+        let value = self.state().get(collection, project, scope, name)?;
+        Some(serde_json::from_value(value).expect("stored resources are model-shaped"))
+    }
+
+    fn all<T: serde::de::DeserializeOwned>(&self, collection: Collection, project: &str) -> Vec<T> {
+        self.state()
+            .all(collection, project)
+            .into_iter()
+            .map(|value| serde_json::from_value(value).expect("stored resources are model-shaped"))
+            .collect()
+    }
+
+    /// How many times an operation is polled `PENDING`/`RUNNING` before it is `DONE` (default 1).
+    pub fn set_operation_polls(&self, polls: u32) {
+        self.state().operation_polls = polls;
+    }
+
+    /// Makes matching requests fail (see [`Fault`]).
+    pub fn fail_requests(&self, fault: Fault) {
+        self.state().faults.push(fault);
+    }
+
+    /// Makes the next `times` writes whose path contains `path_contains` end as operations `DONE` with
+    /// `http_status` and `code` (`QUOTA_EXCEEDED`, `RESOURCE_NOT_READY`), their effect not applied.
+    pub fn fail_operations(&self, path_contains: &str, http_status: u16, code: &str, times: u32) {
+        self.state().operation_faults.push(resources::OperationFault {
+            path_contains: path_contains.to_owned(),
+            http_status,
+            code: code.to_owned(),
+            times,
+        });
+    }
+
+    /// Delays every answer by `latency`.
+    pub fn set_latency(&self, latency: Duration) {
+        self.state().latency = latency;
+    }
+
+    /// Every request so far, `METHOD /path` without the query, in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.state().log.clone()
+    }
+
+    /// How many requests so far started with `prefix` (`GET /compute/v1/projects/p/aggregated/instances`).
+    pub fn count(&self, prefix: &str) -> usize {
+        self.state().log.iter().filter(|r| r.starts_with(prefix)).count()
+    }
+}

@@ -1,0 +1,200 @@
+//! HTTP: routes `/compute/v1/projects/{project}/…` to the state.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::resources::{ApiError, Collection, ListQuery, State};
+
+pub(crate) async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "compute double: accept failed");
+                    continue;
+                }
+            },
+        };
+        let state = state.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| handle(state.clone(), request));
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::select! {
+                () = stop.cancelled() => {}
+                _ = connection => {}
+            }
+        });
+    }
+}
+
+async fn handle(
+    state: Arc<Mutex<State>>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let path = parts.uri.path().to_owned();
+    let query: Vec<(String, String)> =
+        form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    let latency = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.log.push(format!("{} {path}", parts.method));
+        state.latency
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let answer = {
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.fault(&parts.method, &path) {
+            Some(error) => Err(error),
+            None => route(&mut state, &parts.method, &path, &query, &body),
+        }
+    };
+    let (status, body) = match answer {
+        Ok(value) => (StatusCode::OK, value),
+        Err(error) => (
+            StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            error.body(),
+        ),
+    };
+    let response = Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json; charset=UTF-8")
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(&body).unwrap_or_default(),
+        )))
+        .expect("a response");
+    Ok(response)
+}
+
+fn route(
+    state: &mut State,
+    method: &Method,
+    path: &str,
+    query: &[(String, String)],
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let not_found = || {
+        ApiError::new(
+            404,
+            "notFound",
+            format!("The requested URL {path} was not found."),
+        )
+    };
+    let ["compute", "v1", "projects", project, rest @ ..] = segments.as_slice() else {
+        return Err(not_found());
+    };
+    let list_query = || {
+        let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        ListQuery {
+            filter: get("filter"),
+            max_results: get("maxResults"),
+            page_token: get("pageToken"),
+        }
+    };
+    let parse_body = || -> Result<Value, ApiError> {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::new(400, "parseError", format!("Invalid JSON payload received. {e}")))
+    };
+    // `global/…`, `zones/Z/…`, `regions/R/…`, `aggregated/…`.
+    let (scope, rest): (String, &[&str]) = match rest {
+        ["aggregated", "instances"] if method == Method::GET => {
+            return state.aggregated_instances(project, &list_query());
+        }
+        ["global", rest @ ..] => ("global".to_owned(), rest),
+        [kind @ ("zones" | "regions"), place, rest @ ..] => (format!("{kind}/{place}"), rest),
+        _ => return Err(not_found()),
+    };
+    match rest {
+        ["operations", name] if method == Method::GET => state.poll(project, &scope, name),
+        ["operations", name, "wait"] if method == Method::POST => state.poll(project, &scope, name),
+        [collection, more @ ..] => {
+            let collection = Collection::from_path(collection).ok_or_else(not_found)?;
+            let scope_kind = scope.split('/').next().unwrap_or_default();
+            if collection.scope_kind() != scope_kind {
+                return Err(not_found());
+            }
+            match (method, more) {
+                (&Method::GET, []) => state.list(collection, project, &scope, &list_query()),
+                (&Method::POST, []) if collection != Collection::Instances => {
+                    state.insert(collection, project, &scope, parse_body()?, path)
+                }
+                (&Method::GET, [name]) => state.get(collection, project, &scope, name).ok_or_else(|| {
+                    ApiError::not_found(&format!(
+                        "projects/{project}/{scope}/{}/{name}",
+                        collection.path()
+                    ))
+                }),
+                (&Method::DELETE, [name]) if collection != Collection::Instances => {
+                    state.delete(collection, project, &scope, name, path)
+                }
+                (&Method::POST, [name, action @ ("addInstance" | "removeInstance")])
+                    if collection == Collection::TargetPools =>
+                {
+                    let body = parse_body()?;
+                    let add = *action == "addInstance";
+                    let key = (collection, project.to_string(), scope.clone(), name.to_string());
+                    state.update(key, action, path, |pool| change_pool_instances(pool, &body, add))
+                }
+                _ => Err(not_found()),
+            }
+        }
+        [] => Err(not_found()),
+    }
+}
+
+/// `addInstance`/`removeInstance`: `{"instances": [{"instance": URL}, …]}`. Instances are compared by
+/// their `projects/…` path, so full URLs and partial ones name the same instance.
+fn change_pool_instances(pool: &mut Value, body: &Value, add: bool) -> Result<(), ApiError> {
+    fn key(url: &str) -> &str {
+        url.find("projects/").map_or(url, |i| &url[i..])
+    }
+    let requested: Vec<String> = body["instances"]
+        .as_array()
+        .ok_or_else(|| ApiError::new(400, "required", "Required field 'instances' not specified"))?
+        .iter()
+        .filter_map(|i| i["instance"].as_str().map(str::to_owned))
+        .collect();
+    let mut instances: Vec<String> = pool["instances"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    for url in requested {
+        let present = instances.iter().position(|i| key(i) == key(&url));
+        match (add, present) {
+            (true, None) => instances.push(url),
+            (false, Some(at)) => {
+                instances.remove(at);
+            }
+            (true, Some(_)) => {
+                return Err(ApiError::new(
+                    400,
+                    "invalid",
+                    format!(
+                        "The resource '{}' is already a member of the target pool",
+                        key(&url)
+                    ),
+                ));
+            }
+            (false, None) => {}
+        }
+    }
+    pool["instances"] = instances.into();
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! Instances: node → Compute instance, answered for many nodes with one `instances.aggregatedList` per
+//! 100 names.
+//!
+//! - Provider IDs as upstream: `gce://<project>/<zone>/<instance>`. A node without one is found by its
+//!   name (up to the first `.`, as upstream's `canonicalizeInstanceName`) in the managed zones: `local-zone`
+//!   only, or every zone of its region with `multizone` or `regional`.
+//! - Gone = Compute has no such instance (404, or absent from the list); any status exists, as upstream.
+//! - Shut down = `TERMINATED`, `STOPPED` or `SUSPENDED`. **Difference**: upstream's GCE provider answers
+//!   `NotImplemented` here, so GCE nodes never get the shutdown taint; a stopped VM is shut down by any
+//!   reading, and the taint keeps pods off it.
+//! - Addresses as upstream's `nodeAddressesFromInstance`: per network interface, `networkIP` as
+//!   `InternalIP`, each access config's `natIP` as `ExternalIP`, the IPv6 address (the external one for
+//!   `ipv6AccessType: EXTERNAL`) as `InternalIP`; IPv6 first for `stack-type = IPV6`.
+//! - Labels: zone, region (the zone up to its last `-`) and instance type (the machine type's last path
+//!   component), set by the framework; nothing more, as upstream.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
+use google_cloud_compute_v1::model::network_interface::Ipv6AccessType;
+use google_cloud_compute_v1::model::{Instance, instance};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+
+use crate::config::{StackType, region_of_zone};
+use crate::{GceProvider, gce_error, last_component};
+
+/// Names per `aggregatedList` filter (the filter is a regular expression of alternatives).
+const NAMES_PER_REQUEST: usize = 100;
+/// Items per page.
+const PAGE_SIZE: u32 = 500;
+
+/// Where a node's instance is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InstanceRef {
+    /// The project.
+    pub project: String,
+    /// The zone, when the provider ID gives it.
+    pub zone: Option<String>,
+    /// The instance's name.
+    pub name: String,
+}
+
+/// `(project, zone, name)` of a `gce://<project>/<zone>/<name>` provider ID; `None` for anything else.
+pub fn parse_provider_id(provider_id: &str) -> Option<(&str, &str, &str)> {
+    let rest = provider_id.strip_prefix("gce://")?;
+    let mut parts = rest.split('/');
+    let (project, zone, name) = (parts.next()?, parts.next()?, parts.next()?);
+    (parts.next().is_none() && [project, zone, name].iter().all(|p| !p.is_empty()))
+        .then_some((project, zone, name))
+}
+
+/// A Compute name: a lowercase letter, then lowercase letters, digits and dashes (at most 63).
+fn is_compute_name(name: &str) -> bool {
+    name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+impl GceProvider {
+    /// Where `node`'s instance is: from its provider ID, else its name in this provider's project.
+    pub fn instance_ref(&self, node: &Node) -> Result<InstanceRef, CloudError> {
+        let provider_id = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .filter(|p| !p.is_empty());
+        if let Some(provider_id) = provider_id {
+            let (project, zone, name) = parse_provider_id(provider_id).ok_or_else(|| {
+                CloudError::provider(format!(
+                    "provider ID {provider_id:?} is not gce://<project>/<zone>/<instance>"
+                ))
+            })?;
+            return Ok(InstanceRef {
+                project: project.to_owned(),
+                zone: Some(zone.to_owned()),
+                name: name.to_owned(),
+            });
+        }
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        Ok(InstanceRef {
+            project: self.config.project_id.clone(),
+            zone: None,
+            name: name.split('.').next().unwrap_or(name).to_owned(),
+        })
+    }
+
+    /// Whether a zone is one this provider looks for instances in by name.
+    fn managed_zone(&self, zone: &str) -> bool {
+        if self.config.all_zones() {
+            region_of_zone(zone) == self.config.region()
+        } else {
+            zone == self.config.local_zone
+        }
+    }
+
+    /// The instances for `refs` (`None`: there is none), one `aggregatedList` per project and 100 names.
+    pub(crate) async fn find(&self, refs: &[InstanceRef]) -> Result<Vec<Option<Instance>>, CloudError> {
+        let mut names: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+        for r in refs.iter().filter(|r| is_compute_name(&r.name)) {
+            names.entry(&r.project).or_default().insert(&r.name);
+        }
+        let mut found: HashMap<(String, String), Vec<Instance>> = HashMap::new();
+        for (project, names) in names {
+            let names: Vec<&str> = names.into_iter().collect();
+            for chunk in names.chunks(NAMES_PER_REQUEST) {
+                let filter = format!("name eq \"({})\"", chunk.join("|"));
+                let mut token = String::new();
+                loop {
+                    let page = self
+                        .clients
+                        .instances
+                        .aggregated_list()
+                        .set_project(project)
+                        .set_filter(filter.clone())
+                        .set_max_results(PAGE_SIZE)
+                        .set_page_token(token.clone())
+                        .send()
+                        .await
+                        .map_err(|e| gce_error("instances.aggregatedList", e))?;
+                    for scoped in page.items.into_values() {
+                        for instance in scoped.instances {
+                            let name = instance.name.clone().unwrap_or_default();
+                            found
+                                .entry((project.to_owned(), name))
+                                .or_default()
+                                .push(instance);
+                        }
+                    }
+                    match page.next_page_token.filter(|t| !t.is_empty()) {
+                        Some(next) => token = next,
+                        None => break,
+                    }
+                }
+            }
+        }
+        refs.iter()
+            .map(|r| {
+                let candidates = found
+                    .get(&(r.project.clone(), r.name.clone()))
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let zone_of = |i: &Instance| last_component(i.zone.as_deref().unwrap_or_default()).to_owned();
+                let mut matching = candidates.iter().filter(|i| match &r.zone {
+                    Some(zone) => zone_of(i) == *zone,
+                    None => self.managed_zone(&zone_of(i)),
+                });
+                match (matching.next(), matching.next()) {
+                    (Some(one), None) => Ok(Some(one.clone())),
+                    (None, _) => Ok(None),
+                    (Some(a), Some(b)) => Err(CloudError::provider(format!(
+                        "instance {} is in zones {} and {}: give the node a provider ID",
+                        r.name,
+                        zone_of(a),
+                        zone_of(b)
+                    ))),
+                }
+            })
+            .collect()
+    }
+
+    /// The instances of `nodes`, in order; a node whose reference is bad gets its error.
+    async fn find_nodes(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<Option<(InstanceRef, Instance)>, CloudError>> {
+        let refs: Vec<Result<InstanceRef, CloudError>> = nodes.iter().map(|n| self.instance_ref(n)).collect();
+        let wanted: Vec<InstanceRef> = refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+        let found = match cx.call("instances.aggregatedList", self.find(&wanted)).await {
+            Ok(found) => found,
+            Err(error) => {
+                let message = error.to_string();
+                return nodes
+                    .iter()
+                    .map(|_| Err(shared_error(&error, &message)))
+                    .collect();
+            }
+        };
+        let mut found = found.into_iter();
+        refs.into_iter()
+            .map(|r| {
+                let r = r?;
+                let instance = found.next().expect("one answer per reference");
+                Ok(instance.map(|i| (r, i)))
+            })
+            .collect()
+    }
+
+    fn metadata(&self, project: &str, instance: &Instance) -> InstanceMetadata {
+        let zone = last_component(instance.zone.as_deref().unwrap_or_default()).to_owned();
+        let name = instance.name.as_deref().unwrap_or_default();
+        InstanceMetadata {
+            provider_id: format!("gce://{project}/{zone}/{name}"),
+            instance_type: last_component(instance.machine_type.as_deref().unwrap_or_default()).to_owned(),
+            node_addresses: addresses(instance, self.config.stack_type),
+            region: region_of_zone(&zone).unwrap_or_default(),
+            zone,
+            additional_labels: Default::default(),
+        }
+    }
+}
+
+/// One batch failure, for each of its nodes.
+fn shared_error(error: &CloudError, message: &str) -> CloudError {
+    match error {
+        CloudError::Retry { after, message } => CloudError::Retry {
+            after: *after,
+            message: message.clone(),
+        },
+        CloudError::Timeout => CloudError::Timeout,
+        CloudError::Cancelled => CloudError::Cancelled,
+        _ => CloudError::provider(message.to_owned()),
+    }
+}
+
+/// Whether a status means the VM is not running and will not be without someone starting it.
+fn is_shut_down(instance: &Instance) -> bool {
+    matches!(
+        instance.status,
+        Some(instance::Status::Terminated | instance::Status::Stopped | instance::Status::Suspended)
+    )
+}
+
+/// Upstream's `nodeAddressesFromInstance`, ordered by `stack_type`.
+pub fn addresses(instance: &Instance, stack_type: StackType) -> Vec<NodeAddress> {
+    let address = |type_: &str, address: &str| NodeAddress {
+        type_: type_.to_owned(),
+        address: address.to_owned(),
+    };
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for nic in &instance.network_interfaces {
+        if let Some(ip) = nic.network_ip.as_deref().filter(|ip| !ip.is_empty()) {
+            v4.push(address("InternalIP", ip));
+        }
+        for access in &nic.access_configs {
+            if let Some(ip) = access.nat_ip.as_deref().filter(|ip| !ip.is_empty()) {
+                v4.push(address("ExternalIP", ip));
+            }
+        }
+        let ipv6 = if nic.ipv_6_access_type == Some(Ipv6AccessType::External) {
+            nic.ipv_6_access_configs
+                .iter()
+                .filter_map(|a| a.external_ipv_6.as_deref())
+                .next_back()
+        } else {
+            nic.ipv_6_address.as_deref()
+        };
+        if let Some(ip) = ipv6.filter(|ip| !ip.is_empty()) {
+            v6.push(address("InternalIP", ip));
+        }
+    }
+    match stack_type {
+        StackType::Ipv6 => v6.into_iter().chain(v4).collect(),
+        StackType::Ipv4 | StackType::Ipv4Ipv6 => v4.into_iter().chain(v6).collect(),
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for GceProvider {
+    async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        one(self.instance_exists_batch(cx, &[Arc::new(node.clone())]).await)
+    }
+
+    async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        one(self.instance_shutdown_batch(cx, &[Arc::new(node.clone())]).await)
+    }
+
+    async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
+        one(self.instance_metadata_batch(cx, &[Arc::new(node.clone())]).await)
+    }
+
+    async fn instance_exists_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        self.find_nodes(cx, nodes)
+            .await
+            .into_iter()
+            .map(|found| found.map(|f| f.is_some()))
+            .collect()
+    }
+
+    async fn instance_shutdown_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        self.find_nodes(cx, nodes)
+            .await
+            .into_iter()
+            .map(|found| match found? {
+                Some((_, instance)) => Ok(is_shut_down(&instance)),
+                None => Err(CloudError::InstanceNotFound),
+            })
+            .collect()
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<InstanceMetadata, CloudError>> {
+        self.find_nodes(cx, nodes)
+            .await
+            .into_iter()
+            .map(|found| match found? {
+                Some((r, instance)) => Ok(self.metadata(&r.project, &instance)),
+                None => Err(CloudError::InstanceNotFound),
+            })
+            .collect()
+    }
+}
+
+fn one<T>(results: Vec<Result<T, CloudError>>) -> Result<T, CloudError> {
+    results.into_iter().next().expect("one answer for one node")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_as_upstream() {
+        assert_eq!(
+            parse_provider_id("gce://my-project/us-central1-a/node-1"),
+            Some(("my-project", "us-central1-a", "node-1"))
+        );
+        for bad in [
+            "gce://p/z",
+            "gce://p/z/n/x",
+            "gce:///z/n",
+            "aws:///us-east-1a/i-1",
+            "node-1",
+        ] {
+            assert_eq!(parse_provider_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn compute_names() {
+        assert!(is_compute_name("node-1"));
+        for bad in ["Node-1", "1node", "node_1", "", "node.example"] {
+            assert!(!is_compute_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn addresses_in_upstreams_order() {
+        let instance: Instance = serde_json::from_value(serde_json::json!({
+            "networkInterfaces": [
+                {"networkIP": "10.0.0.2", "accessConfigs": [{"natIP": "34.1.1.1"}], "ipv6Address": "fd20::2"},
+                {"networkIP": "10.1.0.2", "ipv6AccessType": "EXTERNAL",
+                 "ipv6AccessConfigs": [{"externalIpv6": "2600::1"}, {"externalIpv6": "2600::2"}]}
+            ]
+        }))
+        .unwrap();
+        let pairs = |stack| {
+            addresses(&instance, stack)
+                .into_iter()
+                .map(|a| format!("{}={}", a.type_, a.address))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            pairs(StackType::Ipv4),
+            [
+                "InternalIP=10.0.0.2",
+                "ExternalIP=34.1.1.1",
+                "InternalIP=10.1.0.2",
+                "InternalIP=fd20::2",
+                "InternalIP=2600::2"
+            ]
+        );
+        assert_eq!(
+            pairs(StackType::Ipv6),
+            [
+                "InternalIP=fd20::2",
+                "InternalIP=2600::2",
+                "InternalIP=10.0.0.2",
+                "ExternalIP=34.1.1.1",
+                "InternalIP=10.1.0.2"
+            ]
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! Keeps the Compute test double honest: the real `gcloud` CLI, pointed at the double, reads the state the
+//! provider made and the instances the test seeded. A field the double shaped wrongly shows up as a gcloud
+//! error or a wrong value here. Skipped, loudly, where gcloud is not installed.
+
+use std::process::Command;
+use std::time::Duration;
+
+use cloud_provider::{CallContext, Route, Routes};
+use compute_double::ComputeDouble;
+use provider_gce::{CloudConfig, GceProvider};
+
+const PROJECT: &str = "test-project";
+const ZONE: &str = "us-central1-a";
+
+/// `gcloud` with its own configuration directory, pointed at `double`; `None` when gcloud is missing.
+struct Gcloud {
+    config: tempfile::TempDir,
+}
+
+impl Gcloud {
+    #[allow(clippy::print_stderr)]
+    fn new(double: &ComputeDouble) -> Option<Gcloud> {
+        if Command::new("gcloud").arg("--version").output().is_err() {
+            eprintln!(
+                "SKIPPED: gcloud is not installed; the Compute double is not checked against a real client"
+            );
+            return None;
+        }
+        let gcloud = Gcloud {
+            config: tempfile::tempdir().unwrap(),
+        };
+        gcloud.run(&["config", "set", "auth/disable_credentials", "True"]);
+        gcloud.run(&[
+            "config",
+            "set",
+            "api_endpoint_overrides/compute",
+            &double.endpoint(),
+        ]);
+        gcloud.run(&["config", "set", "core/disable_usage_reporting", "True"]);
+        Some(gcloud)
+    }
+
+    /// Runs gcloud and returns its standard output; fails the test with its error otherwise.
+    fn run(&self, args: &[&str]) -> String {
+        let output = Command::new("gcloud")
+            .args(args)
+            .arg("--quiet")
+            .env("CLOUDSDK_CONFIG", self.config.path())
+            .env("CLOUDSDK_CORE_DISABLE_PROMPTS", "1")
+            .env("CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK", "1")
+            .output()
+            .expect("gcloud runs");
+        assert!(
+            output.status.success(),
+            "gcloud {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.extend(["--project", PROJECT, "--format=json"]);
+        serde_json::from_str(&self.run(&args)).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gcloud_reads_what_the_provider_made() {
+    let double = ComputeDouble::start().await.unwrap();
+    let Some(gcloud) = Gcloud::new(&double) else {
+        return;
+    };
+    for (name, ip, zone) in [
+        ("node-1", "10.0.0.2", ZONE),
+        ("node-2", "10.0.0.3", "us-central1-b"),
+    ] {
+        let instance = serde_json::from_value(serde_json::json!({
+            "name": name,
+            "machineType": format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{zone}/machineTypes/e2-small"),
+            "networkInterfaces": [{"networkIP": ip, "accessConfigs": [{"natIP": "34.0.0.9", "name": "External NAT"}]}],
+            "tags": {"items": ["k8s-node"]},
+        }))
+        .unwrap();
+        double.put_instance(PROJECT, zone, instance);
+    }
+    let text = format!(
+        "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nmultizone = true\nnetwork-name = default\napi-endpoint = {}\n",
+        double.endpoint()
+    );
+    let provider = GceProvider::new(CloudConfig::parse(&text).unwrap().config)
+        .await
+        .unwrap();
+    let cx = CallContext::with_timeout(Duration::from_secs(20));
+    for (hint, node, cidr) in [
+        ("uid-1", "node-1", "10.64.1.0/24"),
+        ("uid-2", "node-2", "10.64.2.0/24"),
+    ] {
+        let route = Route {
+            target_node: node.into(),
+            destination_cidr: cidr.into(),
+            ..Route::default()
+        };
+        provider
+            .create_route(&cx, "kubernetes", hint, &route)
+            .await
+            .unwrap();
+    }
+
+    // Instances, across zones (gcloud's aggregated list), and one described.
+    let listed = gcloud.json(&["compute", "instances", "list"]);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["name"].as_str())
+        .collect();
+    assert_eq!(names, ["node-1", "node-2"]);
+    let table = gcloud.run(&["compute", "instances", "list", "--project", PROJECT]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("node-2"))
+        .unwrap_or_else(|| panic!("{table}"));
+    for column in ["us-central1-b", "e2-small", "10.0.0.3", "34.0.0.9", "RUNNING"] {
+        assert!(row.contains(column), "{column} missing from gcloud's row: {row}");
+    }
+    let described = gcloud.json(&["compute", "instances", "describe", "node-1", "--zone", ZONE]);
+    assert_eq!(described["networkInterfaces"][0]["networkIP"], "10.0.0.2");
+    assert_eq!(described["status"], "RUNNING");
+    assert!(
+        described["zone"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/zones/{ZONE}"))
+    );
+
+    // The routes the provider made.
+    let routes = gcloud.json(&["compute", "routes", "list"]);
+    let routes: Vec<(String, String, String, String)> = routes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+            (s("name"), s("destRange"), s("description"), s("nextHopInstance"))
+        })
+        .collect();
+    assert_eq!(routes.len(), 2, "{routes:?}");
+    assert_eq!(routes[0].0, "kubernetes-uid-1");
+    assert_eq!(routes[0].1, "10.64.1.0/24");
+    assert_eq!(routes[0].2, "k8s-node-route");
+    assert!(
+        routes[1].3.ends_with("zones/us-central1-b/instances/node-2"),
+        "{routes:?}"
+    );
+    let described = gcloud.json(&["compute", "routes", "describe", "kubernetes-uid-2"]);
+    assert_eq!(described["priority"], 1000);
+    assert!(
+        described["network"]
+            .as_str()
+            .unwrap()
+            .ends_with("/global/networks/default")
+    );
+}
