@@ -8,6 +8,8 @@ fn register(registry: &mut Registry) -> Result<(), RegistrationError> {
     registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory)?;
     #[cfg(feature = "aws")]
     registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
+    #[cfg(feature = "gce")]
+    registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;
     Ok(())
 }
 

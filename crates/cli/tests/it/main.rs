@@ -4,6 +4,7 @@
 mod aws;
 mod demo;
 mod deploy;
+mod gce;
 mod leader_migration_cli;
 mod manager;
 mod migration;
