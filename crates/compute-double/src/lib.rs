@@ -5,7 +5,11 @@
 //!
 //! - instances: `get`, `list` and `aggregatedList` (seeded by the test: [`ComputeDouble::put_instance`]);
 //! - routes, firewalls and HTTP health checks (global), target pools, forwarding rules and addresses
-//!   (regional): `get`, `list`, `insert`, `delete`, and the target pools' `addInstance`/`removeInstance`;
+//!   (regional, with `aggregatedList`): `get`, `list`, `insert`, `delete`; `patch` and `update` of
+//!   firewalls and health checks; the target pools' `addInstance`/`removeInstance`;
+//! - Compute's own refusals: a name taken (409), a health check a target pool uses (400
+//!   `resourceInUseByAnotherResource`), and a route whose next-hop instance is gone carries the
+//!   `NEXT_HOP_INSTANCE_NOT_FOUND` warning;
 //! - long-running operations: every write answers with an operation that is `PENDING` until it has been
 //!   polled [`ComputeDouble::set_operation_polls`] times, then `DONE`, and only then takes effect; `get`
 //!   and `wait` on `global`, `regions/R` and `zones/Z` operations;

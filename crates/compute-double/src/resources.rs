@@ -539,22 +539,45 @@ impl State {
         Ok(collection.list(items, next, link))
     }
 
-    /// `aggregated/instances`: every zone's instances, keyed `zones/Z`.
-    pub(crate) fn aggregated_instances(&self, project: &str, query: &ListQuery) -> Result<Value, ApiError> {
-        let (items, next) = self.page(Collection::Instances, project, None, query)?;
+    /// `aggregated/<collection>`: every zone's or region's resources, keyed `zones/Z` or `regions/R`.
+    pub(crate) fn aggregated(
+        &self,
+        collection: Collection,
+        project: &str,
+        query: &ListQuery,
+    ) -> Result<Value, ApiError> {
+        fn through<T: serde::de::DeserializeOwned + serde::Serialize>(value: Value) -> Value {
+            let typed: T = serde_json::from_value(value).expect("an aggregated list is model-shaped");
+            serde_json::to_value(typed).expect("it serialises")
+        }
+        let (items, next) = self.page(collection, project, None, query)?;
         let mut scoped: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for (scope, value) in items {
             scoped.entry(scope).or_default().push(value);
         }
         let items: serde_json::Map<String, Value> = scoped
             .into_iter()
-            .map(|(scope, instances)| (scope, json!({ "instances": instances })))
+            .map(|(scope, resources)| (scope, json!({ collection.path(): resources })))
             .collect();
-        let link = format!("{}/compute/v1/projects/{project}/aggregated/instances", self.base);
-        let value = json!({"kind": "compute#instanceAggregatedList", "id": link, "selfLink": link, "items": items, "nextPageToken": next});
-        let typed: model::InstanceAggregatedList =
-            serde_json::from_value(value).expect("an aggregated list is model-shaped");
-        Ok(serde_json::to_value(typed).expect("it serialises"))
+        let link = format!(
+            "{}/compute/v1/projects/{project}/aggregated/{}",
+            self.base,
+            collection.path()
+        );
+        let value = json!({"kind": format!("{}AggregatedList", collection.kind()), "id": link, "selfLink": link, "items": items, "nextPageToken": next});
+        Ok(match collection {
+            Collection::Instances => through::<model::InstanceAggregatedList>(value),
+            Collection::TargetPools => through::<model::TargetPoolAggregatedList>(value),
+            Collection::ForwardingRules => through::<model::ForwardingRuleAggregatedList>(value),
+            Collection::Addresses => through::<model::AddressAggregatedList>(value),
+            _ => {
+                return Err(ApiError::new(
+                    404,
+                    "notFound",
+                    format!("aggregated/{} is not a collection", collection.path()),
+                ));
+            }
+        })
     }
 
     /// An insert: checked now (409 when the name is taken), applied when its operation is done.
@@ -612,6 +635,29 @@ impl State {
             )));
         };
         let target = existing["selfLink"].as_str().unwrap_or_default().to_owned();
+        // As Compute: a health check a target pool uses cannot be deleted.
+        if collection == Collection::HttpHealthChecks {
+            let user = self.resources.iter().find(|((c, p, _, _), pool)| {
+                *c == Collection::TargetPools
+                    && p == project
+                    && pool["healthChecks"].as_array().is_some_and(|checks| {
+                        checks
+                            .iter()
+                            .any(|h| h.as_str().is_some_and(|h| same_link(h, &target)))
+                    })
+            });
+            if let Some((_, pool)) = user {
+                return Err(ApiError::new(
+                    400,
+                    "resourceInUseByAnotherResource",
+                    format!(
+                        "The http_health_check resource '{}' is already being used by '{}'",
+                        link_path(&target),
+                        link_path(pool["selfLink"].as_str().unwrap_or_default())
+                    ),
+                ));
+            }
+        }
         Ok(self.operation(project, scope, "delete", &target, Effect::Remove(key), path))
     }
 
@@ -734,6 +780,15 @@ impl State {
         self.operations.insert(key, operation);
         Ok(answer)
     }
+}
+
+/// A link's `projects/…` path (links may be full URLs or partial).
+fn link_path(link: &str) -> &str {
+    link.find("projects/").map_or(link, |at| &link[at..])
+}
+
+fn same_link(a: &str, b: &str) -> bool {
+    link_path(a) == link_path(b)
 }
 
 /// An operation, through the model type.

@@ -114,8 +114,9 @@ fn route(
     };
     // `global/…`, `zones/Z/…`, `regions/R/…`, `aggregated/…`.
     let (scope, rest): (String, &[&str]) = match rest {
-        ["aggregated", "instances"] if method == Method::GET => {
-            return state.aggregated_instances(project, &list_query());
+        ["aggregated", collection] if method == Method::GET => {
+            let collection = Collection::from_path(collection).ok_or_else(not_found)?;
+            return state.aggregated(collection, project, &list_query());
         }
         ["global", rest @ ..] => ("global".to_owned(), rest),
         [kind @ ("zones" | "regions"), place, rest @ ..] => (format!("{kind}/{place}"), rest),
@@ -144,6 +145,16 @@ fn route(
                 (&Method::DELETE, [name]) if collection != Collection::Instances => {
                     state.delete(collection, project, &scope, name, path)
                 }
+                (&Method::PATCH | &Method::PUT, [name])
+                    if matches!(collection, Collection::Firewalls | Collection::HttpHealthChecks) =>
+                {
+                    let body = parse_body()?;
+                    let replace = method == Method::PUT;
+                    let key = (collection, project.to_string(), scope.clone(), name.to_string());
+                    state.update(key, if replace { "update" } else { "patch" }, path, |existing| {
+                        merge(existing, body, replace)
+                    })
+                }
                 (&Method::POST, [name, action @ ("addInstance" | "removeInstance")])
                     if collection == Collection::TargetPools =>
                 {
@@ -157,6 +168,32 @@ fn route(
         }
         [] => Err(not_found()),
     }
+}
+
+/// `patch` (the body's fields replace the resource's) or `update` (the body replaces the resource); the
+/// name and the server's fields stay.
+fn merge(existing: &mut Value, body: Value, replace: bool) -> Result<(), ApiError> {
+    let Value::Object(fields) = body else {
+        return Err(ApiError::new(400, "parseError", "Invalid JSON payload received."));
+    };
+    if fields.get("name").is_some_and(|n| *n != existing["name"]) {
+        return Err(ApiError::new(
+            400,
+            "invalid",
+            "Invalid value for field 'resource.name': the name cannot change.",
+        ));
+    }
+    let object = existing.as_object_mut().expect("resources are objects");
+    if replace {
+        let kept = ["kind", "id", "name", "selfLink", "creationTimestamp"];
+        object.retain(|k, _| kept.contains(&k.as_str()));
+    }
+    for (key, value) in fields {
+        if !["kind", "id", "selfLink", "creationTimestamp"].contains(&key.as_str()) {
+            object.insert(key, value);
+        }
+    }
+    Ok(())
 }
 
 /// `addInstance`/`removeInstance`: `{"instances": [{"instance": URL}, …]}`. Instances are compared by

@@ -1,12 +1,13 @@
 //! The shipped binary with `--cloud-provider=gce` against the Compute test double and the test API server:
-//! a node initialised from its instance, its pod range routed, and the node deleted (and its route with
+//! a node initialised from its instance, its pod range routed, a LoadBalancer service's external load
+//! balancer made and deleted through the service-lb controller, and the node deleted (and its route with
 //! it) when its instance is deleted.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use compute_double::ComputeDouble;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
 use test_apiserver::TestApiServer;
@@ -44,7 +45,8 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gce_provider_initialises_a_node_routes_it_and_deletes_it_with_its_instance() {
+async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_and_deletes_the_node_with_its_instance()
+ {
     let double = ComputeDouble::start().await.unwrap();
     let instance: google_cloud_compute_v1::model::Instance = serde_json::from_value(serde_json::json!({
         "name": "node-1",
@@ -154,6 +156,52 @@ async fn the_gce_provider_initialises_a_node_routes_it_and_deletes_it_with_its_i
             .unwrap()
             .ends_with(&format!("zones/{ZONE}/instances/node-1"))
     );
+
+    // A LoadBalancer service: a forwarding rule and target pool under upstream's names, the rule's IP in
+    // the service's status; deleting the service deletes them. The cluster ID the shared health check is
+    // named after is upstream's ConfigMap, made when the manager started leading.
+    let services: Api<Service> = Api::namespaced(server.client(), "default");
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080}]},
+    }))
+    .unwrap();
+    let service_uid = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let lb = format!("a{}", service_uid.replace('-', ""))[..32].to_owned();
+    let ip = eventually("the service got no load balancer", &log, || async {
+        let status = services.get("web").await.unwrap().status?.load_balancer?;
+        status.ingress?.first()?.ip.clone()
+    })
+    .await;
+    let rules = double.forwarding_rules(PROJECT);
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].name.as_deref(), Some(lb.as_str()));
+    assert_eq!(rules[0].ip_address.as_deref(), Some(ip.as_str()));
+    let pools = double.target_pools(PROJECT);
+    assert!(
+        pools[0].instances[0].ends_with(&format!("zones/{ZONE}/instances/node-1")),
+        "{:?}",
+        pools[0].instances
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(server.client(), "kube-system");
+    let cluster_id = maps.get("ingress-uid").await.unwrap().data.unwrap()["provider-uid"].clone();
+    assert_eq!(cluster_id.len(), 16);
+    assert!(pools[0].health_checks[0].ends_with(&format!("k8s-{cluster_id}-node")));
+    services.delete("web", &Default::default()).await.unwrap();
+    eventually("the load balancer outlived its service", &log, || async {
+        (double.forwarding_rules(PROJECT).is_empty()
+            && double.target_pools(PROJECT).is_empty()
+            && double.firewalls(PROJECT).is_empty()
+            && double.http_health_checks(PROJECT).is_empty())
+        .then_some(())
+    })
+    .await;
 
     // The instance is deleted: so is the node, and the route controller removes its route.
     assert!(double.delete_instance(PROJECT, ZONE, "node-1"));

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use google_cloud_auth::credentials::{self, Credentials};
-use google_cloud_compute_v1::client::{Instances, Routes};
+use google_cloud_compute_v1::client::{
+    Addresses, Firewalls, ForwardingRules, HttpHealthChecks, Instances, Routes, TargetPools,
+};
 use google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
 
@@ -31,6 +33,16 @@ pub struct Clients {
     pub instances: Instances,
     /// `routes`.
     pub routes: Routes,
+    /// `targetPools`.
+    pub target_pools: TargetPools,
+    /// `forwardingRules`.
+    pub forwarding_rules: ForwardingRules,
+    /// `firewalls`.
+    pub firewalls: Firewalls,
+    /// `httpHealthChecks`.
+    pub http_health_checks: HttpHealthChecks,
+    /// `addresses`.
+    pub addresses: Addresses,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -74,6 +86,11 @@ impl Clients {
         Ok(Clients {
             instances: configured!(Instances, config, credentials),
             routes: configured!(Routes, config, credentials),
+            target_pools: configured!(TargetPools, config, credentials),
+            forwarding_rules: configured!(ForwardingRules, config, credentials),
+            firewalls: configured!(Firewalls, config, credentials),
+            http_health_checks: configured!(HttpHealthChecks, config, credentials),
+            addresses: configured!(Addresses, config, credentials),
         })
     }
 }

@@ -3,15 +3,16 @@
 //! Built so far: upstream's `gce.conf` ([`config`]), the Compute clients with Application Default
 //! Credentials, an endpoint override, an explicit retry policy and timeouts ([`client`]), instances for
 //! the node controllers, batched: one `instances.aggregatedList` answers up to 100 nodes ([`instances`]),
-//! and cluster routes ([`routes`]). Not yet: load balancers and the node-IPAM cloud allocator.
+//! cluster routes ([`routes`]), and external load balancers ([`load_balancer`]). Not yet: internal load
+//! balancers and the node-IPAM cloud allocator.
 //!
 //! Compute errors map to the framework's: rate limits and quota (HTTP 429, `RESOURCE_EXHAUSTED`, 403
 //! `rateLimitExceeded`) to a retry after [`RATE_LIMITED_RETRY_AFTER`], after the client's own retries.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use cloud_provider::{CloudError, CloudProvider, InstancesV2, Routes};
+use cloud_provider::{CloudError, CloudProvider, InstancesV2, LeadingContext, LoadBalancer, Routes};
 use google_cloud_compute_v1::model;
 use google_cloud_gax::error::Error as GaxError;
 use google_cloud_gax::error::rpc::Code;
@@ -19,6 +20,7 @@ use google_cloud_gax::error::rpc::Code;
 pub mod client;
 pub mod config;
 pub mod instances;
+pub mod load_balancer;
 pub mod routes;
 
 pub use config::CloudConfig;
@@ -32,6 +34,8 @@ pub const RATE_LIMITED_RETRY_AFTER: Duration = Duration::from_secs(10);
 pub struct GceProvider {
     config: CloudConfig,
     clients: client::Clients,
+    /// The cluster ID for load balancers' shared names (read when leading starts).
+    cluster_id: RwLock<Option<String>>,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -63,18 +67,94 @@ impl GceProvider {
     /// endpoint is plain HTTP).
     pub async fn new(config: CloudConfig) -> Result<GceProvider, Box<dyn std::error::Error + Send + Sync>> {
         let clients = client::Clients::new(&config).await?;
-        Ok(GceProvider { config, clients })
+        Ok(GceProvider {
+            config,
+            clients,
+            cluster_id: RwLock::new(None),
+        })
     }
 
     /// The configuration.
     pub fn config(&self) -> &CloudConfig {
         &self.config
     }
+
+    /// Sets the cluster ID (as [`CloudProvider::start_leading`] does from the cluster), for tests and tools.
+    pub fn set_cluster_id(&self, id: &str) {
+        *self.cluster_id.write().unwrap_or_else(PoisonError::into_inner) = Some(id.to_owned());
+    }
 }
 
+/// The cluster ID in ConfigMap `kube-system/ingress-uid` (`provider-uid`, else `uid`), made with a random
+/// 16-hex-digit ID under both keys when missing, as upstream's `getOrInitialize`.
+pub async fn cluster_id(client: &kube::Client) -> Result<String, kube::Error> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "kube-system");
+    let read = |map: &ConfigMap| {
+        let data = map.data.as_ref()?;
+        data.get("provider-uid")
+            .or_else(|| data.get("uid"))
+            .filter(|id| !id.is_empty())
+            .cloned()
+    };
+    if let Some(id) = maps
+        .get_opt(load_balancer::CLUSTER_ID_CONFIG_MAP)
+        .await?
+        .as_ref()
+        .and_then(read)
+    {
+        return Ok(id);
+    }
+    let id: String = uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .chars()
+        .take(16)
+        .collect();
+    let map: ConfigMap = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(load_balancer::CLUSTER_ID_CONFIG_MAP.to_owned()),
+            namespace: Some("kube-system".to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            [
+                ("uid".to_owned(), id.clone()),
+                ("provider-uid".to_owned(), id.clone()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    match maps.create(&kube::api::PostParams::default(), &map).await {
+        Ok(_) => Ok(id),
+        // Another process made it first: its ID wins.
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let map = maps.get(load_balancer::CLUSTER_ID_CONFIG_MAP).await?;
+            Ok(read(&map).unwrap_or(id))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+#[async_trait::async_trait]
 impl CloudProvider for GceProvider {
     fn provider_name(&self) -> &str {
         PROVIDER_NAME
+    }
+
+    /// Reads (or makes) the cluster ID the load balancers' shared names carry.
+    async fn start_leading(&self, context: LeadingContext) -> Result<(), CloudError> {
+        let id = cluster_id(&context.client).await.map_err(|e| {
+            CloudError::provider(format!("the cluster ID (ConfigMap kube-system/ingress-uid): {e}"))
+        })?;
+        tracing::info!(cluster_id = %id, "gce: cluster ID");
+        self.set_cluster_id(&id);
+        Ok(())
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
     }
 
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {

@@ -5,7 +5,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use cloud_provider::{CallContext, Route, Routes};
+use std::sync::Arc;
+
+use cloud_provider::{CallContext, LoadBalancer, Route, Routes};
 use compute_double::ComputeDouble;
 use provider_gce::{CloudConfig, GceProvider};
 
@@ -85,7 +87,7 @@ async fn gcloud_reads_what_the_provider_made() {
         double.put_instance(PROJECT, zone, instance);
     }
     let text = format!(
-        "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nmultizone = true\nnetwork-name = default\napi-endpoint = {}\n",
+        "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nmultizone = true\nnetwork-name = default\nnode-tags = k8s-node\napi-endpoint = {}\n",
         double.endpoint()
     );
     let provider = GceProvider::new(CloudConfig::parse(&text).unwrap().config)
@@ -160,5 +162,86 @@ async fn gcloud_reads_what_the_provider_made() {
             .as_str()
             .unwrap()
             .ends_with("/global/networks/default")
+    );
+
+    // A load balancer the provider made, read by gcloud.
+    provider.set_cluster_id("c1d2e3f4a5b6c7d8");
+    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop", "uid": "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}, {"port": 443}], "loadBalancerSourceRanges": ["192.0.2.0/24"]},
+    }))
+    .unwrap();
+    let nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>> = [("node-1", ZONE), ("node-2", "us-central1-b")]
+        .iter()
+        .map(|(name, zone)| {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name},
+                    "spec": {"providerID": format!("gce://{PROJECT}/{zone}/{name}")},
+                }))
+                .unwrap(),
+            )
+        })
+        .collect();
+    let status = provider
+        .ensure_load_balancer(&cx, "kubernetes", &service, &nodes)
+        .await
+        .unwrap();
+    let ip = status.ingress.unwrap()[0].ip.clone().unwrap();
+    let lb = "a0a1b2c3d4e5f60718293a4b5c6d7e8f";
+    let region = ["--region", "us-central1"];
+
+    let rules = gcloud.json(&["compute", "forwarding-rules", "list"]);
+    let rule = &rules.as_array().unwrap()[0];
+    assert_eq!(rule["name"], lb);
+    assert_eq!(rule["IPAddress"], ip.as_str());
+    assert_eq!(rule["portRange"], "80-443");
+    assert_eq!(rule["IPProtocol"], "TCP");
+    let table = gcloud.run(&["compute", "forwarding-rules", "list", "--project", PROJECT]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(lb) && l.contains(&ip) && l.contains("us-central1")),
+        "{table}"
+    );
+
+    let mut pool_args = vec!["compute", "target-pools", "describe", lb];
+    pool_args.extend(region);
+    let pool = gcloud.json(&pool_args);
+    let instances: Vec<&str> = pool["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i.as_str())
+        .collect();
+    assert_eq!(instances.len(), 2, "{pool}");
+    assert!(
+        instances[1].ends_with("zones/us-central1-b/instances/node-2"),
+        "{instances:?}"
+    );
+    assert_eq!(pool["sessionAffinity"], "NONE");
+    assert!(
+        pool["healthChecks"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("httpHealthChecks/k8s-c1d2e3f4a5b6c7d8-node")
+    );
+
+    let firewall = gcloud.json(&["compute", "firewall-rules", "describe", &format!("k8s-fw-{lb}")]);
+    assert_eq!(firewall["sourceRanges"], serde_json::json!(["192.0.2.0/24"]));
+    assert_eq!(firewall["targetTags"], serde_json::json!(["k8s-node"]));
+    assert_eq!(
+        firewall["allowed"],
+        serde_json::json!([{"IPProtocol": "tcp", "ports": ["80", "443"]}])
+    );
+    let check = gcloud.json(&[
+        "compute",
+        "http-health-checks",
+        "describe",
+        "k8s-c1d2e3f4a5b6c7d8-node",
+    ]);
+    assert_eq!(
+        (check["port"].as_i64(), check["requestPath"].as_str()),
+        (Some(10256), Some("/healthz"))
     );
 }
