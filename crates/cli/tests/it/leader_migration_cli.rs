@@ -328,7 +328,7 @@ fn plan_with_a_provider_says_which_controllers_it_skips_and_why() {
     ]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(
-        stderr(&unknown).contains("unknown cloud provider \"nimbus\" (this binary has: aws, fake)"),
+        stderr(&unknown).contains("unknown cloud provider \"nimbus\" (this binary has: aws, fake, gce)"),
         "{}",
         stderr(&unknown)
     );
@@ -340,7 +340,7 @@ fn help_lists_the_providers_and_controllers_this_binary_has() {
     assert_eq!(output.status.code(), Some(0));
     let help = stdout(&output).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        help.contains("The provider for cloud services. Required. This binary has: aws, fake."),
+        help.contains("The provider for cloud services. Required. This binary has: aws, fake, gce."),
         "{help}"
     );
     assert!(

@@ -34,8 +34,10 @@ pub const RATE_LIMITED_RETRY_AFTER: Duration = Duration::from_secs(10);
 pub struct GceProvider {
     config: CloudConfig,
     clients: client::Clients,
-    /// The cluster ID for load balancers' shared names (read when leading starts).
+    /// The cluster ID for load balancers' shared names (read when leading starts, or at first use).
     cluster_id: RwLock<Option<String>>,
+    /// The leading client, to read the cluster ID with.
+    leading: RwLock<Option<kube::Client>>,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -71,12 +73,37 @@ impl GceProvider {
             config,
             clients,
             cluster_id: RwLock::new(None),
+            leading: RwLock::new(None),
         })
     }
 
     /// The configuration.
     pub fn config(&self) -> &CloudConfig {
         &self.config
+    }
+
+    /// The cluster ID, read from the cluster once (with the leading client).
+    pub(crate) async fn load_cluster_id(&self) -> Result<String, CloudError> {
+        if let Some(id) = self
+            .cluster_id
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return Ok(id);
+        }
+        let client = self
+            .leading
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| CloudError::provider("the cluster ID is read once this process leads"))?;
+        let id = cluster_id(&client).await.map_err(|e| {
+            CloudError::provider(format!("the cluster ID (ConfigMap kube-system/ingress-uid): {e}"))
+        })?;
+        tracing::info!(cluster_id = %id, "gce: cluster ID");
+        self.set_cluster_id(&id);
+        Ok(id)
     }
 
     /// Sets the cluster ID (as [`CloudProvider::start_leading`] does from the cluster), for tests and tools.
@@ -143,13 +170,13 @@ impl CloudProvider for GceProvider {
         PROVIDER_NAME
     }
 
-    /// Reads (or makes) the cluster ID the load balancers' shared names carry.
+    /// Reads (or makes) the cluster ID the load balancers' shared names carry. A failure is logged, not
+    /// fatal: the nodes and routes need no cluster ID, and load balancers try again when they need it.
     async fn start_leading(&self, context: LeadingContext) -> Result<(), CloudError> {
-        let id = cluster_id(&context.client).await.map_err(|e| {
-            CloudError::provider(format!("the cluster ID (ConfigMap kube-system/ingress-uid): {e}"))
-        })?;
-        tracing::info!(cluster_id = %id, "gce: cluster ID");
-        self.set_cluster_id(&id);
+        *self.leading.write().unwrap_or_else(PoisonError::into_inner) = Some(context.client);
+        if let Err(error) = self.load_cluster_id().await {
+            tracing::warn!(%error, "gce: the cluster ID is not read yet; load balancers will try again");
+        }
         Ok(())
     }
 

@@ -301,17 +301,6 @@ impl GceProvider {
         Ok(format!("https://www.googleapis.com/compute/v1/{path}"))
     }
 
-    /// The cluster ID, read when this process started leading.
-    fn cluster_id(&self) -> Result<String, CloudError> {
-        self.cluster_id
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .ok_or_else(|| {
-                CloudError::provider("the cluster ID (ConfigMap kube-system/ingress-uid) is not read yet")
-            })
-    }
-
     /// The nodes' instances (`zones/Z/instances/N`) and their network tags; nodes without an instance are
     /// left out (as upstream); none at all is an error.
     async fn node_instances(
@@ -737,7 +726,7 @@ impl GceProvider {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
-        let cluster_id = self.cluster_id()?;
+        let cluster_id = self.load_cluster_id().await?;
         let plan = plan(service, &cluster_id)?;
         let (instances, vms) = self.node_instances(nodes).await?;
         let tags = self.target_tags(&vms)?;
@@ -916,7 +905,7 @@ impl GceProvider {
         .is_some();
         self.delete_health_check(&name, &format!("k8s-{name}-http-hc"))
             .await?;
-        if let (false, Ok(cluster_id)) = (local, self.cluster_id()) {
+        if let (false, Ok(cluster_id)) = (local, self.load_cluster_id().await) {
             self.delete_health_check(
                 &format!("k8s-{cluster_id}-node"),
                 &format!("k8s-{cluster_id}-node-http-hc"),
