@@ -9,7 +9,12 @@ fn register(registry: &mut Registry) -> Result<(), RegistrationError> {
     #[cfg(feature = "aws")]
     registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
     #[cfg(feature = "gce")]
-    registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;
+    {
+        registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;
+        for controller in provider_gce::controllers() {
+            registry.register_controller(controller)?;
+        }
+    }
     Ok(())
 }
 

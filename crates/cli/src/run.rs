@@ -515,6 +515,8 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         cluster_name: settings.cluster_name.clone(),
         cluster_cidrs,
         configure_cloud_routes: settings.configure_cloud_routes,
+        allocate_node_cidrs: settings.allocate_node_cidrs,
+        cidr_allocator_type: settings.cidr_allocator_type.clone(),
         node_monitor_period: settings.node_monitor_period.0,
         node_status_update_frequency: settings.node_status_update_frequency.0,
         route_reconciliation_period: settings.route_reconciliation_period.0,

@@ -17,6 +17,11 @@ pub struct ControllerSettings {
     pub cluster_cidrs: Vec<Cidr>,
     /// `--configure-cloud-routes`.
     pub configure_cloud_routes: bool,
+    /// `--allocate-node-cidrs`: a provider's node-IPAM controller may allocate pod CIDRs.
+    pub allocate_node_cidrs: bool,
+    /// `--cidr-allocator-type` (upstream's `RangeAllocator`, `CloudAllocator`, …), for a provider's
+    /// node-IPAM controller to check.
+    pub cidr_allocator_type: String,
     /// `--node-monitor-period`: how often the lifecycle controller looks at NotReady nodes.
     pub node_monitor_period: Duration,
     /// `--node-status-update-frequency`: how often node addresses are refreshed.
@@ -40,6 +45,8 @@ impl ControllerSettings {
             cluster_name: cluster_name.to_owned(),
             cluster_cidrs: Vec::new(),
             configure_cloud_routes: true,
+            allocate_node_cidrs: false,
+            cidr_allocator_type: "RangeAllocator".to_owned(),
             node_monitor_period: Duration::from_secs(5),
             node_status_update_frequency: Duration::from_secs(300),
             route_reconciliation_period: Duration::from_secs(10),

@@ -44,6 +44,39 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     }
 }
 
+/// The shipped binary with `--cloud-provider=gce` against `double` and `server`, with `args` more; its log
+/// is `manager.log` in `dir`.
+fn start_manager(
+    double: &ComputeDouble,
+    server: &TestApiServer,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (Manager, std::path::PathBuf) {
+    let config = dir.join("gce.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nnetwork-name = default\nnode-tags = test-node\napi-endpoint = {}\n",
+            double.endpoint()
+        ),
+    )
+    .unwrap();
+    let log = dir.join("manager.log");
+    let manager = Manager(
+        Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
+            .arg("--cloud-provider=gce")
+            .arg(format!("--cloud-config={}", config.display()))
+            .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
+            .args(["--leader-elect=false", "--secure-port=0", "--cluster-name=test"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    (manager, log)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_and_deletes_the_node_with_its_instance()
  {
@@ -58,34 +91,16 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
 
     let dir = tempfile::tempdir().unwrap();
     let server = TestApiServer::start().await.unwrap();
-    let config = dir.path().join("gce.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nnetwork-name = default\nnode-tags = test-node\napi-endpoint = {}\n",
-            double.endpoint()
-        ),
-    )
-    .unwrap();
-    let log = dir.path().join("manager.log");
-    let _manager = Manager(
-        Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
-            .arg("--cloud-provider=gce")
-            .arg(format!("--cloud-config={}", config.display()))
-            .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
-            .args([
-                "--leader-elect=false",
-                "--secure-port=0",
-                "--cluster-name=test",
-                "--cluster-cidr=10.64.0.0/14",
-                "--configure-cloud-routes=true",
-                "--route-reconciliation-period=1s",
-                "--node-monitor-period=1s",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let (_manager, log) = start_manager(
+        &double,
+        &server,
+        dir.path(),
+        &[
+            "--cluster-cidr=10.64.0.0/14",
+            "--configure-cloud-routes=true",
+            "--route-reconciliation-period=1s",
+            "--node-monitor-period=1s",
+        ],
     );
 
     let nodes: Api<Node> = Api::all(server.client());
@@ -213,4 +228,168 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
         double.routes(PROJECT).is_empty().then_some(())
     })
     .await;
+}
+
+/// An instance in the double with `interface` as its only network interface.
+fn put_instance(double: &ComputeDouble, name: &str, interface: serde_json::Value) {
+    let instance: google_cloud_compute_v1::model::Instance = serde_json::from_value(serde_json::json!({
+        "name": name,
+        "machineType": format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE}/machineTypes/e2-medium"),
+        "networkInterfaces": [interface],
+    }))
+    .unwrap();
+    double.put_instance(PROJECT, ZONE, instance);
+}
+
+/// A registered node of `name`'s instance, with its provider ID and no pod CIDR yet.
+fn registered_node(name: &str) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("gce://{PROJECT}/{ZONE}/{name}")},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_reports_nodes_without_one() {
+    let double = ComputeDouble::start().await.unwrap();
+    put_instance(
+        &double,
+        "node-a",
+        serde_json::json!({"name": "nic0", "networkIP": "10.128.0.7", "aliasIpRanges": [{"ipCidrRange": "10.4.7.0/24", "subnetworkRangeName": "pods"}]}),
+    );
+    put_instance(
+        &double,
+        "node-b",
+        serde_json::json!({"name": "nic0", "networkIP": "10.128.0.8"}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let (_manager, log) = start_manager(
+        &double,
+        &server,
+        dir.path(),
+        &[
+            "--controllers=*,node-ipam-controller",
+            "--allocate-node-cidrs=true",
+            "--cidr-allocator-type=CloudAllocator",
+            "--cluster-cidr=10.4.0.0/14",
+            "--configure-cloud-routes=false",
+        ],
+    );
+    let nodes: Api<Node> = Api::all(server.client());
+    for name in ["node-a", "node-b"] {
+        nodes
+            .create(&PostParams::default(), &registered_node(name))
+            .await
+            .unwrap();
+    }
+
+    // node-a: its alias range as its pod CIDRs, and its network marked available as upstream marks it.
+    let allocated = eventually("node-a got no pod CIDR", &log, || async {
+        let node = nodes.get("node-a").await.unwrap();
+        node.spec.as_ref()?.pod_cidr.as_ref()?;
+        let conditions = node.status.as_ref()?.conditions.as_ref()?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "NetworkUnavailable")
+            .then_some(node)
+    })
+    .await;
+    let spec = allocated.spec.unwrap();
+    assert_eq!(spec.pod_cidr.as_deref(), Some("10.4.7.0/24"));
+    assert_eq!(spec.pod_cidrs, Some(vec!["10.4.7.0/24".to_owned()]));
+    let conditions = allocated.status.unwrap().conditions.unwrap();
+    let network = conditions
+        .iter()
+        .find(|c| c.type_ == "NetworkUnavailable")
+        .unwrap();
+    assert_eq!(
+        (
+            network.status.as_str(),
+            network.reason.as_deref(),
+            network.message.as_deref()
+        ),
+        (
+            "False",
+            Some("RouteCreated"),
+            Some("NodeController create implicit route")
+        )
+    );
+
+    // node-b has no alias range: no pod CIDR, and upstream's Event, reported as upstream's allocator.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(server.client(), "default");
+    let event = eventually("node-b got no CIDRNotAvailable Event", &log, || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("CIDRNotAvailable")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("node-b")
+            })
+    })
+    .await;
+    assert_eq!(
+        event.note.as_deref(),
+        Some("Node node-b status is now: CIDRNotAvailable")
+    );
+    assert_eq!(event.reporting_controller.as_deref(), Some("cidrAllocator"));
+    let node_b = nodes.get("node-b").await.unwrap();
+    assert_eq!(node_b.spec.unwrap().pod_cidr, None);
+
+    // The range appears (the instance gets one): the retry allocates it.
+    put_instance(
+        &double,
+        "node-b",
+        serde_json::json!({"name": "nic0", "networkIP": "10.128.0.8", "aliasIpRanges": [{"ipCidrRange": "10.4.8.0/24"}]}),
+    );
+    eventually(
+        "node-b was not allocated once its range appeared",
+        &log,
+        || async {
+            let spec = nodes.get("node-b").await.unwrap().spec?;
+            (spec.pod_cidr.as_deref() == Some("10.4.8.0/24")).then_some(())
+        },
+    )
+    .await;
+
+    // An allocated node's later changes ask nothing of Compute. The watch delivers node-a's change before
+    // node-c's creation, so once node-c is allocated node-a's change has been seen: one request, node-c's.
+    let instances = "GET /compute/v1/projects/test-project/aggregated/instances";
+    let asked = double.count(instances);
+    let mut labelled = nodes.get("node-a").await.unwrap();
+    labelled
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("team".into(), "blue".into());
+    nodes
+        .replace("node-a", &PostParams::default(), &labelled)
+        .await
+        .unwrap();
+    put_instance(
+        &double,
+        "node-c",
+        serde_json::json!({"name": "nic0", "aliasIpRanges": [{"ipCidrRange": "10.4.9.0/24"}]}),
+    );
+    nodes
+        .create(&PostParams::default(), &registered_node("node-c"))
+        .await
+        .unwrap();
+    eventually("node-c was not allocated", &log, || async {
+        let node = nodes.get("node-c").await.unwrap();
+        let allocated = node.spec?.pod_cidr.is_some();
+        let available = node
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "NetworkUnavailable");
+        (allocated && available).then_some(())
+    })
+    .await;
+    assert_eq!(double.count(instances), asked + 1, "{:#?}", double.requests());
 }

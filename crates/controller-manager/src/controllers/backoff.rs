@@ -37,7 +37,7 @@ impl Bucket {
 
 /// Retry delays per key.
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     base: Duration,
     cap: Duration,
     failures: Mutex<HashMap<String, u32>>,
@@ -46,7 +46,7 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     /// Per key only: `base · 2^(failures−1)`, at most `cap`.
-    pub(crate) fn per_key(base: Duration, cap: Duration) -> Backoff {
+    pub fn per_key(base: Duration, cap: Duration) -> Backoff {
         Backoff {
             base,
             cap,
@@ -56,7 +56,7 @@ impl Backoff {
     }
 
     /// client-go's default controller rate limiter (the cloud-node controller's).
-    pub(crate) fn controller_default() -> Backoff {
+    pub fn controller_default() -> Backoff {
         Backoff {
             bucket: Some(Mutex::new(Bucket {
                 per_second: 10.0,
@@ -69,7 +69,7 @@ impl Backoff {
     }
 
     /// `key` failed (again): how long until it is tried again.
-    pub(crate) fn failed(&self, key: &str) -> Duration {
+    pub fn failed(&self, key: &str) -> Duration {
         let failures = {
             let mut table = lock(&self.failures);
             let count = table.entry(key.to_owned()).or_insert(0);
@@ -86,7 +86,7 @@ impl Backoff {
     }
 
     /// `key` succeeded, or is gone: its next failure starts from the base again.
-    pub(crate) fn forget(&self, key: &str) {
+    pub fn forget(&self, key: &str) {
         lock(&self.failures).remove(key);
     }
 

@@ -13,6 +13,8 @@ mod service;
 
 use kube::Resource;
 
+pub use backoff::Backoff;
+
 use crate::config::ControllerSettings;
 use crate::registry::{Capability, ControllerDefinition, ControllerRegistry};
 

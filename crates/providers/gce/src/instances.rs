@@ -162,6 +162,31 @@ impl GceProvider {
             .collect()
     }
 
+    /// The instance a `gce://<project>/<zone>/<name>` provider ID names; `None` when Compute has none.
+    pub async fn instance_by_provider_id(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+    ) -> Result<Option<Instance>, CloudError> {
+        let (project, zone, name) = parse_provider_id(provider_id).ok_or_else(|| {
+            CloudError::provider(format!(
+                "provider ID {provider_id:?} is not gce://<project>/<zone>/<instance>"
+            ))
+        })?;
+        let wanted = InstanceRef {
+            project: project.to_owned(),
+            zone: Some(zone.to_owned()),
+            name: name.to_owned(),
+        };
+        let found = cx
+            .call(
+                "instances.aggregatedList",
+                self.find(std::slice::from_ref(&wanted)),
+            )
+            .await?;
+        Ok(found.into_iter().next().flatten())
+    }
+
     /// The instances of `nodes`, in order; a node whose reference is bad gets its error.
     async fn find_nodes(
         &self,

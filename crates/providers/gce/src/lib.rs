@@ -3,8 +3,9 @@
 //! Built so far: upstream's `gce.conf` ([`config`]), the Compute clients with Application Default
 //! Credentials, an endpoint override, an explicit retry policy and timeouts ([`client`]), instances for
 //! the node controllers, batched: one `instances.aggregatedList` answers up to 100 nodes ([`instances`]),
-//! cluster routes ([`routes`]), and external load balancers ([`load_balancer`]). Not yet: internal load
-//! balancers and the node-IPAM cloud allocator.
+//! cluster routes ([`routes`]), external load balancers ([`load_balancer`]), and a controller of its own,
+//! the node-IPAM cloud allocator ([`ipam`], for a binary's controller registry: [`controllers`]). Not yet:
+//! internal load balancers.
 //!
 //! Compute errors map to the framework's: rate limits and quota (HTTP 429, `RESOURCE_EXHAUSTED`, 403
 //! `rateLimitExceeded`) to a retry after [`RATE_LIMITED_RETRY_AFTER`], after the client's own retries.
@@ -20,6 +21,7 @@ use google_cloud_gax::error::rpc::Code;
 pub mod client;
 pub mod config;
 pub mod instances;
+pub mod ipam;
 pub mod load_balancer;
 pub mod routes;
 
@@ -47,6 +49,11 @@ impl std::fmt::Debug for GceProvider {
             .field("local_zone", &self.config.local_zone)
             .finish_non_exhaustive()
     }
+}
+
+/// The provider's own controllers, for a binary's controller registry: `node-ipam-controller`.
+pub fn controllers() -> Vec<controller_manager::ControllerDefinition> {
+    vec![ipam::definition()]
 }
 
 /// Builds the provider from `--cloud-config` (`gce.conf`; required: it names the project and zone).
