@@ -7,7 +7,12 @@ use controller_manager::{RegistrationError, Registry};
 fn register(registry: &mut Registry) -> Result<(), RegistrationError> {
     registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory)?;
     #[cfg(feature = "aws")]
-    registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
+    {
+        registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
+        for controller in provider_aws::controllers() {
+            registry.register_controller(controller)?;
+        }
+    }
     #[cfg(feature = "gce")]
     {
         registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;

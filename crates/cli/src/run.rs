@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use controller_manager::{
-    Cidr, ClientFactory, ControllerRegistry, ControllerSettings, LeaderElectionConfig, Manager,
+    Cidr, ClientFactory, ControllerRegistry, ControllerSettings, FlagValues, LeaderElectionConfig, Manager,
     ManagerConfig, ManagerError, Registry,
 };
 use leadermigration::scopes::{LossPolicy, ScopesError};
@@ -27,11 +27,18 @@ pub(crate) struct Startup {
     pub(crate) leader_election: Option<LeaderElectionConfig>,
     pub(crate) cluster_cidrs: Vec<Cidr>,
     pub(crate) serving: Option<Serving>,
+    /// The values of the controllers' own flags.
+    pub(crate) flags: FlagValues,
 }
 
 /// Checks every setting; all problems are reported together, each naming its flag. Controller names
-/// resolve against `controllers`, the binary's registry.
-pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> Result<Startup, Vec<String>> {
+/// resolve against `controllers`, the binary's registry, and each enabled controller of the chosen
+/// provider checks its own `flags`.
+pub(crate) fn validate(
+    settings: Settings,
+    flags: FlagValues,
+    controllers: &ControllerRegistry,
+) -> Result<Startup, Vec<String>> {
     let mut problems = Vec::new();
     let catalog = controllers.catalog();
     if settings.cloud_provider.is_empty() {
@@ -67,6 +74,20 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
         problems.push(error.to_string());
         ControllerSelection::default()
     });
+    for definition in controllers.definitions() {
+        let enabled = catalog
+            .resolve(definition.name())
+            .is_some_and(|entry| selection.is_enabled(entry));
+        let provider_chosen = definition
+            .provider()
+            .is_none_or(|provider| provider == settings.cloud_provider);
+        if enabled
+            && provider_chosen
+            && let Some(problem) = definition.flags_problem(&flags)
+        {
+            problems.push(format!("{}: {problem}", definition.name()));
+        }
+    }
     let migration = match apply_migration_options(
         settings.enable_leader_migration,
         (!settings.leader_migration_config.is_empty()).then(|| Path::new(&settings.leader_migration_config)),
@@ -251,6 +272,7 @@ pub(crate) fn validate(settings: Settings, controllers: &ControllerRegistry) -> 
         leader_election,
         cluster_cidrs,
         serving,
+        flags,
     })
 }
 
@@ -469,6 +491,7 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         leader_election,
         cluster_cidrs,
         serving,
+        flags,
     } = startup;
     let identity = crate::identity::identity();
     let component = settings.leader_migration_component.clone();
@@ -524,6 +547,7 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         concurrent_node_status_updates: settings.concurrent_node_status_updates,
         concurrent_service_syncs: settings.concurrent_service_syncs,
         cloud_call_timeout: settings.cloud_call_timeout.0,
+        flags,
     };
     let config = ManagerConfig {
         component,

@@ -7,6 +7,7 @@ use leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig};
 
 use crate::cidr::Cidr;
 use crate::client::ClientFactory;
+use crate::flags::FlagValues;
 
 /// Settings of the controllers, as upstream's flags.
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub struct ControllerSettings {
     pub concurrent_service_syncs: u16,
     /// The longest a cloud call may take (its deadline is also never past the caller's lock).
     pub cloud_call_timeout: Duration,
+    /// The values of the flags the binary's controllers declare ([`crate::flags`]).
+    pub flags: FlagValues,
 }
 
 impl ControllerSettings {
@@ -54,6 +57,7 @@ impl ControllerSettings {
             concurrent_node_status_updates: 0,
             concurrent_service_syncs: 8,
             cloud_call_timeout: Duration::from_secs(60),
+            flags: FlagValues::default(),
         }
     }
 

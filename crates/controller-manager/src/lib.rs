@@ -22,6 +22,7 @@ mod config;
 mod context;
 mod controllers;
 mod exposition;
+pub mod flags;
 mod health;
 mod informers;
 mod instances;
@@ -40,11 +41,13 @@ pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerCo
 pub use context::{ControllerContext, event_reference};
 pub use controllers::Backoff;
 pub use exposition::metric_reference;
+pub use flags::{ControllerFlag, FlagKind, FlagValue, FlagValues};
 pub use health::{Health, Verdict};
 pub use informers::Informer;
 pub use metrics::Metrics;
 pub use registry::{
-    Capability, ControllerDefinition, ControllerRegistry, RegistrationError, Registry, SettingsCheck,
+    Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
+    SettingsCheck,
 };
 pub use runtime::{Manager, ManagerError, PlannedController, plan_controllers, summarize};
 pub use transport::{Fence, HTTP_SPAN_TARGET};

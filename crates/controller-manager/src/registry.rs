@@ -19,6 +19,7 @@ use leadermigration::{CatalogError, ControllerCatalog, ControllerName, RunnableC
 
 use crate::config::ControllerSettings;
 use crate::context::ControllerContext;
+use crate::flags::{ControllerFlag, FlagValues};
 
 /// A capability of the cloud provider that a controller cannot run without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +63,10 @@ type Run = Arc<dyn Fn(ControllerContext) -> BoxFuture<'static, ()> + Send + Sync
 /// A settings check: `Err(reason)` when the settings turn the controller off.
 pub type SettingsCheck = fn(&ControllerSettings) -> Result<(), String>;
 
+/// A check of a controller's flags together: `Err(problem)` stops the manager's start when the controller
+/// is enabled (and its provider chosen).
+pub type FlagsCheck = fn(&FlagValues) -> Result<(), String>;
+
 /// One controller: how it is named, when it runs, and how.
 #[derive(Clone)]
 pub struct ControllerDefinition {
@@ -72,6 +77,8 @@ pub struct ControllerDefinition {
     requires: Vec<Capability>,
     provider: Option<&'static str>,
     settings_checks: Vec<SettingsCheck>,
+    flags: &'static [ControllerFlag],
+    flags_checks: Vec<FlagsCheck>,
     event_reporter: Option<&'static str>,
     run: Run,
 }
@@ -107,6 +114,8 @@ impl ControllerDefinition {
             requires: Vec::new(),
             provider: None,
             settings_checks: Vec::new(),
+            flags: &[],
+            flags_checks: Vec::new(),
             event_reporter: None,
             run: Arc::new(move |context| Box::pin(run(context))),
         }
@@ -149,6 +158,20 @@ impl ControllerDefinition {
         self
     }
 
+    /// Flags it adds to the manager's command line (read, with their values checked, whether or not it
+    /// runs; see [`crate::flags`]). Their names must not be the manager's or another controller's.
+    pub fn flags(mut self, flags: &'static [ControllerFlag]) -> ControllerDefinition {
+        self.flags = flags;
+        self
+    }
+
+    /// When it is enabled and its provider chosen, `check` must pass for the flags' values or the manager
+    /// does not start (upstream's tagging controller exits on an empty `--tags`).
+    pub fn validated_by(mut self, check: FlagsCheck) -> ControllerDefinition {
+        self.flags_checks.push(check);
+        self
+    }
+
     /// Its Events report as `reporter` instead of its name (upstream's service controller reports as
     /// `service-controller`, its route controller as `route_controller`).
     pub fn event_reporter(mut self, reporter: &'static str) -> ControllerDefinition {
@@ -164,6 +187,16 @@ impl ControllerDefinition {
     /// What its Events name as their reporting controller.
     pub fn reporter(&self) -> &'static str {
         self.event_reporter.unwrap_or(self.name)
+    }
+
+    /// The flags it adds.
+    pub fn declared_flags(&self) -> &'static [ControllerFlag] {
+        self.flags
+    }
+
+    /// The first problem [`ControllerDefinition::validated_by`]'s checks find in `flags`.
+    pub fn flags_problem(&self, flags: &FlagValues) -> Option<String> {
+        self.flags_checks.iter().find_map(|check| check(flags).err())
     }
 
     /// The provider it belongs to, if any.
@@ -278,6 +311,16 @@ pub enum RegistrationError {
     /// A controller's name or alias is taken or malformed.
     #[error(transparent)]
     Controller(#[from] CatalogError),
+    /// A controller's flag is another controller's.
+    #[error("controller {controller}'s flag --{flag} is already {existing}'s")]
+    Flag {
+        /// The flag.
+        flag: &'static str,
+        /// The controller declaring it.
+        controller: &'static str,
+        /// The controller that declared it first.
+        existing: &'static str,
+    },
 }
 
 /// Everything a binary can run: cloud providers by name, and controllers. A provider's own `main` builds
@@ -307,6 +350,19 @@ impl Registry {
 
     /// Registers a controller (a provider's own, usually with [`ControllerDefinition::for_provider`]).
     pub fn register_controller(&mut self, definition: ControllerDefinition) -> Result<(), RegistrationError> {
+        for flag in definition.flags {
+            if let Some(existing) = self
+                .controllers
+                .definitions()
+                .find(|d| d.flags.iter().any(|f| f.name == flag.name))
+            {
+                return Err(RegistrationError::Flag {
+                    flag: flag.name,
+                    controller: definition.name,
+                    existing: existing.name,
+                });
+            }
+        }
         Ok(self.controllers.register(definition)?)
     }
 

@@ -12,7 +12,7 @@ mod flags;
 use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
-use controller_manager::Registry;
+use controller_manager::{ControllerDefinition, ControllerFlag, FlagKind, FlagValue, FlagValues, Registry};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
@@ -55,6 +55,7 @@ const AUTHZ: &str =
     "Authorization flags (SubjectAccessReview, except for --authorization-always-allow-paths)";
 const WEBHOOK: &str = "Webhook flags (no webhooks are implemented: accepted, no effect)";
 const LOGS: &str = "Logs flags";
+const CONTROLLERS: &str = "Provider controllers' flags";
 
 /// A setting's type: how its flag takes a value, and how it is read from any source (flags and files give
 /// text, the environment may give TOML-typed values).
@@ -185,37 +186,87 @@ fn registered(flag: &Flag, registry: &Registry) -> String {
     }
 }
 
-/// Adds every flag of [`FLAGS`] to `command`, with no clap defaults; the help of `--cloud-provider` and
-/// `--controllers` lists what `registry` holds.
+/// The clap argument of a flag: no clap default; as pflag, a repeated flag's last value wins (lists
+/// accumulate).
+fn argument(name: &'static str, kind: Kind, help: String, heading: &'static str) -> Arg {
+    let mut arg = Arg::new(name)
+        .long(name)
+        .help(help)
+        .help_heading(heading)
+        .global(false);
+    if kind != Kind::List {
+        arg = arg.overrides_with(name);
+    }
+    arg = match kind {
+        Kind::Bool => arg
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .value_parser(["true", "false", "True", "False", "1", "0"]),
+        Kind::Value => arg.num_args(1).action(ArgAction::Set),
+        Kind::List => arg.num_args(1).action(ArgAction::Append).value_delimiter(','),
+    };
+    if name == "v" {
+        arg = arg.short('v').value_name("LEVEL");
+    }
+    arg
+}
+
+fn kind_of(flag: &ControllerFlag) -> Kind {
+    match flag.kind {
+        FlagKind::Bool => Kind::Bool,
+        FlagKind::Value => Kind::Value,
+        FlagKind::List => Kind::List,
+    }
+}
+
+/// The flags `registry`'s controllers declare, with the controller and its provider.
+fn controller_flags(
+    registry: &Registry,
+) -> impl Iterator<Item = (&ControllerDefinition, &'static ControllerFlag)> {
+    registry
+        .controllers()
+        .definitions()
+        .flat_map(|d| d.declared_flags().iter().map(move |f| (d, f)))
+}
+
+/// Adds every flag of [`FLAGS`] to `command`, then those `registry`'s controllers declare, with no clap
+/// defaults; the help of `--cloud-provider` and `--controllers` lists what `registry` holds.
+///
+/// # Panics
+/// When a controller declares a flag of the manager's: the binary is built wrong.
 pub(crate) fn add_flags(mut command: Command, registry: &Registry) -> Command {
+    let with_default = |help: String, default: &str| match default {
+        "" => help,
+        default => format!("{help} [default: {default}]"),
+    };
     for flag in FLAGS {
         let help = format!("{}{}", flag.help, registered(flag, registry));
-        let help = match flag.default {
-            "" => help,
-            default => format!("{help} [default: {default}]"),
+        command = command.arg(argument(
+            flag.name,
+            flag.kind,
+            with_default(help, flag.default),
+            flag.heading,
+        ));
+    }
+    for (definition, flag) in controller_flags(registry) {
+        assert!(
+            flag.name != "config" && !FLAGS.iter().any(|f| f.name == flag.name),
+            "controller {}'s flag --{} is a flag of the manager",
+            definition.name(),
+            flag.name
+        );
+        let owner = match definition.provider() {
+            Some(provider) => format!("{} (--cloud-provider={provider})", definition.name()),
+            None => definition.name().to_owned(),
         };
-        let mut arg = Arg::new(flag.name)
-            .long(flag.name)
-            .help(help)
-            .help_heading(flag.heading)
-            .global(false);
-        // As pflag, a repeated flag's last value wins (lists accumulate).
-        if flag.kind != Kind::List {
-            arg = arg.overrides_with(flag.name);
-        }
-        arg = match flag.kind {
-            Kind::Bool => arg
-                .num_args(0..=1)
-                .require_equals(true)
-                .default_missing_value("true")
-                .value_parser(["true", "false", "True", "False", "1", "0"]),
-            Kind::Value => arg.num_args(1).action(ArgAction::Set),
-            Kind::List => arg.num_args(1).action(ArgAction::Append).value_delimiter(','),
-        };
-        if flag.name == "v" {
-            arg = arg.short('v').value_name("LEVEL");
-        }
-        command = command.arg(arg);
+        let help = format!("{owner}: {}", flag.help);
+        command = command.arg(argument(
+            flag.name,
+            kind_of(flag),
+            with_default(help, flag.default),
+            CONTROLLERS,
+        ));
     }
     command.arg(
         Arg::new("config")
@@ -306,9 +357,39 @@ fn describe(error: &figment::Error) -> String {
     }
 }
 
-/// The effective settings from all sources.
-pub(crate) fn layered(matches: &ArgMatches) -> Result<Settings, SettingsError> {
-    let mut figment = Figment::from(defaults());
+/// A source with only the keys `keep` accepts: the manager's settings and the controllers' flags are
+/// read from the same file, environment and command line, each from its own keys, and an error still
+/// names the source.
+struct Only<P> {
+    source: P,
+    keep: fn(&str, &[&str]) -> bool,
+    names: Vec<&'static str>,
+}
+
+impl<P: Provider> Provider for Only<P> {
+    fn metadata(&self) -> Metadata {
+        self.source.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut data = self.source.data()?;
+        for dict in data.values_mut() {
+            dict.retain(|key, _| (self.keep)(key, &self.names));
+        }
+        Ok(data)
+    }
+}
+
+/// Every source of settings over `defaults`, each with only the keys `keep` accepts given the
+/// controllers' flag names `names`; `given` are the flags of the command-line layer.
+fn sources(
+    matches: &ArgMatches,
+    defaults: Serialized<Dict>,
+    given: &[(&'static str, Kind)],
+    keep: fn(&str, &[&str]) -> bool,
+    names: &[&'static str],
+) -> Result<Figment, SettingsError> {
+    let mut figment = Figment::from(defaults);
     if let Some(path) = matches.get_one::<String>("config") {
         let path = PathBuf::from(path);
         if !path.is_file() {
@@ -318,43 +399,144 @@ pub(crate) fn layered(matches: &ArgMatches) -> Result<Settings, SettingsError> {
             )));
         }
         figment = if path.extension().is_some_and(|e| e == "toml") {
-            figment.merge(Toml::file_exact(&path))
+            figment.merge(Only {
+                source: Toml::file_exact(&path),
+                keep,
+                names: names.to_vec(),
+            })
         } else {
-            figment.merge(serde_saphyr::figment::Yaml::file_exact(&path))
+            figment.merge(Only {
+                source: serde_saphyr::figment::Yaml::file_exact(&path),
+                keep,
+                names: names.to_vec(),
+            })
         };
     }
-    figment = figment.merge(
-        Env::prefixed("CCM_")
+    figment = figment.merge(Only {
+        source: Env::prefixed("CCM_")
             .map(|key| key.as_str().replace('_', "-").into())
             .lowercase(true),
-    );
-    let mut given = Dict::new();
-    for flag in FLAGS {
-        if matches.value_source(flag.name) != Some(clap::parser::ValueSource::CommandLine) {
+        keep,
+        names: names.to_vec(),
+    });
+    let mut flags = Dict::new();
+    for &(name, kind) in given {
+        if matches.value_source(name) != Some(clap::parser::ValueSource::CommandLine) {
             continue;
         }
         let values: Vec<String> = matches
-            .get_many::<String>(flag.name)
+            .get_many::<String>(name)
             .into_iter()
             .flatten()
             .cloned()
             .collect();
-        let value = match flag.kind {
+        let value = match kind {
             Kind::List => Value::from(values),
             Kind::Bool | Kind::Value => Value::from(values.last().cloned().unwrap_or_default()),
         };
-        given.insert(flag.name.to_owned(), value);
+        flags.insert(name.to_owned(), value);
     }
-    figment = figment.merge(CommandLine(given));
-    figment.extract().map_err(|error| {
-        SettingsError(
-            error
-                .into_iter()
-                .map(|e| describe(&e))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        )
-    })
+    Ok(figment.merge(CommandLine(flags)))
+}
+
+fn failure(error: figment::Error) -> SettingsError {
+    SettingsError(
+        error
+            .into_iter()
+            .map(|e| describe(&e))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+/// The effective settings from all sources (a binary without controller flags).
+#[cfg(test)]
+pub(crate) fn layered(matches: &ArgMatches) -> Result<Settings, SettingsError> {
+    layered_with(matches, &Registry::new()).map(|(settings, _)| settings)
+}
+
+/// The effective settings, and the values of `registry`'s controllers' flags, from all sources; each
+/// controller flag's value passed its check.
+pub(crate) fn layered_with(
+    matches: &ArgMatches,
+    registry: &Registry,
+) -> Result<(Settings, FlagValues), SettingsError> {
+    let declared: Vec<&'static ControllerFlag> = controller_flags(registry).map(|(_, f)| f).collect();
+    let names: Vec<&'static str> = declared.iter().map(|f| f.name).collect();
+    let own: Vec<(&'static str, Kind)> = FLAGS.iter().map(|f| (f.name, f.kind)).collect();
+    let settings: Settings = sources(
+        matches,
+        defaults(),
+        &own,
+        |key, names| !names.contains(&key),
+        &names,
+    )?
+    .extract()
+    .map_err(failure)?;
+
+    let theirs: Vec<(&'static str, Kind)> = declared.iter().map(|f| (f.name, kind_of(f))).collect();
+    let defaults = Serialized::defaults(
+        declared
+            .iter()
+            .map(|f| (f.name.to_owned(), Value::from(f.default.to_owned())))
+            .collect::<Dict>(),
+    );
+    let figment = sources(
+        matches,
+        defaults,
+        &theirs,
+        |key, names| names.contains(&key),
+        &names,
+    )?;
+    let mut values = FlagValues::default();
+    for flag in declared {
+        let value = match flag.kind {
+            FlagKind::Bool => figment
+                .extract_inner::<Read<BoolSetting>>(flag.name)
+                .map(|r| FlagValue::Bool(r.0.0)),
+            FlagKind::Value => figment
+                .extract_inner::<Read<String>>(flag.name)
+                .map(|r| FlagValue::Value(r.0)),
+            FlagKind::List => figment
+                .extract_inner::<Read<Vec<String>>>(flag.name)
+                .map(|r| FlagValue::List(r.0)),
+        }
+        .map_err(failure)?;
+        (flag.check)(&value).map_err(|problem| SettingsError(format!("--{}: {problem}", flag.name)))?;
+        values.insert(flag.name, value);
+    }
+    Ok((settings, values))
+}
+
+/// A bool read as [`Setting`] reads one.
+struct BoolSetting(bool);
+
+/// A value of a controller's flag, read as the manager's settings of its type are.
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+struct Read<T: ReadAs>(#[serde(deserialize_with = "ReadAs::read_as")] T);
+
+/// How [`Read`] reads its type.
+trait ReadAs: Sized {
+    fn read_as<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
+}
+
+impl ReadAs for String {
+    fn read_as<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient::string(deserializer)
+    }
+}
+
+impl ReadAs for Vec<String> {
+    fn read_as<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient::list(deserializer)
+    }
+}
+
+impl ReadAs for BoolSetting {
+    fn read_as<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        lenient::boolean(deserializer).map(BoolSetting)
+    }
 }
 
 #[cfg(test)]
@@ -529,6 +711,92 @@ pub(crate) mod tests {
             assert!(s.leader_elect, "default");
             Ok(())
         });
+    }
+
+    /// A binary whose `tagging-controller` (the AWS provider's) declares flags.
+    fn with_controller_flags() -> Registry {
+        const FLAGS: &[ControllerFlag] = &[
+            ControllerFlag::list("tags", "", "Tags."),
+            ControllerFlag::value("tagging-controller-burst-limit", "0", "Burst.").checked(|value| {
+                value
+                    .text()
+                    .parse::<u32>()
+                    .map(|_| ())
+                    .map_err(|_| format!("{:?} is not a whole number", value.text()))
+            }),
+            ControllerFlag::bool("tagging-controller-enable-batching", "false", "Batching."),
+        ];
+        let mut registry = Registry::new();
+        registry
+            .register_controller(
+                ControllerDefinition::new("tagging-controller", |_| async {})
+                    .for_provider("aws")
+                    .disabled_by_default()
+                    .flags(FLAGS),
+            )
+            .unwrap();
+        registry
+    }
+
+    /// A controller's flags are read from every source, layered as the manager's own, and each source's
+    /// keys go to the manager's settings or to the controller's flags (neither is an unknown setting for
+    /// the other); a refused value names its flag.
+    #[test]
+    fn controller_flags_come_from_every_source_and_are_checked() {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            let registry = with_controller_flags();
+            let command = || add_flags(Command::new("t"), &registry);
+            let help = command().render_long_help().to_string();
+            assert!(
+                help.contains("Provider controllers' flags")
+                    && help.contains("tagging-controller (--cloud-provider=aws): Tags."),
+                "{help}"
+            );
+            jail.create_file(
+                "ccm.yaml",
+                "cluster-name: filed\ntags: [a=1, b=2]\ntagging-controller-burst-limit: 5\n",
+            )?;
+            jail.set_env("CCM_TAGGING_CONTROLLER_ENABLE_BATCHING", "true");
+            let matches = command()
+                .try_get_matches_from(["t", "--config=ccm.yaml", "--tagging-controller-burst-limit=7"])
+                .unwrap();
+            let (settings, flags) = layered_with(&matches, &registry).unwrap();
+            assert_eq!(settings.cluster_name, "filed");
+            assert_eq!(flags.items("tags"), ["a=1", "b=2"], "from the file");
+            assert_eq!(
+                flags.text("tagging-controller-burst-limit"),
+                "7",
+                "the flag over the file"
+            );
+            assert!(
+                flags.is_true("tagging-controller-enable-batching"),
+                "from the environment"
+            );
+
+            jail.set_env("CCM_TAGGING_CONTROLLER_ENABLE_BATCHING", "false");
+            let bad = command()
+                .try_get_matches_from(["t", "--tagging-controller-burst-limit", "lots"])
+                .unwrap();
+            assert_eq!(
+                layered_with(&bad, &registry).unwrap_err().to_string(),
+                "--tagging-controller-burst-limit: \"lots\" is not a whole number"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_controller_flag_of_another_controller_is_refused() {
+        const FLAGS: &[ControllerFlag] = &[ControllerFlag::list("tags", "", "Tags.")];
+        let mut registry = with_controller_flags();
+        let error = registry
+            .register_controller(ControllerDefinition::new("labeller-controller", |_| async {}).flags(FLAGS))
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "controller labeller-controller's flag --tags is already tagging-controller's"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! and region chains, endpoint overrides, timeouts and one TLS stack ([`client`]), EC2 instances for the
 //! node controllers, batched: one `DescribeInstances` answers up to 200 nodes ([`instances`]), VPC
 //! routes ([`routes`]), and classic ELBs and NLBs for LoadBalancer services ([`load_balancer`],
-//! [`load_balancer::network`]). Not yet: the tagging controller.
+//! [`load_balancer::network`]), and upstream's tagging controller ([`tagging`], off unless named).
 //!
 //! AWS errors map to the framework's: throttling (`RequestLimitExceeded`, `Throttling…`) to a retry after
 //! [`THROTTLED_RETRY_AFTER`], after the SDK's own back-off has run out.
@@ -23,6 +23,7 @@ pub mod config;
 pub mod instances;
 pub mod load_balancer;
 pub mod routes;
+pub mod tagging;
 
 pub use client::RequestCounter;
 pub use config::{CloudConfig, ConfigError};
@@ -51,6 +52,11 @@ impl std::fmt::Debug for AwsProvider {
             .field("region", &self.region)
             .finish_non_exhaustive()
     }
+}
+
+/// The provider's own controllers, for a binary's controller registry: `tagging-controller`.
+pub fn controllers() -> Vec<controller_manager::ControllerDefinition> {
+    vec![tagging::definition()]
 }
 
 /// Builds the provider from `--cloud-config` (upstream's INI; optional, as upstream).
