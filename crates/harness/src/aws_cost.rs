@@ -185,27 +185,18 @@ async fn create_all(
     Ok(())
 }
 
-/// `count` running instances tagged for [`CLUSTER_ID`], started in moto with one `RunInstances` (the EC2
-/// Query API with a dummy signature: moto does not check them); their private DNS names, which are the node names.
-pub async fn run_instances(moto_url: &str, count: usize) -> Result<Vec<String>> {
-    let form = [
-        ("Action", "RunInstances".to_owned()),
-        ("Version", "2016-11-15".to_owned()),
-        ("ImageId", "ami-12c6146b".to_owned()),
-        ("MinCount", count.to_string()),
-        ("MaxCount", count.to_string()),
-        ("TagSpecification.1.ResourceType", "instance".to_owned()),
-        (
-            "TagSpecification.1.Tag.1.Key",
-            format!("kubernetes.io/cluster/{CLUSTER_ID}"),
-        ),
-        ("TagSpecification.1.Tag.1.Value", "owned".to_owned()),
-    ];
+/// One EC2 Query API request to moto (a dummy signature: moto does not check them); the answer's XML.
+async fn ec2_query(moto_url: &str, form: &[(&str, String)]) -> Result<String> {
     let body = form
         .iter()
         .map(|(key, value)| format!("{}={}", encode(key), encode(value)))
         .collect::<Vec<_>>()
         .join("&");
+    let action = form
+        .iter()
+        .find(|(key, _)| *key == "Action")
+        .map_or("", |(_, value)| value.as_str())
+        .to_owned();
     let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
     let request = http::Request::post(format!("{}/", moto_url.trim_end_matches('/')))
@@ -217,12 +208,60 @@ pub async fn run_instances(moto_url: &str, count: usize) -> Result<Vec<String>> 
             "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=00",
         )
         .body(Full::new(Bytes::from(body)))?;
-    let response = client.request(request).await.context("RunInstances in moto")?;
+    let response = client
+        .request(request)
+        .await
+        .with_context(|| format!("{action} in moto"))?;
     let status = response.status();
     let text = String::from_utf8_lossy(&response.into_body().collect().await?.to_bytes()).into_owned();
     if !status.is_success() {
-        bail!("RunInstances in moto answered {status}: {text}");
+        bail!("{action} in moto answered {status}: {text}");
     }
+    Ok(text)
+}
+
+/// `count` running instances tagged for [`CLUSTER_ID`], started in moto with one `RunInstances` in the
+/// default subnet of us-east-1a; their private DNS names, which are the node names.
+///
+/// The subnet is named: without one, moto picks each instance's private IP at random in 10.0.0.0/8,
+/// and among 1,000 instances two share an IP (so a DNS name) about one run in thirty; in a subnet it
+/// hands out IPs in order.
+pub async fn run_instances(moto_url: &str, count: usize) -> Result<Vec<String>> {
+    let subnets = ec2_query(
+        moto_url,
+        &[
+            ("Action", "DescribeSubnets".to_owned()),
+            ("Version", "2016-11-15".to_owned()),
+            ("Filter.1.Name", "default-for-az".to_owned()),
+            ("Filter.1.Value.1", "true".to_owned()),
+            ("Filter.2.Name", "availability-zone".to_owned()),
+            ("Filter.2.Value.1", "us-east-1a".to_owned()),
+        ],
+    )
+    .await?;
+    let subnet = subnets
+        .split_once("<subnetId>")
+        .and_then(|(_, rest)| rest.split_once("</subnetId>"))
+        .map(|(id, _)| id.to_owned())
+        .context("moto has no default subnet in us-east-1a")?;
+    let text = ec2_query(
+        moto_url,
+        &[
+            ("Action", "RunInstances".to_owned()),
+            ("Version", "2016-11-15".to_owned()),
+            ("ImageId", "ami-12c6146b".to_owned()),
+            ("MinCount", count.to_string()),
+            ("MaxCount", count.to_string()),
+            ("SubnetId", subnet),
+            ("TagSpecification.1.ResourceType", "instance".to_owned()),
+            (
+                "TagSpecification.1.Tag.1.Key",
+                format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+            ),
+            ("TagSpecification.1.Tag.1.Value", "owned".to_owned()),
+        ],
+    )
+    .await?;
     // An instance's name appears again in its network interfaces: first sightings, in order.
     let mut seen = HashSet::new();
     let names: Vec<String> = text

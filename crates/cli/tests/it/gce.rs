@@ -275,6 +275,8 @@ async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_repor
             "--allocate-node-cidrs=true",
             "--cidr-allocator-type=CloudAllocator",
             "--cluster-cidr=10.4.0.0/14",
+            // An IPv4 cluster (upstream's stack type comes from the service ranges' families).
+            "--service-cluster-ip-range=10.0.0.0/20",
             "--configure-cloud-routes=false",
         ],
     );
@@ -374,7 +376,7 @@ async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_repor
     put_instance(
         &double,
         "node-c",
-        serde_json::json!({"name": "nic0", "aliasIpRanges": [{"ipCidrRange": "10.4.9.0/24"}]}),
+        serde_json::json!({"name": "nic0", "aliasIpRanges": [{"ipCidrRange": "10.4.9.0/24"}], "ipv6Address": "2600:1900:4000:318:0:9::"}),
     );
     nodes
         .create(&PostParams::default(), &registered_node("node-c"))
@@ -382,7 +384,8 @@ async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_repor
         .unwrap();
     eventually("node-c was not allocated", &log, || async {
         let node = nodes.get("node-c").await.unwrap();
-        let allocated = node.spec?.pod_cidr.is_some();
+        // Its IPv6 address is no pod range in an IPv4 cluster.
+        let allocated = node.spec?.pod_cidrs? == ["10.4.9.0/24"];
         let available = node
             .status?
             .conditions?

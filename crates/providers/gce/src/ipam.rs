@@ -9,9 +9,11 @@
 //! Per node, as upstream:
 //! - The node needs a provider ID (`node … doesn't have providerID`, retried; the cloud-node controller
 //!   sets it).
-//! - Its instance's pod ranges ([`pod_cidrs`]): the first alias IP range of the interface `nic0` (else the
-//!   first interface), then, when that interface has an IPv6 address, that address as a `/112`.
-//!   An instance that is gone, or has no range, gets the Event `CIDRNotAvailable` and is retried.
+//! - Its instance's pod ranges ([`pod_cidrs`]), from the interface `nic0` (else the first): its first
+//!   alias IP range for IPv4, its IPv6 address masked to a `/112` ([`ipv6_range`]) for IPv6, as the
+//!   cluster's stack asks ([`Stack`], from the families of `--service-cluster-ip-range`, upstream's
+//!   node-IPAM flag: IPv4 without it). An instance that is gone, or has no range at all, gets the Event
+//!   `CIDRNotAvailable` and is retried; one lacking a family the stack needs is retried without an Event.
 //! - `spec.podCIDR`/`spec.podCIDRs` are patched when they differ (a node whose CIDRs are set already and
 //!   differ is logged as being reassigned and patched anyway, as upstream; the API server refuses that
 //!   write, and the node gets `CIDRAssignmentFailed`).
@@ -21,6 +23,8 @@
 //! Work is queued for a node with no pod CIDR, or whose `NetworkUnavailable` is not `False`, or that
 //! carries the `node.kubernetes.io/network-unavailable` taint, as upstream's update handler does.
 //! Failures are retried per node from 250 ms doubling to 5 minutes. Events report as `cidrAllocator`.
+//! The states between the controller's own two writes (pod CIDRs, then the condition) are recognised by
+//! their resource versions and not worked on again, so a node costs one Compute look-up.
 //!
 //! Deliberate differences from upstream:
 //! - Upstream also queues every node when its informer starts; here the same filter applies then too,
@@ -30,20 +34,25 @@
 //! - When `--allocate-node-cidrs` is false or the allocator type is another, upstream's manager exits
 //!   (`the AllocateNodeCIDRs is not enabled`); here the controller is skipped with that reason in the log
 //!   and `/readyz?verbose`, and the other controllers run.
-//! - GKE's multi-networking (`Network` objects, several interfaces' ranges) is not implemented: only the
-//!   pod range above.
+//! - GKE's multi-networking (`Network` objects, several interfaces' ranges) and multi-subnet clusters are
+//!   not implemented: with `--enable-multi-networking` or `--enable-multi-subnet-cluster` the manager
+//!   does not start when this controller is enabled. `--node-cidr-mask-size*` are checked and unused
+//!   (they size the range allocator's CIDRs).
+//! - An unparsable `--service-cluster-ip-range` stops the start (upstream warns and ignores it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv6Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cloud_provider::CloudError;
 use controller_manager::{
-    Backoff, CachedNode, Cidr, ControllerContext, ControllerDefinition, ControllerSettings, event_reference,
+    Backoff, CachedNode, Cidr, ControllerContext, ControllerDefinition, ControllerFlag, ControllerSettings,
+    FlagValue, FlagValues, event_reference,
 };
 use futures::StreamExt;
-use google_cloud_compute_v1::model::Instance;
 use google_cloud_compute_v1::model::network_interface::Ipv6AccessType;
+use google_cloud_compute_v1::model::{Instance, NetworkInterface};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
@@ -71,7 +80,68 @@ pub fn definition() -> ControllerDefinition {
         .for_provider(PROVIDER_NAME)
         .disabled_by_default()
         .requires_settings(cloud_allocator_configured)
+        .flags(FLAGS)
+        .validated_by(no_gke_features)
         .event_reporter("cidrAllocator")
+}
+
+/// Upstream's node-IPAM flags (the GCP manager's).
+pub const FLAGS: &[ControllerFlag] = &[
+    ControllerFlag::value(
+        "service-cluster-ip-range",
+        "",
+        "CIDR Range for Services in cluster (one, or an IPv4 and an IPv6 comma-separated). Its families choose the pod CIDRs a node gets from its instance, as upstream's cloud allocator: IPv4 (also without it), IPv4 then IPv6, IPv6 then IPv4, or IPv6.",
+    )
+    .checked(check_service_ranges),
+    ControllerFlag::value(
+        "node-cidr-mask-size",
+        "0",
+        "Accepted for compatibility: the cloud allocator takes each node's range from Compute.",
+    )
+    .checked(check_mask),
+    ControllerFlag::value(
+        "node-cidr-mask-size-ipv4",
+        "0",
+        "Accepted for compatibility: the cloud allocator takes each node's range from Compute.",
+    )
+    .checked(check_mask),
+    ControllerFlag::value(
+        "node-cidr-mask-size-ipv6",
+        "0",
+        "Accepted for compatibility: the cloud allocator takes each node's range from Compute.",
+    )
+    .checked(check_mask),
+    ControllerFlag::bool(
+        "enable-multi-subnet-cluster",
+        "false",
+        "Not implemented (GKE's node topology): node-ipam-controller does not start with it.",
+    ),
+    ControllerFlag::bool(
+        "enable-multi-networking",
+        "false",
+        "Not implemented (GKE's multi-networking): node-ipam-controller does not start with it.",
+    ),
+];
+
+fn check_service_ranges(value: &FlagValue) -> Result<(), String> {
+    Stack::of_service_ranges(value.text()).map(drop)
+}
+
+fn check_mask(value: &FlagValue) -> Result<(), String> {
+    match value.text().trim().parse::<u8>() {
+        Ok(size) if size <= 128 => Ok(()),
+        _ => Err(format!("{:?} is not a mask size", value.text())),
+    }
+}
+
+/// GKE's features this controller does not implement are off.
+pub fn no_gke_features(flags: &FlagValues) -> Result<(), String> {
+    for flag in ["enable-multi-subnet-cluster", "enable-multi-networking"] {
+        if flags.is_true(flag) {
+            return Err(format!("--{flag} is not implemented here; run without it"));
+        }
+    }
+    Ok(())
 }
 
 /// `--allocate-node-cidrs` and `--cidr-allocator-type=CloudAllocator`.
@@ -88,43 +158,119 @@ pub fn cloud_allocator_configured(settings: &ControllerSettings) -> Result<(), S
     }
 }
 
+/// Which families of pod CIDRs nodes get, in order: upstream's cluster stack type, from the families of
+/// `--service-cluster-ip-range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stack {
+    /// No service range, or an IPv4 one.
+    Ipv4,
+    /// An IPv4 and then an IPv6 service range.
+    Ipv4Ipv6,
+    /// An IPv6 and then an IPv4 service range.
+    Ipv6Ipv4,
+    /// An IPv6 service range alone.
+    Ipv6,
+}
+
+impl Stack {
+    /// The stack of `--service-cluster-ip-range` (at most two CIDRs, of different families).
+    pub fn of_service_ranges(text: &str) -> Result<Stack, String> {
+        let items: Vec<&str> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let ranges = items
+            .iter()
+            .map(|item| {
+                item.parse::<Cidr>()
+                    .map_err(|error| format!("{item:?} is not a CIDR: {error}"))
+            })
+            .collect::<Result<Vec<Cidr>, String>>()?;
+        match ranges.as_slice() {
+            [] => Ok(Stack::Ipv4),
+            [one] if one.is_ipv4() => Ok(Stack::Ipv4),
+            [_] => Ok(Stack::Ipv6),
+            [a, b] if a.is_ipv4() && !b.is_ipv4() => Ok(Stack::Ipv4Ipv6),
+            [a, b] if !a.is_ipv4() && b.is_ipv4() => Ok(Stack::Ipv6Ipv4),
+            [_, _] => Err("the two ranges are not dual stack (from different IP families)".to_owned()),
+            _ => Err("can not contain more than two entries".to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stack::Ipv4 => "IPv4",
+            Stack::Ipv4Ipv6 => "IPv4_IPv6",
+            Stack::Ipv6Ipv4 => "IPv6_IPv4",
+            Stack::Ipv6 => "IPv6",
+        })
+    }
+}
+
 /// Why an instance gives no pod CIDRs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RangeError {
-    /// No interface, or no alias range on the pod interface.
+    /// No interface, or one with neither an alias range nor an IPv6 address.
     #[error("has no ranges from which CIDRs can be allocated")]
     NoRanges,
-    /// A range Compute gave is not a CIDR, or two ranges are not one IPv4 and one IPv6.
+    /// The pod interface lacks a range of a family the cluster's stack needs.
+    #[error("has no ranges from which CIDRs can be allocated for the cluster stack family {0}")]
+    Family(Stack),
+    /// A range Compute gave is not a CIDR.
     #[error("has ranges {0:?} that are not one IPv4 and one IPv6 CIDR")]
     Invalid(Vec<String>),
 }
 
-/// The pod CIDRs of `instance`: the first alias IP range of `nic0` (else the first interface), then
-/// that interface's IPv6 address (the external one for `ipv6AccessType: EXTERNAL`) as a `/112`.
-pub fn pod_cidrs(instance: &Instance) -> Result<Vec<String>, RangeError> {
+/// An interface's IPv6 pod range, as upstream's `GetIPV6Address`: its internal IPv6 address, else (for
+/// `ipv6AccessType: EXTERNAL`) its last access config's external one, masked to a `/112`.
+pub fn ipv6_range(nic: &NetworkInterface) -> Option<String> {
+    let address = match nic.ipv_6_address.as_deref().filter(|a| !a.is_empty()) {
+        Some(address) => address,
+        None if nic.ipv_6_access_type == Some(Ipv6AccessType::External) => nic
+            .ipv_6_access_configs
+            .last()
+            .and_then(|a| a.external_ipv_6.as_deref())
+            .filter(|a| !a.is_empty())?,
+        None => return None,
+    };
+    Some(match address.parse::<Ipv6Addr>() {
+        Ok(ip) => {
+            let mask = u128::MAX << (128 - u32::from(IPV6_POD_PREFIX));
+            format!("{}/{IPV6_POD_PREFIX}", Ipv6Addr::from(u128::from(ip) & mask))
+        }
+        // Refused as invalid below.
+        Err(_) => format!("{address}/{IPV6_POD_PREFIX}"),
+    })
+}
+
+/// The pod CIDRs of `instance` for a cluster of `stack`, as upstream's cloud allocator picks them: from the
+/// interface `nic0` (else the first), its first alias IP range and its [`ipv6_range`], in the stack's
+/// order.
+pub fn pod_cidrs(instance: &Instance, stack: Stack) -> Result<Vec<String>, RangeError> {
     let interfaces = &instance.network_interfaces;
+    match interfaces.as_slice() {
+        [] => return Err(RangeError::NoRanges),
+        [only] if only.alias_ip_ranges.is_empty() && ipv6_range(only).is_none() => {
+            return Err(RangeError::NoRanges);
+        }
+        _ => {}
+    }
     let nic = interfaces
         .iter()
         .find(|nic| nic.name.as_deref() == Some("nic0"))
-        .or_else(|| interfaces.first())
-        .ok_or(RangeError::NoRanges)?;
-    let range = nic
+        .unwrap_or(&interfaces[0]);
+    let ipv4 = nic
         .alias_ip_ranges
         .first()
-        .and_then(|r| r.ip_cidr_range.as_deref())
-        .filter(|r| !r.is_empty())
-        .ok_or(RangeError::NoRanges)?;
-    let mut cidrs = vec![range.to_owned()];
-    let ipv6 = if nic.ipv_6_access_type == Some(Ipv6AccessType::External) {
-        nic.ipv_6_access_configs
-            .iter()
-            .find_map(|a| a.external_ipv_6.as_deref())
-    } else {
-        nic.ipv_6_address.as_deref()
+        .and_then(|r| r.ip_cidr_range.clone())
+        .filter(|r| !r.is_empty());
+    let ipv6 = ipv6_range(nic);
+    let cidrs = match (stack, ipv4, ipv6) {
+        (Stack::Ipv4, Some(v4), _) => vec![v4],
+        (Stack::Ipv4Ipv6, Some(v4), Some(v6)) => vec![v4, v6],
+        (Stack::Ipv6Ipv4, Some(v4), Some(v6)) => vec![v6, v4],
+        (Stack::Ipv6, _, Some(v6)) => vec![v6],
+        _ => return Err(RangeError::Family(stack)),
     };
-    if let Some(ipv6) = ipv6.filter(|a| !a.is_empty()) {
-        cidrs.push(format!("{ipv6}/{IPV6_POD_PREFIX}"));
-    }
     let parsed: Result<Vec<Cidr>, _> = cidrs.iter().map(|c| c.parse()).collect();
     match parsed.as_deref() {
         Ok([_]) => Ok(cidrs),
@@ -165,6 +311,9 @@ struct Ipam {
     provider: Arc<GceProvider>,
     api: Api<Node>,
     backoff: Backoff,
+    stack: Stack,
+    /// Per node (uid), the resource versions its last successful allocation wrote.
+    written: std::sync::Mutex<HashMap<String, Vec<String>>>,
 }
 
 async fn run(controller: ControllerContext) {
@@ -175,12 +324,22 @@ async fn run(controller: ControllerContext) {
         );
         return;
     };
+    let stack = match Stack::of_service_ranges(controller.settings().flags.text("service-cluster-ip-range")) {
+        Ok(stack) => stack,
+        Err(error) => {
+            tracing::error!(controller = NODE_IPAM_CONTROLLER, %error, "--service-cluster-ip-range; the controller does nothing");
+            return;
+        }
+    };
+    tracing::info!(controller = NODE_IPAM_CONTROLLER, %stack, "allocating pod CIDRs from the instances' ranges");
     let informer = controller.nodes();
     tokio::select! {
         () = controller.stop().cancelled() => return,
         () = informer.ready() => {}
     }
     let context = Arc::new(Ipam {
+        stack,
+        written: std::sync::Mutex::default(),
         api: Api::all(controller.client().clone()),
         backoff: Backoff::per_key(Duration::from_millis(250), Duration::from_secs(300)),
         provider,
@@ -215,8 +374,19 @@ async fn run(controller: ControllerContext) {
 }
 
 async fn reconcile(node: Arc<CachedNode>, context: Arc<Ipam>) -> Result<Action, IpamError> {
+    let uid = node.uid();
     if !needs_allocation(&node) {
-        context.backoff.forget(node.uid());
+        context.backoff.forget(uid);
+        lock(&context.written).remove(uid);
+        return Ok(Action::await_change());
+    }
+    // A state between this controller's own writes (the pod CIDRs set, the condition not yet seen): the
+    // rest is on its way, and Compute need not be asked again.
+    if let Some(version) = node.resource_version()
+        && lock(&context.written)
+            .get(uid)
+            .is_some_and(|ours| ours.iter().any(|v| v == version))
+    {
         return Ok(Action::await_change());
     }
     let controller = &context.controller;
@@ -224,13 +394,23 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ipam>) -> Result<Action, 
     let started = Instant::now();
     let outcome = allocate(&context, &node).await;
     controller.record_reconcile(outcome.is_ok(), started.elapsed());
-    if outcome.is_ok() {
-        context.backoff.forget(node.uid());
+    let mut written = lock(&context.written);
+    match outcome {
+        Ok(versions) => {
+            context.backoff.forget(uid);
+            written.insert(uid.to_owned(), versions);
+            Ok(Action::await_change())
+        }
+        Err(error) => {
+            written.remove(uid);
+            Err(error)
+        }
     }
-    outcome.map(|()| Action::await_change())
 }
 
-async fn allocate(context: &Ipam, node: &CachedNode) -> Result<(), IpamError> {
+/// Allocates `node`; the resource versions of the node its writes made, in order.
+async fn allocate(context: &Ipam, node: &CachedNode) -> Result<Vec<String>, IpamError> {
+    let mut written = Vec::new();
     let controller = &context.controller;
     let name = node.name();
     let provider_id = node
@@ -240,7 +420,7 @@ async fn allocate(context: &Ipam, node: &CachedNode) -> Result<(), IpamError> {
     let cx = controller.call_context();
     let found = context.provider.instance_by_provider_id(&cx, provider_id).await;
     let cidrs = match found {
-        Ok(Some(instance)) => pod_cidrs(&instance).map_err(|error| IpamError::Ranges {
+        Ok(Some(instance)) => pod_cidrs(&instance, context.stack).map_err(|error| IpamError::Ranges {
             node: name.to_owned(),
             error,
         }),
@@ -250,7 +430,16 @@ async fn allocate(context: &Ipam, node: &CachedNode) -> Result<(), IpamError> {
     let cidrs = match cidrs {
         Ok(cidrs) => cidrs,
         Err(error) => {
-            if !matches!(&error, IpamError::Cloud(CloudError::Cancelled)) {
+            // As upstream, a node whose pod interface lacks a family the stack needs gets no Event.
+            let quiet = matches!(
+                &error,
+                IpamError::Cloud(CloudError::Cancelled)
+                    | IpamError::Ranges {
+                        error: RangeError::Family(_),
+                        ..
+                    }
+            );
+            if !quiet {
                 status_change(controller, node, "CIDRNotAvailable").await;
             }
             return Err(error);
@@ -262,19 +451,24 @@ async fn allocate(context: &Ipam, node: &CachedNode) -> Result<(), IpamError> {
             tracing::error!(node = name, ?current, proposed = ?cidrs, "PodCIDR being reassigned");
         }
         let patch = json!({"spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs}});
-        if let Err(error) = context
+        match context
             .api
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
-            status_change(controller, node, "CIDRAssignmentFailed").await;
-            return Err(IpamError::Spec(error));
+            Ok(patched) => written.extend(patched.metadata.resource_version),
+            Err(error) => {
+                status_change(controller, node, "CIDRAssignmentFailed").await;
+                return Err(IpamError::Spec(error));
+            }
         }
         tracing::info!(node = name, ?cidrs, "set the node's pod CIDRs");
     }
-    set_network_available(&context.api, node)
+    let version = set_network_available(&context.api, node)
         .await
-        .map_err(IpamError::Condition)
+        .map_err(IpamError::Condition)?;
+    written.extend(version);
+    Ok(written)
 }
 
 /// Whether the node's CIDRs are `proposed`, as networks (`10.4.1.7/24` is `10.4.1.0/24`).
@@ -293,11 +487,12 @@ fn same_cidrs(current: &[&str], proposed: &[String]) -> bool {
 
 /// Sets `NetworkUnavailable` to `False`/`RouteCreated` unless it is already; a new condition (or one
 /// whose status changes) gets a transition time, an unchanged status keeps its own.
-async fn set_network_available(api: &Api<Node>, node: &CachedNode) -> Result<(), kube::Error> {
+/// The node's resource version after the write, if one was made.
+async fn set_network_available(api: &Api<Node>, node: &CachedNode) -> Result<Option<String>, kube::Error> {
     const MESSAGE: &str = "NodeController create implicit route";
     let current = node.condition("NetworkUnavailable");
     if current == Some(("False", Some("RouteCreated"))) {
-        return Ok(());
+        return Ok(None);
     }
     let mut condition: BTreeMap<&str, String> = [
         ("type", "NetworkUnavailable".to_owned()),
@@ -313,7 +508,7 @@ async fn set_network_available(api: &Api<Node>, node: &CachedNode) -> Result<(),
     let patch = json!({"status": {"conditions": [condition]}});
     api.patch_status(node.name(), &PatchParams::default(), &Patch::Strategic(patch))
         .await
-        .map(|_| ())
+        .map(|patched| patched.metadata.resource_version)
 }
 
 /// Upstream's `RecordNodeStatusChange`: a Normal Event whose reason is the new status.
@@ -335,11 +530,17 @@ fn error_policy(node: Arc<CachedNode>, error: &IpamError, context: Arc<Ipam>) ->
     Action::requeue(after)
 }
 
+/// Locks a table of plain data (a panic elsewhere leaves nothing half-done in it).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Forgets the failures of nodes that are gone.
 async fn forget_deleted(context: Arc<Ipam>) {
     let mut deletions = std::pin::pin!(context.controller.nodes().deletions());
     while let Some(node) = deletions.next().await {
         context.backoff.forget(node.uid());
+        lock(&context.written).remove(node.uid());
     }
 }
 
@@ -352,39 +553,104 @@ mod tests {
     }
 
     #[test]
-    fn the_pod_range_is_nic0s_first_alias_range_then_its_ipv6_address_as_a_112() {
+    fn the_pod_ranges_are_nic0s_first_alias_range_and_its_ipv6_112_as_the_stack_asks() {
         let dual = instance(json!({"networkInterfaces": [
             {"name": "nic1", "aliasIpRanges": [{"ipCidrRange": "10.9.0.0/24"}]},
             {"name": "nic0", "aliasIpRanges": [{"ipCidrRange": "10.4.1.0/24"}, {"ipCidrRange": "10.5.0.0/24"}],
-             "ipv6Address": "2600:1900:4000:318:0:7::"},
+             "ipv6Address": "2600:1900:4000:318:0:7:0:5"},
         ]}));
+        assert_eq!(pod_cidrs(&dual, Stack::Ipv4).unwrap(), ["10.4.1.0/24"]);
+        // The address masked to its /112, as upstream's GetIPV6Address.
         assert_eq!(
-            pod_cidrs(&dual).unwrap(),
+            pod_cidrs(&dual, Stack::Ipv4Ipv6).unwrap(),
             ["10.4.1.0/24", "2600:1900:4000:318:0:7::/112"]
         );
+        assert_eq!(
+            pod_cidrs(&dual, Stack::Ipv6Ipv4).unwrap(),
+            ["2600:1900:4000:318:0:7::/112", "10.4.1.0/24"]
+        );
+        assert_eq!(
+            pod_cidrs(&dual, Stack::Ipv6).unwrap(),
+            ["2600:1900:4000:318:0:7::/112"]
+        );
+        // The internal address first; only without one, the last external access config's.
         let external = instance(json!({"networkInterfaces": [
             {"aliasIpRanges": [{"ipCidrRange": "10.4.2.0/24"}], "ipv6AccessType": "EXTERNAL",
-             "ipv6AccessConfigs": [{"externalIpv6": "2600:1900:1:2:0:9::"}]},
+             "ipv6AccessConfigs": [{"externalIpv6": "2600:1900:1:2:0:8::"}, {"externalIpv6": "2600:1900:1:2:0:9::"}]},
         ]}));
         assert_eq!(
-            pod_cidrs(&external).unwrap(),
+            pod_cidrs(&external, Stack::Ipv4Ipv6).unwrap(),
             ["10.4.2.0/24", "2600:1900:1:2:0:9::/112"]
+        );
+        let mut both = external.clone();
+        both.network_interfaces[0].ipv_6_address = Some("2600:1900:1:3::".to_owned());
+        assert_eq!(
+            ipv6_range(&both.network_interfaces[0]).as_deref(),
+            Some("2600:1900:1:3::/112")
+        );
+        let v4_only =
+            instance(json!({"networkInterfaces": [{"aliasIpRanges": [{"ipCidrRange": "10.4.3.0/24"}]}]}));
+        assert_eq!(
+            pod_cidrs(&v4_only, Stack::Ipv4Ipv6),
+            Err(RangeError::Family(Stack::Ipv4Ipv6))
         );
     }
 
     #[test]
-    fn no_interface_or_no_alias_range_is_no_ranges_and_bad_ranges_are_refused() {
-        assert_eq!(pod_cidrs(&instance(json!({}))), Err(RangeError::NoRanges));
+    fn the_stack_is_the_service_ranges_families() {
+        assert_eq!(Stack::of_service_ranges(""), Ok(Stack::Ipv4));
+        assert_eq!(Stack::of_service_ranges("10.0.0.0/16"), Ok(Stack::Ipv4));
+        assert_eq!(Stack::of_service_ranges("fd00::/108"), Ok(Stack::Ipv6));
         assert_eq!(
-            pod_cidrs(&instance(
-                json!({"networkInterfaces": [{"name": "nic0", "networkIP": "10.128.0.2"}]})
-            )),
+            Stack::of_service_ranges("10.0.0.0/16, fd00::/108"),
+            Ok(Stack::Ipv4Ipv6)
+        );
+        assert_eq!(
+            Stack::of_service_ranges("fd00::/108,10.0.0.0/16"),
+            Ok(Stack::Ipv6Ipv4)
+        );
+        assert!(
+            Stack::of_service_ranges("10.0.0.0/16,10.1.0.0/16")
+                .unwrap_err()
+                .contains("not dual stack")
+        );
+        assert!(
+            Stack::of_service_ranges("10.0.0.0/16,fd00::/108,10.1.0.0/16")
+                .unwrap_err()
+                .contains("more than two")
+        );
+        assert!(
+            Stack::of_service_ranges("services")
+                .unwrap_err()
+                .contains("\"services\" is not a CIDR")
+        );
+        let mut flags = FlagValues::default();
+        assert_eq!(no_gke_features(&flags), Ok(()));
+        flags.insert("enable-multi-networking", FlagValue::Bool(true));
+        assert_eq!(
+            no_gke_features(&flags).unwrap_err(),
+            "--enable-multi-networking is not implemented here; run without it"
+        );
+    }
+
+    #[test]
+    fn no_interface_or_no_range_is_no_ranges_and_bad_ranges_are_refused() {
+        assert_eq!(
+            pod_cidrs(&instance(json!({})), Stack::Ipv4),
             Err(RangeError::NoRanges)
         );
         assert_eq!(
-            pod_cidrs(&instance(
-                json!({"networkInterfaces": [{"aliasIpRanges": [{"ipCidrRange": "/24"}]}]})
-            )),
+            pod_cidrs(
+                &instance(json!({"networkInterfaces": [{"name": "nic0", "networkIP": "10.128.0.2"}]})),
+                Stack::Ipv4
+            ),
+            Err(RangeError::NoRanges)
+        );
+        assert_eq!(
+            pod_cidrs(
+                &instance(json!({"networkInterfaces": [{"aliasIpRanges": [{"ipCidrRange": "/24"}]}]})),
+                Stack::Ipv4
+            ),
             Err(RangeError::Invalid(vec!["/24".to_owned()]))
         );
     }

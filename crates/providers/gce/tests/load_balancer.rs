@@ -428,3 +428,102 @@ async fn requested_addresses_internal_services_and_other_classes() {
     ));
     assert!(double.forwarding_rules(PROJECT).is_empty());
 }
+
+/// A write failing at any step of a first `ensure` (its operation done with an error, its effect not
+/// applied) leaves what was made before it; the next `ensure` finishes the load balancer without making
+/// anything twice or leaving the temporary address reserved, and deleting it leaves nothing.
+#[tokio::test]
+async fn an_ensure_that_fails_at_any_step_is_finished_by_the_next_and_leaks_nothing() {
+    // The paths of the writes in the order ensure makes them (an address insert's path has no name
+    // after `/addresses`).
+    for step in [
+        "/regions/us-central1/addresses",
+        "/global/firewalls",
+        "/global/httpHealthChecks",
+        "/regions/us-central1/targetPools",
+        "/regions/us-central1/forwardingRules",
+    ] {
+        let (double, provider, nodes) = setup(true).await;
+        let web = service(
+            serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}),
+            UID,
+        );
+        double.fail_operations(step, 500, "INTERNAL_ERROR", 1);
+        let failed = provider
+            .ensure_load_balancer(&cx(), "k", &web, &nodes)
+            .await
+            .unwrap_err();
+        assert!(failed.to_string().contains("INTERNAL_ERROR"), "{step}: {failed}");
+        let status = provider
+            .ensure_load_balancer(&cx(), "k", &web, &nodes)
+            .await
+            .unwrap_or_else(|e| panic!("{step}: the retry failed: {e}"));
+        let ip = ip_of(&status);
+        let rules = double.forwarding_rules(PROJECT);
+        assert_eq!(rules.len(), 1, "{step}");
+        assert_eq!(rules[0].ip_address.as_deref(), Some(ip.as_str()), "{step}");
+        assert_eq!(double.target_pools(PROJECT).len(), 1, "{step}");
+        assert_eq!(double.target_pools(PROJECT)[0].instances.len(), 3, "{step}");
+        assert_eq!(double.http_health_checks(PROJECT).len(), 1, "{step}");
+        assert_eq!(double.firewalls(PROJECT).len(), 2, "{step}");
+        assert!(
+            double.addresses(PROJECT).is_empty(),
+            "{step}: the temporary address stayed reserved: {:?}",
+            double.addresses(PROJECT)
+        );
+        // Once made, an ensure with nothing to change writes nothing.
+        let before = writes(&double).len();
+        provider
+            .ensure_load_balancer(&cx(), "k", &web, &nodes)
+            .await
+            .unwrap();
+        assert_eq!(
+            writes(&double).len(),
+            before,
+            "{step}: {:?}",
+            &writes(&double)[before..]
+        );
+
+        provider
+            .ensure_load_balancer_deleted(&cx(), "k", &web)
+            .await
+            .unwrap();
+        assert!(double.forwarding_rules(PROJECT).is_empty(), "{step}");
+        assert!(double.target_pools(PROJECT).is_empty(), "{step}");
+        assert!(double.http_health_checks(PROJECT).is_empty(), "{step}");
+        assert!(double.firewalls(PROJECT).is_empty(), "{step}");
+        assert!(double.addresses(PROJECT).is_empty(), "{step}");
+    }
+}
+
+/// Releasing the temporary address fails after the rule took its IP: as upstream, the address stays
+/// reserved while the load balancer lives (a later ensure does not release an address it did not
+/// reserve itself), and deleting the load balancer releases it.
+#[tokio::test]
+async fn a_temporary_address_left_reserved_goes_with_the_load_balancer() {
+    let (double, provider, nodes) = setup(true).await;
+    let web = service(
+        serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]}),
+        UID,
+    );
+    double.fail_operations(&format!("/addresses/{LB}"), 500, "INTERNAL_ERROR", 1);
+    assert!(
+        provider
+            .ensure_load_balancer(&cx(), "k", &web, &nodes)
+            .await
+            .is_err()
+    );
+    let status = provider
+        .ensure_load_balancer(&cx(), "k", &web, &nodes)
+        .await
+        .unwrap();
+    let addresses = double.addresses(PROJECT);
+    assert_eq!(addresses.len(), 1);
+    assert_eq!(addresses[0].address, Some(ip_of(&status)));
+    provider
+        .ensure_load_balancer_deleted(&cx(), "k", &web)
+        .await
+        .unwrap();
+    assert!(double.addresses(PROJECT).is_empty());
+    assert!(double.forwarding_rules(PROJECT).is_empty());
+}
