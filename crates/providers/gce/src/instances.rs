@@ -9,8 +9,9 @@
 //!   `NotImplemented` here, so GCE nodes never get the shutdown taint; a stopped VM is shut down by any
 //!   reading, and the taint keeps pods off it.
 //! - Addresses as upstream's `nodeAddressesFromInstance`: per network interface, `networkIP` as
-//!   `InternalIP`, each access config's `natIP` as `ExternalIP`, the IPv6 address (the external one for
-//!   `ipv6AccessType: EXTERNAL`) as `InternalIP`; IPv6 first for `stack-type = IPV6`.
+//!   `InternalIP`, each access config's `natIP` as `ExternalIP`, the IPv6 address ([`ipv6_address`]: the
+//!   internal one, else the external one for `ipv6AccessType: EXTERNAL`) as `InternalIP`; IPv6 first for
+//!   `stack-type = IPV6`.
 //! - Labels: zone, region (the zone up to its last `-`) and instance type (the machine type's last path
 //!   component), set by the framework; nothing more, as upstream.
 
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 use google_cloud_compute_v1::model::network_interface::Ipv6AccessType;
-use google_cloud_compute_v1::model::{Instance, instance};
+use google_cloud_compute_v1::model::{Instance, NetworkInterface, instance};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::config::{StackType, region_of_zone};
@@ -250,6 +251,20 @@ fn is_shut_down(instance: &Instance) -> bool {
     )
 }
 
+/// An interface's IPv6 address, as upstream's `getIPV6AddressFromInterface`: its internal one, else (for
+/// `ipv6AccessType: EXTERNAL`) its last access config's external one.
+pub fn ipv6_address(nic: &NetworkInterface) -> Option<&str> {
+    let address = match nic.ipv_6_address.as_deref().filter(|a| !a.is_empty()) {
+        Some(address) => Some(address),
+        None if nic.ipv_6_access_type == Some(Ipv6AccessType::External) => nic
+            .ipv_6_access_configs
+            .last()
+            .and_then(|a| a.external_ipv_6.as_deref()),
+        None => None,
+    };
+    address.filter(|a| !a.is_empty())
+}
+
 /// Upstream's `nodeAddressesFromInstance`, ordered by `stack_type`.
 pub fn addresses(instance: &Instance, stack_type: StackType) -> Vec<NodeAddress> {
     let address = |type_: &str, address: &str| NodeAddress {
@@ -267,15 +282,7 @@ pub fn addresses(instance: &Instance, stack_type: StackType) -> Vec<NodeAddress>
                 v4.push(address("ExternalIP", ip));
             }
         }
-        let ipv6 = if nic.ipv_6_access_type == Some(Ipv6AccessType::External) {
-            nic.ipv_6_access_configs
-                .iter()
-                .filter_map(|a| a.external_ipv_6.as_deref())
-                .next_back()
-        } else {
-            nic.ipv_6_address.as_deref()
-        };
-        if let Some(ip) = ipv6.filter(|ip| !ip.is_empty()) {
+        if let Some(ip) = ipv6_address(nic) {
             v6.push(address("InternalIP", ip));
         }
     }
@@ -373,6 +380,22 @@ mod tests {
         for bad in ["Node-1", "1node", "node_1", "", "node.example"] {
             assert!(!is_compute_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_ipv6_address_is_the_internal_one_else_the_last_external_one() {
+        let nic = |value: serde_json::Value| -> NetworkInterface { serde_json::from_value(value).unwrap() };
+        let both = nic(
+            serde_json::json!({"ipv6Address": "fd20::3", "ipv6AccessType": "EXTERNAL",
+            "ipv6AccessConfigs": [{"externalIpv6": "2600::3"}]}),
+        );
+        assert_eq!(ipv6_address(&both), Some("fd20::3"));
+        let external = nic(serde_json::json!({"ipv6AccessType": "EXTERNAL",
+            "ipv6AccessConfigs": [{"externalIpv6": "2600::3"}, {"externalIpv6": "2600::4"}]}));
+        assert_eq!(ipv6_address(&external), Some("2600::4"));
+        let internal_type = nic(serde_json::json!({"ipv6AccessType": "INTERNAL",
+            "ipv6AccessConfigs": [{"externalIpv6": "2600::3"}]}));
+        assert_eq!(ipv6_address(&internal_type), None);
     }
 
     #[test]

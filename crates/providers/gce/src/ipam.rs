@@ -51,7 +51,6 @@ use controller_manager::{
     FlagValue, FlagValues, event_reference,
 };
 use futures::StreamExt;
-use google_cloud_compute_v1::model::network_interface::Ipv6AccessType;
 use google_cloud_compute_v1::model::{Instance, NetworkInterface};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -220,18 +219,10 @@ pub enum RangeError {
     Invalid(Vec<String>),
 }
 
-/// An interface's IPv6 pod range, as upstream's `GetIPV6Address`: its internal IPv6 address, else (for
-/// `ipv6AccessType: EXTERNAL`) its last access config's external one, masked to a `/112`.
+/// An interface's IPv6 pod range, as upstream's `GetIPV6Address`: its
+/// [`ipv6_address`](crate::instances::ipv6_address) masked to a `/112`.
 pub fn ipv6_range(nic: &NetworkInterface) -> Option<String> {
-    let address = match nic.ipv_6_address.as_deref().filter(|a| !a.is_empty()) {
-        Some(address) => address,
-        None if nic.ipv_6_access_type == Some(Ipv6AccessType::External) => nic
-            .ipv_6_access_configs
-            .last()
-            .and_then(|a| a.external_ipv_6.as_deref())
-            .filter(|a| !a.is_empty())?,
-        None => return None,
-    };
+    let address = crate::instances::ipv6_address(nic)?;
     Some(match address.parse::<Ipv6Addr>() {
         Ok(ip) => {
             let mask = u128::MAX << (128 - u32::from(IPV6_POD_PREFIX));

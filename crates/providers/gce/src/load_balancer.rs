@@ -278,6 +278,32 @@ fn inserted(result: Result<(), WriteError>, what: &str) -> Result<bool, CloudErr
     }
 }
 
+/// Whether the firewall Compute has is the one wanted: ranges, tags and ports as sets (Compute may list
+/// them in another order), protocols in any case, an unset priority as Compute's default (1000).
+pub fn firewall_matches(existing: &Firewall, wanted: &Firewall) -> bool {
+    fn set(items: &[String]) -> BTreeSet<&str> {
+        items.iter().map(String::as_str).collect()
+    }
+    fn allowed(f: &Firewall) -> BTreeSet<(String, BTreeSet<&str>)> {
+        f.allowed
+            .iter()
+            .map(|a| {
+                (
+                    a.ip_protocol.as_deref().unwrap_or_default().to_ascii_lowercase(),
+                    set(&a.ports),
+                )
+            })
+            .collect()
+    }
+    existing.description == wanted.description
+        && set(&existing.source_ranges) == set(&wanted.source_ranges)
+        && set(&existing.destination_ranges) == set(&wanted.destination_ranges)
+        && set(&existing.target_tags) == set(&wanted.target_tags)
+        && existing.allowed.len() == wanted.allowed.len()
+        && allowed(existing) == allowed(wanted)
+        && existing.priority.unwrap_or(1000) == wanted.priority.unwrap_or(1000)
+}
+
 /// Compares `projects/…` paths of links.
 fn link_path(link: &str) -> &str {
     link.find("projects/").map_or(link, |at| &link[at..])
@@ -381,13 +407,7 @@ impl GceProvider {
                 return inserted(WriteError::check(done), "firewalls.insert").map(|_| ());
             }
             Some(existing) => {
-                let same = existing.description == wanted.description
-                    && existing.source_ranges == wanted.source_ranges
-                    && existing.destination_ranges == wanted.destination_ranges
-                    && existing.target_tags == wanted.target_tags
-                    && existing.allowed == wanted.allowed
-                    && existing.priority == wanted.priority;
-                if same {
+                if firewall_matches(&existing, &wanted) {
                     return Ok(());
                 }
                 self.clients
@@ -1077,6 +1097,32 @@ mod tests {
                 .to_string();
             assert!(error.contains(needle), "{spec}: {error}");
         }
+    }
+
+    #[test]
+    fn firewalls_compare_as_compute_returns_them() {
+        let wanted: Firewall = serde_json::from_value(serde_json::json!({
+            "description": "d", "sourceRanges": ["10.0.0.0/8", "192.168.0.0/16"],
+            "destinationRanges": ["34.1.1.1"], "targetTags": ["a", "b"],
+            "allowed": [{"IPProtocol": "tcp", "ports": ["80", "443-445"]}], "priority": 1000,
+        }))
+        .unwrap();
+        let reordered: Firewall = serde_json::from_value(serde_json::json!({
+            "description": "d", "sourceRanges": ["192.168.0.0/16", "10.0.0.0/8"],
+            "destinationRanges": ["34.1.1.1"], "targetTags": ["b", "a"],
+            "allowed": [{"IPProtocol": "TCP", "ports": ["443-445", "80"]}],
+        }))
+        .unwrap();
+        assert!(firewall_matches(&reordered, &wanted));
+        let mut other_port = reordered.clone();
+        other_port.allowed[0].ports = vec!["80".into()];
+        assert!(!firewall_matches(&other_port, &wanted));
+        let mut other_source = reordered.clone();
+        other_source.source_ranges.pop();
+        assert!(!firewall_matches(&other_source, &wanted));
+        let mut other_priority = reordered;
+        other_priority.priority = Some(999);
+        assert!(!firewall_matches(&other_priority, &wanted));
     }
 
     #[test]
