@@ -20,6 +20,9 @@
 //! own model types (the ones the provider deserialises), and `gcloud` is pointed at the double in this
 //! repository's tests as a second, independent client.
 //!
+//! The metadata server's values the provider reads (`/computeMetadata/v1/project/project-id`,
+//! `…/instance/zone`), set by [`ComputeDouble::set_metadata`].
+//!
 //! Fault and latency knobs: [`ComputeDouble::fail_requests`] (an HTTP error for matching requests: 429
 //! `rateLimitExceeded`, 500, …), [`ComputeDouble::fail_operations`] (operations that end `DONE` with an
 //! error), [`ComputeDouble::set_latency`]. [`ComputeDouble::requests`] lists what was asked, in order.
@@ -212,6 +215,12 @@ impl ComputeDouble {
             code: code.to_owned(),
             times,
         });
+    }
+
+    /// Serves `value` at the metadata server's `/computeMetadata/v1/<key>` (`project/project-id`,
+    /// `instance/zone`); with this, the double's address is also a metadata server (`GCE_METADATA_HOST`).
+    pub fn set_metadata(&self, key: &str, value: &str) {
+        self.state().metadata.insert(key.to_owned(), value.to_owned());
     }
 
     /// Delays every answer by `latency`.

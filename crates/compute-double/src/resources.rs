@@ -201,6 +201,8 @@ pub(crate) struct State {
     pub(crate) operation_faults: Vec<OperationFault>,
     pub(crate) latency: Duration,
     pub(crate) log: Vec<String>,
+    /// The metadata server's values, by path under `/computeMetadata/v1/`.
+    pub(crate) metadata: BTreeMap<String, String>,
 }
 
 /// A one-clause list filter.
@@ -311,6 +313,7 @@ impl State {
             operation_faults: Vec::new(),
             latency: Duration::ZERO,
             log: Vec::new(),
+            metadata: BTreeMap::new(),
         }
     }
 

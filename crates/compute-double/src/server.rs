@@ -58,6 +58,9 @@ async fn handle(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    if let Some(key) = path.strip_prefix("/computeMetadata/v1/") {
+        return Ok(metadata(&state, &parts.headers, key));
+    }
     let answer = {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         match state.fault(&parts.method, &path) {
@@ -80,6 +83,34 @@ async fn handle(
         )))
         .expect("a response");
     Ok(response)
+}
+
+/// The metadata server's answer for `key`: its value as text; 403 without `Metadata-Flavor: Google`
+/// (as the real server refuses), 404 for a value not set.
+fn metadata(state: &Mutex<State>, headers: &http::HeaderMap, key: &str) -> Response<Full<Bytes>> {
+    let value = state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .metadata
+        .get(key)
+        .cloned();
+    let (status, text) = if headers.get("metadata-flavor").is_none_or(|v| v != "Google") {
+        (
+            StatusCode::FORBIDDEN,
+            "Missing Metadata-Flavor:Google header.".to_owned(),
+        )
+    } else {
+        match value {
+            Some(value) => (StatusCode::OK, value),
+            None => (StatusCode::NOT_FOUND, "Not Found".to_owned()),
+        }
+    };
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/text")
+        .header("metadata-flavor", "Google")
+        .body(Full::new(Bytes::from(text)))
+        .expect("a response")
 }
 
 fn route(

@@ -52,11 +52,15 @@ fn start_manager(
     dir: &std::path::Path,
     args: &[&str],
 ) -> (Manager, std::path::PathBuf) {
+    // The project and the zone come from the metadata server, as on a GCE instance: the double answers
+    // as one, named by GCE_METADATA_HOST.
+    double.set_metadata("project/project-id", PROJECT);
+    double.set_metadata("instance/zone", &format!("projects/123456789/zones/{ZONE}"));
     let config = dir.join("gce.conf");
     std::fs::write(
         &config,
         format!(
-            "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nnetwork-name = default\nnode-tags = test-node\napi-endpoint = {}\n",
+            "[global]\nnetwork-name = default\nnode-tags = test-node\napi-endpoint = {}\n",
             double.endpoint()
         ),
     )
@@ -69,6 +73,7 @@ fn start_manager(
             .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
             .args(["--leader-elect=false", "--secure-port=0", "--cluster-name=test"])
             .args(args)
+            .env("GCE_METADATA_HOST", double.addr().to_string())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -14,7 +14,8 @@
 //! value is one error naming its line and key.
 //!
 //! Differences from upstream, on purpose:
-//! - `project-id` and `local-zone` are required: this provider does not read the metadata server yet.
+//! - `project-id` and `local-zone` may be left out, as upstream: they are then read from the metadata
+//!   server ([`crate::metadata`]), and without one the manager stops at start naming the key.
 //! - `token-url` other than empty or `nil` (a custom token endpoint) is refused: credentials come from
 //!   Application Default Credentials. An `api-endpoint` over plain `http://` (a local test double) is
 //!   called without credentials: a token is never sent in clear text.
@@ -102,29 +103,35 @@ impl CloudConfig {
                 Item::Key { .. } => {}
             }
         }
-        for (key, value) in [
-            ("project-id", &config.project_id),
-            ("local-zone", &config.local_zone),
-        ] {
-            if value.is_empty() {
-                return Err(ConfigError::new(
-                    0,
-                    format!(
-                        "[global] {key} is required (this provider does not read the metadata server for it)"
-                    ),
-                ));
-            }
+        if !config.local_zone.is_empty() {
+            config.check_zone()?;
         }
-        if config.region().is_none() {
+        Ok(Parsed { config, warnings })
+    }
+
+    /// `local-zone` names a zone (like `us-central1-a`).
+    fn check_zone(&self) -> Result<(), ConfigError> {
+        if self.region().is_none() {
             return Err(ConfigError::new(
                 0,
                 format!(
                     "[global] local-zone {:?} is not a zone (like us-central1-a)",
-                    config.local_zone
+                    self.local_zone
                 ),
             ));
         }
-        Ok(Parsed { config, warnings })
+        Ok(())
+    }
+
+    /// The configuration is complete: `project-id` and `local-zone` are set (from the file, or the
+    /// [metadata server](crate::metadata)), and the zone is one.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        for (key, value) in [("project-id", &self.project_id), ("local-zone", &self.local_zone)] {
+            if value.is_empty() {
+                return Err(ConfigError::new(0, format!("[global] {key} is required")));
+            }
+        }
+        self.check_zone()
     }
 
     /// Sets a `[global]` key; `Ok(false)` for an unknown key, `Err` for a bad value.
@@ -327,14 +334,6 @@ alpha-features = ILBSubsets
                 "cloud-config line 2: [global] api-endpoint: \"ftp://x\" is not an http(s) URL",
             ),
             (
-                "[global]\nlocal-zone = a\n",
-                "cloud-config: [global] project-id is required",
-            ),
-            (
-                "[global]\nproject-id = p\n",
-                "cloud-config: [global] local-zone is required",
-            ),
-            (
                 "[global]\nproject-id = p\nlocal-zone = zone\n",
                 "cloud-config: [global] local-zone \"zone\" is not a zone",
             ),
@@ -343,6 +342,14 @@ alpha-features = ILBSubsets
             let error = CloudConfig::parse(text).unwrap_err().to_string();
             assert!(error.starts_with(expected), "{text:?}: {error}");
         }
+        // Left out, they come from the metadata server; still missing after it, the check says so.
+        let partial = CloudConfig::parse("[global]\nnetwork-name = default\n")
+            .unwrap()
+            .config;
+        assert_eq!(
+            partial.check().unwrap_err().to_string(),
+            "cloud-config: [global] project-id is required"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod config;
 pub mod instances;
 pub mod ipam;
 pub mod load_balancer;
+pub mod metadata;
 pub mod routes;
 
 pub use config::CloudConfig;
@@ -60,13 +61,16 @@ pub fn controllers() -> Vec<controller_manager::ControllerDefinition> {
 pub async fn factory(
     config: Option<Vec<u8>>,
 ) -> Result<Arc<dyn CloudProvider>, Box<dyn std::error::Error + Send + Sync>> {
-    let Some(config) = config else {
-        return Err("the gce provider needs --cloud-config (gce.conf with project-id and local-zone)".into());
+    let text = match config {
+        Some(bytes) => String::from_utf8(bytes).map_err(|_| "cloud-config: not UTF-8 text")?,
+        None => String::new(),
     };
-    let text = String::from_utf8(config).map_err(|_| "cloud-config: not UTF-8 text")?;
-    let parsed = CloudConfig::parse(&text)?;
+    let mut parsed = CloudConfig::parse(&text)?;
     for warning in &parsed.warnings {
         tracing::warn!("cloud-config {warning}");
+    }
+    if parsed.config.project_id.is_empty() || parsed.config.local_zone.is_empty() {
+        metadata::fill(&mut parsed.config, &metadata::host()).await?;
     }
     Ok(Arc::new(GceProvider::new(parsed.config).await?))
 }
@@ -74,7 +78,10 @@ pub async fn factory(
 impl GceProvider {
     /// A provider for `config` (builds its clients; with Application Default Credentials unless the
     /// endpoint is plain HTTP).
+    ///
+    /// `config` must be complete ([`CloudConfig::check`]; [`metadata::fill`] completes it).
     pub async fn new(config: CloudConfig) -> Result<GceProvider, Box<dyn std::error::Error + Send + Sync>> {
+        config.check()?;
         let clients = client::Clients::new(&config).await?;
         Ok(GceProvider {
             config,

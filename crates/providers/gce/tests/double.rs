@@ -347,9 +347,7 @@ async fn failed_operations_are_errors_and_quota_is_a_retry() {
 }
 
 #[tokio::test]
-async fn the_factory_needs_a_cloud_config_and_names_bad_keys() {
-    let error = provider_gce::factory(None).await.err().unwrap().to_string();
-    assert!(error.contains("--cloud-config"), "{error}");
+async fn the_factory_names_bad_keys() {
     let error = provider_gce::factory(Some(
         b"[global]\nproject-id = p\nlocal-zone = us-east1-b\nregional = perhaps\n".to_vec(),
     ))
@@ -360,5 +358,62 @@ async fn the_factory_needs_a_cloud_config_and_names_bad_keys() {
     assert_eq!(
         error,
         "cloud-config line 4: [global] regional: \"perhaps\" is not a boolean (true/false)"
+    );
+}
+
+/// gce.conf without `project-id` and `local-zone`: both come from the metadata server (here the double,
+/// which answers as one), and the provider works with them; a server that cannot tell them is one error
+/// naming the key and the server.
+#[tokio::test]
+async fn the_project_and_zone_come_from_the_metadata_server_when_gce_conf_leaves_them_out() {
+    let double = ComputeDouble::start().await.unwrap();
+    let host = double.addr().to_string();
+    let text = format!(
+        "[global]\nnetwork-name = default\napi-endpoint = {}\n",
+        double.endpoint()
+    );
+    let mut config = CloudConfig::parse(&text).unwrap().config;
+
+    let error = provider_gce::metadata::fill(&mut config.clone(), &host)
+        .await
+        .unwrap_err();
+    assert!(
+        error.starts_with("[global] project-id is not set, and the metadata server cannot tell it (")
+            && error.contains("/computeMetadata/v1/project/project-id: HTTP 404"),
+        "{error}"
+    );
+    let closed = provider_gce::metadata::fill(&mut config.clone(), "127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(
+        closed.contains("project-id is not set") && closed.contains("127.0.0.1:1"),
+        "{closed}"
+    );
+
+    double.set_metadata("project/project-id", PROJECT);
+    double.set_metadata("instance/zone", &format!("projects/123456789/zones/{ZONE}"));
+    provider_gce::metadata::fill(&mut config, &host).await.unwrap();
+    assert_eq!(
+        (config.project_id.as_str(), config.local_zone.as_str()),
+        (PROJECT, ZONE)
+    );
+
+    double.put_instance(PROJECT, ZONE, instance("node-1", "10.0.0.9"));
+    let provider = GceProvider::new(config).await.unwrap();
+    let found = provider
+        .instance_exists(
+            &cx(),
+            &node("node-1", Some(&format!("gce://{PROJECT}/{ZONE}/node-1"))),
+        )
+        .await
+        .unwrap();
+    assert!(found);
+    // One question each (the double answers only those carrying `Metadata-Flavor: Google`, as the
+    // server does): the refused project, then the project and the zone.
+    assert_eq!(
+        double.count("GET /computeMetadata/v1/"),
+        3,
+        "{:?}",
+        double.requests()
     );
 }
