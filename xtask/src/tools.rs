@@ -23,7 +23,8 @@ const DEBIAN: &[(&str, &[&str], &str, &str)] = &[
 /// Python packages for `<target dir>/venv`, pinned.
 const PYTHON: &[&str] = &[
     "cyclonedx-python-lib[json-validation]==11.12.0",
-    "moto[server]==5.2.5",
+    // The demo installs the same on first use (`demo --cloud aws`).
+    include_str!("../../crates/harness/moto-requirement.txt").trim_ascii(),
 ];
 
 pub(crate) fn install() {

@@ -23,8 +23,13 @@ use crate::fence::FencedStream;
 pub struct CallContext {
     deadline: Instant,
     cancel: CancellationToken,
-    caller: String,
+    caller: Arc<str>,
     observer: Option<Arc<dyn CallObserver>>,
+}
+
+tokio::task_local! {
+    /// The context of the call [`CallContext::guard`] is polling in this task.
+    static CURRENT: CallContext;
 }
 
 impl std::fmt::Debug for CallContext {
@@ -51,7 +56,7 @@ impl CallContext {
         CallContext {
             deadline,
             cancel,
-            caller: caller.to_owned(),
+            caller: caller.into(),
             observer: None,
         }
     }
@@ -87,6 +92,24 @@ impl CallContext {
     /// Who calls.
     pub fn caller(&self) -> &str {
         &self.caller
+    }
+
+    /// The caller as an HTTP header value, for a provider to name it in its requests' `User-Agent`; `None`
+    /// when it is empty or has a character a header cannot carry.
+    pub fn caller_header(&self) -> Option<&str> {
+        let printable = self.caller.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+        (!self.caller.is_empty() && printable).then_some(&*self.caller)
+    }
+
+    /// The context of the cloud call this task is making, if it is making one: [`CallContext::guard`] (and so
+    /// [`CallContext::call`]) sets it while it polls the call, the innermost call's for nested ones.
+    ///
+    /// For the parts of a provider that cannot be handed a context because an SDK calls them: an
+    /// interceptor that names the caller in each request (so the cloud's audit log, CloudTrail or Cloud
+    /// Audit Logs, says which process and controller made it), or a connector that fences the connection
+    /// a request is sent on. Work an SDK spawns onto other tasks sees `None`.
+    pub fn current() -> Option<CallContext> {
+        CURRENT.try_with(CallContext::clone).ok()
     }
 
     /// A context for a part of this call: the same cancellation and caller, a deadline no later than this
@@ -148,7 +171,7 @@ impl CallContext {
             if Instant::now() >= self.deadline {
                 return Poll::Ready(Err(CloudError::Timeout));
             }
-            if let Poll::Ready(outcome) = call.as_mut().poll(task) {
+            if let Poll::Ready(outcome) = CURRENT.sync_scope(self.clone(), || call.as_mut().poll(task)) {
                 return Poll::Ready(outcome);
             }
             if expiry.as_mut().poll(task).is_ready() {
@@ -197,6 +220,39 @@ mod tests {
         let (outcome, ()) = tokio::join!(cx.guard(pending), async { cancel.cancel() });
         assert!(matches!(outcome, Err(CloudError::Cancelled)));
         assert!(cx.narrowed(Duration::from_secs(1)).deadline() <= cx.deadline());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_current_call_is_known_inside_its_guard_only() {
+        assert!(CallContext::current().is_none());
+        let outer = CallContext::new(
+            Instant::now() + Duration::from_secs(60),
+            CancellationToken::new(),
+            "ccm/1 (linux/x86_64) host_1/service-lb-controller",
+        );
+        let seen = outer
+            .guard(async {
+                let current = CallContext::current().expect("inside a guard");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                // Still set after the call was suspended and polled again.
+                let again = CallContext::current().expect("after a wake-up");
+                let inner = outer.narrowed(Duration::from_secs(1));
+                let nested = inner
+                    .guard(async { Ok(CallContext::current().map(|cx| cx.deadline())) })
+                    .await?;
+                Ok((current.caller().to_owned(), again.deadline(), nested))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            seen,
+            (
+                outer.caller().to_owned(),
+                outer.deadline(),
+                Some(Instant::now() + Duration::from_secs(1))
+            )
+        );
+        assert!(CallContext::current().is_none(), "not outside the guard");
     }
 
     #[tokio::test(start_paused = true)]

@@ -25,7 +25,9 @@
 //!
 //! Fault and latency knobs: [`ComputeDouble::fail_requests`] (an HTTP error for matching requests: 429
 //! `rateLimitExceeded`, 500, …), [`ComputeDouble::fail_operations`] (operations that end `DONE` with an
-//! error), [`ComputeDouble::set_latency`]. [`ComputeDouble::requests`] lists what was asked, in order.
+//! error), [`ComputeDouble::set_latency`]. [`ComputeDouble::requests`] lists what was asked, in order;
+//! [`ComputeDouble::writes`] every write with its `User-Agent` (the GCE provider names the calling
+//! controller there), for an audit of who changed the cloud when.
 
 mod resources;
 mod server;
@@ -68,6 +70,28 @@ pub struct Fault {
     pub reason: String,
     /// How many requests fail; then the fault is spent.
     pub times: u32,
+}
+
+/// A write request (not a `GET`) as the double received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// When it arrived, microseconds since the epoch.
+    pub time_us: i64,
+    /// `POST`, `PATCH`, `PUT` or `DELETE`.
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// Its `User-Agent` (empty when it had none).
+    pub user_agent: String,
+    /// The HTTP status it was answered with.
+    pub status: u16,
+}
+
+/// Microseconds since the epoch.
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 impl Drop for ComputeDouble {
@@ -138,6 +162,11 @@ impl ComputeDouble {
     /// An instance, if it exists.
     pub fn instance(&self, project: &str, zone: &str, name: &str) -> Option<model::Instance> {
         self.get(Collection::Instances, project, &format!("zones/{zone}"), name)
+    }
+
+    /// The project's instances (all zones), by name.
+    pub fn instances(&self, project: &str) -> Vec<model::Instance> {
+        self.all(Collection::Instances, project)
     }
 
     /// The project's routes, by name.
@@ -231,6 +260,12 @@ impl ComputeDouble {
     /// Every request so far, `METHOD /path` without the query, in order.
     pub fn requests(&self) -> Vec<String> {
         self.state().log.clone()
+    }
+
+    /// Every write request so far (inserts, deletes, patches, updates, target-pool membership), in order of
+    /// arrival.
+    pub fn writes(&self) -> Vec<Write> {
+        self.state().writes.clone()
     }
 
     /// How many requests so far started with `prefix` (`GET /compute/v1/projects/p/aggregated/instances`).

@@ -201,6 +201,8 @@ pub(crate) struct State {
     pub(crate) operation_faults: Vec<OperationFault>,
     pub(crate) latency: Duration,
     pub(crate) log: Vec<String>,
+    /// Every write request (not a `GET`) with its caller and answer.
+    pub(crate) writes: Vec<crate::Write>,
     /// The metadata server's values, by path under `/computeMetadata/v1/`.
     pub(crate) metadata: BTreeMap<String, String>,
 }
@@ -313,6 +315,7 @@ impl State {
             operation_faults: Vec::new(),
             latency: Duration::ZERO,
             log: Vec::new(),
+            writes: Vec::new(),
             metadata: BTreeMap::new(),
         }
     }

@@ -43,6 +43,7 @@ async fn handle(
     state: Arc<Mutex<State>>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    let arrived_us = crate::now_us();
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let path = parts.uri.path().to_owned();
@@ -75,6 +76,25 @@ async fn handle(
             error.body(),
         ),
     };
+    if parts.method != Method::GET {
+        let user_agent = parts
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .writes
+            .push(crate::Write {
+                time_us: arrived_us,
+                method: parts.method.to_string(),
+                path: path.clone(),
+                user_agent,
+                status: status.as_u16(),
+            });
+    }
     let response = Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, "application/json; charset=UTF-8")

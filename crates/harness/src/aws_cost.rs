@@ -1,5 +1,5 @@
 //! What a cluster costs in AWS API requests: the manager (`--cloud-provider=aws`) against moto through a
-//! counting proxy, with the test API server. Shared by the binary's test (which asserts the targets) and
+//! recording proxy, with the test API server. Shared by the binary's test (which asserts the targets) and
 //! `cargo xtask bench aws` (which reports them).
 //!
 //! Three figures, as an account's rate limit would see them (every attempt, retries included): the EC2
@@ -7,23 +7,18 @@
 //! with every node NotReady, and per address-refresh period, each controller run alone and sampled over
 //! whole periods.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use bytes::Bytes;
 use futures::StreamExt;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 
-/// The cluster ID the instances are tagged with and the manager is configured for.
-pub const CLUSTER_ID: &str = "test";
+use crate::aws::{MOTO_ENVIRONMENT, RecordingProxy, cloud_config, run_instances};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -66,7 +61,7 @@ pub struct Costs {
 /// Runs the scenario against the API server behind `client` (its kubeconfig in `run`).
 pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
     let names = run_instances(&run.moto_url, run.nodes).await?;
-    let counter = CountingProxy::start(&run.moto_url).await?;
+    let counter = RecordingProxy::start(&run.moto_url).await?;
     let nodes: Api<Node> = Api::all(client);
 
     // Ready nodes (the lifecycle controller leaves them alone), addresses refreshed every 5 minutes (the
@@ -185,113 +180,6 @@ async fn create_all(
     Ok(())
 }
 
-/// One EC2 Query API request to moto (a dummy signature: moto does not check them); the answer's XML.
-async fn ec2_query(moto_url: &str, form: &[(&str, String)]) -> Result<String> {
-    let body = form
-        .iter()
-        .map(|(key, value)| format!("{}={}", encode(key), encode(value)))
-        .collect::<Vec<_>>()
-        .join("&");
-    let action = form
-        .iter()
-        .find(|(key, _)| *key == "Action")
-        .map_or("", |(_, value)| value.as_str())
-        .to_owned();
-    let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let request = http::Request::post(format!("{}/", moto_url.trim_end_matches('/')))
-        .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        // moto routes a request by the service its credential scope names (S3 without one); the
-        // signature itself is not checked.
-        .header(
-            http::header::AUTHORIZATION,
-            "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=00",
-        )
-        .body(Full::new(Bytes::from(body)))?;
-    let response = client
-        .request(request)
-        .await
-        .with_context(|| format!("{action} in moto"))?;
-    let status = response.status();
-    let text = String::from_utf8_lossy(&response.into_body().collect().await?.to_bytes()).into_owned();
-    if !status.is_success() {
-        bail!("{action} in moto answered {status}: {text}");
-    }
-    Ok(text)
-}
-
-/// `count` running instances tagged for [`CLUSTER_ID`], started in moto with one `RunInstances` in the
-/// default subnet of us-east-1a; their private DNS names, which are the node names.
-///
-/// The subnet is named: without one, moto picks each instance's private IP at random in 10.0.0.0/8,
-/// and among 1,000 instances two share an IP (so a DNS name) about one run in thirty; in a subnet it
-/// hands out IPs in order.
-pub async fn run_instances(moto_url: &str, count: usize) -> Result<Vec<String>> {
-    let subnets = ec2_query(
-        moto_url,
-        &[
-            ("Action", "DescribeSubnets".to_owned()),
-            ("Version", "2016-11-15".to_owned()),
-            ("Filter.1.Name", "default-for-az".to_owned()),
-            ("Filter.1.Value.1", "true".to_owned()),
-            ("Filter.2.Name", "availability-zone".to_owned()),
-            ("Filter.2.Value.1", "us-east-1a".to_owned()),
-        ],
-    )
-    .await?;
-    let subnet = subnets
-        .split_once("<subnetId>")
-        .and_then(|(_, rest)| rest.split_once("</subnetId>"))
-        .map(|(id, _)| id.to_owned())
-        .context("moto has no default subnet in us-east-1a")?;
-    let text = ec2_query(
-        moto_url,
-        &[
-            ("Action", "RunInstances".to_owned()),
-            ("Version", "2016-11-15".to_owned()),
-            ("ImageId", "ami-12c6146b".to_owned()),
-            ("MinCount", count.to_string()),
-            ("MaxCount", count.to_string()),
-            ("SubnetId", subnet),
-            ("TagSpecification.1.ResourceType", "instance".to_owned()),
-            (
-                "TagSpecification.1.Tag.1.Key",
-                format!("kubernetes.io/cluster/{CLUSTER_ID}"),
-            ),
-            ("TagSpecification.1.Tag.1.Value", "owned".to_owned()),
-        ],
-    )
-    .await?;
-    // An instance's name appears again in its network interfaces: first sightings, in order.
-    let mut seen = HashSet::new();
-    let names: Vec<String> = text
-        .split("<privateDnsName>")
-        .skip(1)
-        .filter_map(|rest| {
-            rest.split_once("</privateDnsName>")
-                .map(|(name, _)| name.to_owned())
-        })
-        .filter(|name| !name.is_empty() && seen.insert(name.clone()))
-        .collect();
-    if names.len() != count {
-        bail!(
-            "RunInstances in moto: {} instance names in the answer, not {count}",
-            names.len()
-        );
-    }
-    Ok(names)
-}
-
-/// Percent-encoding for a form value: everything but RFC 3986's unreserved characters.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (byte as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
 /// The manager, killed on drop.
 struct Manager {
     child: Child,
@@ -336,111 +224,6 @@ pub fn manager_command(manager: &Path, kubeconfig: &Path, dir: &Path, url: &str)
             "--kube-api-qps=1000",
             "--kube-api-burst=1000",
         ])
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_EC2_METADATA_DISABLED", "true");
+        .envs(MOTO_ENVIRONMENT);
     Ok(command)
-}
-
-/// The AWS provider's cloud-config for moto at `url`: EC2 and ELB overridden, the cluster ID set.
-pub fn cloud_config(url: &str) -> String {
-    let mut config = format!("[Global]\nRegion = us-east-1\nKubernetesClusterID = {CLUSTER_ID}\n");
-    for service in ["ec2", "elb", "elbv2"] {
-        config.push_str(&format!(
-            "\n[ServiceOverride \"{service}\"]\nService = {service}\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n"
-        ));
-    }
-    config
-}
-
-/// A counting HTTP proxy: every request's `Action` (the AWS Query protocol's operation) counted, then
-/// forwarded to the upstream. It sees what the account's rate limit would see: every attempt.
-pub struct CountingProxy {
-    counts: Arc<Mutex<BTreeMap<String, u64>>>,
-    /// Its endpoint, `http://127.0.0.1:<port>`.
-    pub url: String,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for CountingProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl CountingProxy {
-    /// A proxy to `upstream` (`http://host:port`) on a free port of 127.0.0.1.
-    pub async fn start(upstream: &str) -> Result<CountingProxy> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let counts: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
-        let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-        let upstream = upstream.trim_end_matches('/').to_owned();
-        let shared = counts.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (client, upstream, counts) = (client.clone(), upstream.clone(), shared.clone());
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                            let (client, upstream, counts) =
-                                (client.clone(), upstream.clone(), counts.clone());
-                            async move { forward(client, upstream, counts, request).await }
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Ok(CountingProxy { counts, url, task })
-    }
-
-    /// Every count since the last take, by action.
-    pub fn take_all(&self) -> BTreeMap<String, u64> {
-        std::mem::take(&mut *self.lock())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
-        self.counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-type Upstream =
-    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-async fn forward(
-    client: Upstream,
-    upstream: String,
-    counts: Arc<Mutex<BTreeMap<String, u64>>>,
-    request: http::Request<hyper::body::Incoming>,
-) -> std::io::Result<http::Response<Full<Bytes>>> {
-    let (mut parts, body) = request.into_parts();
-    let body = body.collect().await.map_err(std::io::Error::other)?.to_bytes();
-    let action = String::from_utf8_lossy(&body)
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("Action=").map(str::to_owned))
-        .unwrap_or_else(|| "unknown".into());
-    *counts
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .entry(action)
-        .or_default() += 1;
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    parts.uri = format!("{upstream}{path}")
-        .parse()
-        .map_err(std::io::Error::other)?;
-    let response = client
-        .request(http::Request::from_parts(parts, Full::new(body)))
-        .await
-        .map_err(std::io::Error::other)?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.map_err(std::io::Error::other)?.to_bytes();
-    Ok(http::Response::from_parts(parts, Full::new(body)))
 }

@@ -2,17 +2,30 @@
 //! (processes) against a test API server and a fake cloud. Used by `demo`, the multi-process tests and
 //! the benchmarks, so all of them exercise the same thing.
 //!
-//! The API server and the fake cloud are given by URL (in-process or separate processes alike); the
-//! verdict comes from the API server's and the fake cloud's own records (the Lease history, the request
-//! log, the cloud's log of applied changes with their callers), checked by [`leadermigration::audit`].
+//! The API server and the cloud are given by URL (in-process or separate processes alike); the cloud is
+//! the fake cloud, AWS (moto) or GCE (the Compute double, feature `gce`): [`Cloud`]. The verdict comes
+//! from the API server's and the cloud's own records (the Lease history, the request log, the cloud's log
+//! of changes with their callers), checked by [`leadermigration::audit`].
 
 mod admin;
+pub mod aws;
 pub mod aws_cost;
+mod cloud;
 mod moto;
 mod replica;
 mod workload;
 
 pub use admin::{Admin, cloud_writes, holders, refused_as_invalid, wait_for_holders};
-pub use moto::Moto;
+#[cfg(feature = "gce")]
+pub use cloud::GceCloud;
+pub use cloud::{AwsCloud, Cloud, CloudLoadBalancer, CloudWrites, Inventory};
+pub use moto::{MOTO_REQUIREMENT, Moto};
 pub use replica::{Environment, Replica, Side, Timings};
 pub use workload::{Created, Workload, has_ingress, initialized};
+
+/// Microseconds since the epoch: the clock of the API server's and the clouds' records (one machine).
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}

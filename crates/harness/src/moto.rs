@@ -1,5 +1,6 @@
 //! moto, a real AWS API emulator, as a process on 127.0.0.1 for tests and the demo: `moto_server` from
-//! the Python environment `cargo xtask test` sets up under the target directory.
+//! the Python environment `cargo xtask test` (or `demo --cloud aws`, on first use) sets up under the
+//! target directory.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -20,20 +21,44 @@ impl Drop for Moto {
     }
 }
 
+/// The pip requirement moto is installed with, pinned (`cargo xtask test` installs the same).
+pub const MOTO_REQUIREMENT: &str = include_str!("../moto-requirement.txt").trim_ascii();
+
 impl Moto {
-    /// `moto_server` in `<target dir>/venv`, found from the running test executable
-    /// (`<target>/<profile>/deps/…`).
+    /// `moto_server` in `<target dir>/venv`, found from the running executable (`<target>/<profile>/…`,
+    /// or `<target>/<profile>/deps/…` for a test), or in [`Moto::venv`].
     pub fn installed() -> Option<PathBuf> {
         let exe = std::env::current_exe().ok()?;
         exe.ancestors()
-            .map(|dir| dir.join("venv/bin/moto_server"))
+            .map(|dir| dir.join("venv"))
+            .chain(Moto::venv())
+            .map(|venv| venv.join("bin/moto_server"))
             .find(|path| path.is_file())
     }
 
-    /// Starts `server` on a free port and waits (at most 30 s) until it listens.
+    /// Where moto is installed when it is not yet: `<target dir>/venv` when this executable runs from a
+    /// cargo target directory (marked by cargo's `CACHEDIR.TAG`), else
+    /// `$XDG_CACHE_HOME/cloud-controller-manager/venv` (`~/.cache/…`).
+    pub fn venv() -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        if let Some(target) = exe.ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()) {
+            return Some(target.join("venv"));
+        }
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+        Some(cache.join("cloud-controller-manager/venv"))
+    }
+
+    /// Starts `server` (its virtual environment's Python, with `moto_server.py`: moto's check of a SigV4
+    /// signature hashes the body as sent, so that requests signed by the AWS SDK for Rust pass it when
+    /// IAM is enforced) on a free port and waits (at most 30 s) until it listens.
     pub fn start(server: &Path) -> std::io::Result<Moto> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(server)
+        // moto_server's own Python, with moto's SigV4 check mended (`moto_server.py`).
+        let child = Command::new(server.with_file_name("python"))
+            .arg("-c")
+            .arg(include_str!("moto_server.py"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -59,16 +84,23 @@ impl Moto {
 
     /// For tests: the installed server started, or `None` after saying loudly that the test is skipped.
     pub fn for_test() -> Option<Moto> {
-        let Some(server) = Moto::installed() else {
+        let server = Moto::installed_for_test()?;
+        Some(Moto::start(&server).expect("moto_server starts"))
+    }
+
+    /// For tests: the installed server, or `None` after saying loudly that the test is skipped (a test
+    /// never installs moto).
+    pub fn installed_for_test() -> Option<PathBuf> {
+        let server = Moto::installed();
+        if server.is_none() {
             #[allow(clippy::print_stderr)]
             {
                 eprintln!(
                     "SKIPPED: moto is not installed under the target directory's venv/ (cargo xtask test installs it)"
                 );
             }
-            return None;
-        };
-        Some(Moto::start(&server).expect("moto_server starts"))
+        }
+        server
     }
 
     /// Its endpoint, `http://127.0.0.1:<port>`.

@@ -9,6 +9,8 @@ use controller_manager::ControllerRegistry;
 use leadermigration::audit::Governance;
 use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig};
 
+use crate::Cloud;
+
 /// The two sides of a migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -57,8 +59,12 @@ pub struct Environment {
     pub binary: PathBuf,
     /// Admin kubeconfig of the API server.
     pub kubeconfig: PathBuf,
-    /// The fake provider's cloud-config (pointing at the shared fake cloud).
+    /// `--cloud-provider`.
+    pub cloud_provider: String,
+    /// The provider's cloud-config (pointing at the shared cloud).
     pub cloud_config: PathBuf,
+    /// The provider's environment (credentials, metadata server).
+    pub cloud_environment: Vec<(String, String)>,
     /// The N and N+1 leader-migration configurations.
     pub kcm_config: PathBuf,
     /// The N+1 configuration.
@@ -81,6 +87,17 @@ impl Environment {
         cloud_url: &str,
         timings: Timings,
     ) -> Result<Environment> {
+        Environment::prepare_for(dir, binary, kubeconfig, &Cloud::fake(cloud_url), timings)
+    }
+
+    /// As [`Environment::prepare`], for replicas managing `cloud`.
+    pub fn prepare_for(
+        dir: &Path,
+        binary: PathBuf,
+        kubeconfig: PathBuf,
+        cloud: &Cloud,
+        timings: Timings,
+    ) -> Result<Environment> {
         let kcm_config = dir.join("leadermigration-n.yaml");
         let ccm_config = dir.join("leadermigration-n-plus-1.yaml");
         std::fs::write(
@@ -91,14 +108,16 @@ impl Environment {
             &ccm_config,
             include_str!("../../../examples/leader-migration/n-plus-1.yaml"),
         )?;
-        let cloud_config = dir.join("cloud.yaml");
-        std::fs::write(&cloud_config, format!("endpoint: {cloud_url}\n"))?;
+        let cloud_config = dir.join("cloud.conf");
+        std::fs::write(&cloud_config, cloud.cloud_config())?;
         let log_dir = dir.join("logs");
         std::fs::create_dir_all(&log_dir)?;
         Ok(Environment {
             binary,
             kubeconfig,
+            cloud_provider: cloud.provider().to_owned(),
             cloud_config,
+            cloud_environment: cloud.environment(),
             kcm_config,
             ccm_config,
             log_dir,
@@ -196,7 +215,7 @@ impl Replica {
             Side::Ccm => (&environment.ccm_config, &[]),
         };
         let mut args = vec![
-            "--cloud-provider=fake".to_owned(),
+            format!("--cloud-provider={}", environment.cloud_provider),
             format!("--cloud-config={}", environment.cloud_config.display()),
             format!("--kubeconfig={}", environment.kubeconfig.display()),
             "--enable-leader-migration".to_owned(),
@@ -246,6 +265,7 @@ impl Replica {
         };
         let child = command
             .args(args)
+            .envs(environment.cloud_environment.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info,leadermigration=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

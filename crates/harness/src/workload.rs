@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use kube::api::Api;
+
+use crate::Cloud;
 
 /// The cloud-node controller has initialised `node`: it no longer carries the uninitialized taint.
 pub fn initialized(node: &k8s_openapi::api::core::v1::Node) -> bool {
@@ -32,7 +34,7 @@ pub fn has_ingress(service: &k8s_openapi::api::core::v1::Service) -> bool {
 #[derive(Clone)]
 pub struct Workload {
     client: kube::Client,
-    cloud: provider_fake::FakeCloudClient,
+    cloud: Cloud,
 }
 
 /// What a workload created.
@@ -47,25 +49,21 @@ pub struct Created {
 impl Workload {
     /// A workload writing through `client`, with instances in the fake cloud at `cloud_url`.
     pub fn new(client: kube::Client, cloud_url: &str) -> Workload {
-        Workload {
-            client,
-            cloud: provider_fake::FakeCloudClient::new(cloud_url),
-        }
+        Workload::on(client, Cloud::fake(cloud_url))
+    }
+
+    /// A workload writing through `client`, with instances in `cloud`.
+    pub fn on(client: kube::Client, cloud: Cloud) -> Workload {
+        Workload { client, cloud }
     }
 
     /// Node `index`: its instance first, then the Node (Ready, uninitialized, with a pod CIDR).
     pub async fn add_node(&self, index: u32) -> Result<()> {
-        use provider_fake::{AdminRequest, CloudRequest, CloudResponse, FakeInstance};
-        let name = format!("node-{index}");
-        if let CloudResponse::Error { message, .. } = self
+        let name = self
             .cloud
-            .call(&CloudRequest::Admin(AdminRequest::PutInstance(
-                FakeInstance::running(&name, index),
-            )))
+            .add_instance(index)
             .await
-        {
-            bail!("cannot add instance {name}: {message}");
-        }
+            .with_context(|| format!("the instance of node {index}"))?;
         let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
             "spec": {

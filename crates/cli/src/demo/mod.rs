@@ -1,12 +1,14 @@
-//! `cloud-controller-manager demo`: a leader migration on one machine, with no cluster and no cloud.
+//! `cloud-controller-manager demo`: a leader migration on one machine, with no cluster and no cloud account.
 //!
-//! The test API server and the fake cloud run in this process; every replica is a process of this same
-//! binary. N replicas play kube-controller-manager with the N configuration; nodes (tainted uninitialized)
+//! The test API server and the cloud run in this process (the fake cloud, or the Compute double for
+//! `--cloud gce`; for `--cloud aws`, moto as a process behind a recording proxy here); every replica is a
+//! process of this same binary. N replicas play kube-controller-manager with the N configuration; nodes (tainted uninitialized)
 //! and LoadBalancer services are registered; then the control plane is rolled to N
 //! cloud-controller-managers with the N+1 configuration, one replica at a time (a new one joins, an old one
 //! leaves), as the seed guide does it. The timeline shows who holds which Lease and what it runs; the
-//! verdict comes from the API server's own records (Lease history and request log), audited by
-//! `leadermigration::audit`, never from what the replicas say.
+//! verdict comes from the API server's own records (Lease history and request log) and the cloud's (its
+//! changes with their callers), audited by `leadermigration::audit`, never from what the replicas say;
+//! it also lists what the cloud holds at the end.
 
 // The timeline and the verdict on stdout are what this command is for.
 #![allow(clippy::print_stdout)]
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use controller_manager::ControllerRegistry;
 use futures::StreamExt as _;
-use harness::{Admin, Created, Environment, Replica, Side, Timings};
+use harness::{Admin, Created, Environment, Inventory, Replica, Side, Timings};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Api;
@@ -29,17 +31,18 @@ use leadermigration::audit::{AuditReport, audit};
 use leadermigration::{
     CLOUD_CONTROLLER_MANAGER, ControllerSelection, KUBE_CONTROLLER_MANAGER, MigrationConfig, PlanInput, plan,
 };
-use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
 
 use crate::chart::{Chart, Mark};
 
+mod cloud;
 mod report;
 mod roll;
 
+use self::cloud::DemoCloud;
 use self::report::{report_chart, show};
-use self::roll::{Migrated, migrate, now_us};
+use self::roll::{Migrated, migrate};
 
 const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER, MIGRATION_LEASE];
@@ -77,6 +80,11 @@ pub(crate) struct Args {
     /// verdict, as an SVG file.
     #[arg(long, value_name = "FILE.svg")]
     report: Option<std::path::PathBuf>,
+    /// The cloud the managers run against: `fake` (a fake cloud in this process), `aws` (the AWS provider
+    /// against moto, an AWS emulator, installed on first use into a Python environment under the target
+    /// directory), or `gce` (the GCE provider against a Compute Engine test double in this process).
+    #[arg(long, default_value = "fake", value_parser = ["fake", "aws", "gce"])]
+    cloud: String,
     /// `text`: a live timeline, then the verdict; `json`: only the result, as JSON.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
@@ -277,22 +285,17 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     let server = TestApiServer::start()
         .await
         .context("start the test API server")?;
-    let cloud = FakeCloudServer::start(
-        FakeCloud::new(Vec::new(), Knobs::default()),
-        ([127, 0, 0, 1], 0).into(),
-    )
-    .await
-    .context("start the fake cloud")?;
+    let cloud = DemoCloud::start(&args.cloud, &timeline).await?;
     let directory = tempfile::Builder::new()
         .prefix("ccm-demo-")
         .tempdir()
         .context("create a working directory")?;
     let lease = Duration::from_secs(args.lease_seconds);
-    let environment = Environment::prepare(
+    let environment = Environment::prepare_for(
         directory.path(),
         std::env::current_exe().context("find this binary")?,
         server.kubeconfig_path().to_owned(),
-        cloud.url(),
+        &cloud.cloud,
         Timings {
             lease_duration: lease,
             renew_deadline: lease / 2,
@@ -300,9 +303,9 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         },
     )?;
     timeline.say(&format!(
-        "test API server {} · fake cloud {} · replica logs in {}",
+        "test API server {} · {} · replica logs in {}",
         server.url(),
-        cloud.url(),
+        cloud.description,
         environment.log_dir.display()
     ));
     let roles = Arc::new(Roles::new(&environment, controllers)?);
@@ -318,7 +321,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         roles.clone(),
         stop_following.clone(),
     );
-    let outcome = migrate(args, &environment, &client, &cloud, &names, &timeline, wait).await;
+    let outcome = migrate(args, &environment, &client, &cloud.cloud, &names, &timeline, wait).await;
     stop_following.cancel();
     let _ = follower.await;
 
@@ -342,7 +345,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     let admin = Admin::new(client.clone());
     let migration_ended_us = admin.leases().await?.iter().map(|w| w.time_us).max();
     marks.push(Mark {
-        at_us: now_us(),
+        at_us: harness::now_us(),
         label: "every replica stopped (SIGTERM)".to_owned(),
     });
     for replica in &mut replicas {
@@ -356,7 +359,17 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
 
     let mut requests = admin.requests().await?;
     let invalid_writes = harness::refused_as_invalid(&requests).len();
-    requests.extend(harness::cloud_writes(cloud.url()).await?);
+    let cloud_writes = cloud
+        .cloud
+        .writes()
+        .await
+        .context("read the cloud's record of changes")?;
+    requests.extend(cloud_writes.attributed.iter().cloned());
+    let inventory = cloud
+        .cloud
+        .inventory()
+        .await
+        .context("list what the cloud holds")?;
     let mut report = audit(&admin.leases().await?, &requests, &environment.governance()?);
     let ended_on = |end: i64| {
         report
@@ -384,10 +397,13 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         nodes_initialized,
         services_with_ingress,
         invalid_writes,
+        cloud_writes: cloud_writes.attributed.len(),
+        unattributed_cloud_writes: cloud_writes.unattributed,
+        inventory,
     };
     show(args, &timeline, &names, &outcome);
     if let Some(path) = &args.report {
-        let chart = report_chart(args, &names, &outcome, &all_handoffs, marks, now_us());
+        let chart = report_chart(args, &names, &outcome, &all_handoffs, marks, harness::now_us());
         chart.write(path)?;
         if args.output == "text" {
             println!("report: {}", path.display());
@@ -414,14 +430,25 @@ struct Outcome {
     services_with_ingress: usize,
     /// Managers' writes the API server refused as invalid (a real one would refuse them too).
     invalid_writes: usize,
+    /// The cloud's changes attributed to a manager's controller, judged with the API server's writes.
+    cloud_writes: usize,
+    /// The cloud's changes whose requests named no manager's controller (none may be: the audit could not
+    /// judge them).
+    unattributed_cloud_writes: Vec<String>,
+    /// What the cloud holds at the end.
+    inventory: Inventory,
 }
 
 impl Outcome {
-    /// The verdict: no overlap in a run that had writes to judge, the migration done (and with `--rollback`
-    /// undone), the work finished, and nothing written that the API server refused as invalid.
+    /// The verdict: no overlap in a run that had writes to judge (every cloud change attributed), the
+    /// migration done (and with `--rollback` undone), the work finished with one load balancer per service
+    /// in the cloud (none orphaned, none missing), and nothing written that the API server refused as
+    /// invalid.
     fn ok(&self) -> bool {
         let expected_end = if self.rollback { Side::Kcm } else { Side::Ccm };
         self.invalid_writes == 0
+            && self.unattributed_cloud_writes.is_empty()
+            && self.inventory.load_balancers.len() == self.registered.services as usize
             && self.report.overlaps.is_empty()
             && self.report.writes_checked > 0
             && self.migrated
@@ -453,6 +480,17 @@ mod tests {
             nodes_initialized: 3,
             services_with_ingress: 1,
             invalid_writes: 0,
+            cloud_writes: 4,
+            unattributed_cloud_writes: Vec::new(),
+            inventory: Inventory {
+                instances: 3,
+                load_balancers: vec![harness::CloudLoadBalancer {
+                    name: "a1".to_owned(),
+                    address: "10.0.0.1".to_owned(),
+                    backends: 3,
+                }],
+                routes: 3,
+            },
         }
     }
 
@@ -503,5 +541,18 @@ mod tests {
             ..outcome()
         };
         assert!(!unfinished.ok());
+        let unattributed = Outcome {
+            unattributed_cloud_writes: vec!["CreateLoadBalancer".to_owned()],
+            ..outcome()
+        };
+        assert!(!unattributed.ok(), "a cloud change nobody can be held to");
+        let orphaned = Outcome {
+            inventory: Inventory {
+                load_balancers: vec![outcome().inventory.load_balancers[0].clone(); 2],
+                ..outcome().inventory
+            },
+            ..outcome()
+        };
+        assert!(!orphaned.ok(), "a load balancer without a service");
     }
 }

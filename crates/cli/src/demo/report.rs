@@ -60,6 +60,16 @@ pub(super) fn report_chart(
                 outcome.registered.services
             ),
         ),
+        (
+            Tone::Plain,
+            format!(
+                "{} cloud at the end: {} · cloud changes judged: {}, unattributed: {}",
+                args.cloud,
+                super::cloud::describe(&outcome.inventory)[0],
+                outcome.cloud_writes,
+                outcome.unattributed_cloud_writes.len()
+            ),
+        ),
     ];
     for overlap in &report.overlaps {
         footer.push((Tone::Bad, format!("overlap: {overlap:?}")));
@@ -111,6 +121,9 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         nodes_initialized,
         services_with_ingress,
         invalid_writes,
+        cloud_writes,
+        unattributed_cloud_writes,
+        inventory,
     } = outcome;
     let ends_with = migration_lease_ends_with.map(Side::component);
     let handoffs: Vec<serde_json::Value> = report
@@ -138,6 +151,18 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
             "services_with_ingress": services_with_ingress,
             "writes_checked": report.writes_checked,
             "invalid_writes": invalid_writes,
+            "cloud": args.cloud,
+            "cloud_writes_checked": cloud_writes,
+            "unattributed_cloud_writes": unattributed_cloud_writes,
+            "cloud_at_end": {
+                "instances": inventory.instances,
+                "routes": inventory.routes,
+                "load_balancers": inventory.load_balancers.iter().map(|lb| json!({
+                    "name": lb.name,
+                    "address": lb.address,
+                    "backends": lb.backends,
+                })).collect::<Vec<_>>(),
+            },
         });
         println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
         return;
@@ -157,9 +182,10 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
     }
     println!();
     println!(
-        "overlaps: {} in {} controller write(s) checked",
+        "overlaps: {} in {} controller write(s) checked ({cloud_writes} of them changes to the {} cloud)",
         report.overlaps.len(),
-        report.writes_checked
+        report.writes_checked,
+        args.cloud
     );
     for overlap in &report.overlaps {
         println!("  {overlap:?}");
@@ -182,5 +208,22 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         registered.nodes, registered.services
     );
     println!("writes the API server refused as invalid: {invalid_writes}");
+    println!(
+        "cloud changes that named no controller (cannot be judged): {}",
+        unattributed_cloud_writes.len()
+    );
+    for operation in unattributed_cloud_writes {
+        println!("  {operation}");
+    }
+    println!();
+    println!("in the {} cloud at the end:", args.cloud);
+    for line in super::cloud::describe(inventory) {
+        println!("  {line}");
+    }
+    println!(
+        "load balancers: {} for {} LoadBalancer service(s)",
+        inventory.load_balancers.len(),
+        registered.services
+    );
     println!("verdict: {verdict}");
 }

@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use harness::{Created, Environment, Replica, Side, Workload};
+use harness::{Cloud, Created, Environment, Replica, Side, Workload};
 use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER};
-use provider_fake::FakeCloudServer;
 use tokio_util::sync::CancellationToken;
 
 use super::{Args, LEASES, MIGRATION_LEASE, Names, Timeline, progress};
@@ -19,13 +18,6 @@ pub(super) struct Migrated {
     pub(super) replicas: Vec<Replica>,
     pub(super) registered: Created,
     pub(super) marks: Vec<Mark>,
-}
-
-/// Microseconds since the epoch, the clock of the API server's records (same machine).
-pub(super) fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The replicas of a roll, with the identities of those still running.
@@ -49,7 +41,7 @@ impl Roll<'_> {
         let mut replica = Replica::start(self.environment, name, side)?;
         let identity = self.names.add(&mut replica, self.wait)?;
         self.marks.push(Mark {
-            at_us: now_us(),
+            at_us: harness::now_us(),
             label: format!("{name} joins"),
         });
         let (replicas, live) = match side {
@@ -69,7 +61,7 @@ impl Roll<'_> {
             Side::Ccm => &mut self.ccms[index],
         };
         self.marks.push(Mark {
-            at_us: now_us(),
+            at_us: harness::now_us(),
             label: format!("{} {how}", replica.name),
         });
         if self.args.crash {
@@ -186,12 +178,38 @@ async fn finished(client: &kube::Client, registered: Created, wait: Duration) ->
     }
 }
 
+/// Waits until the cloud has caught up with the cluster: a route to every node's pod range, and every load
+/// balancer sending to every node.
+async fn converged(cloud: &Cloud, registered: Created, wait: Duration) -> Result<()> {
+    let nodes = registered.nodes as usize;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let inventory = cloud.inventory().await?;
+        let lagging = inventory
+            .load_balancers
+            .iter()
+            .filter(|lb| lb.backends != nodes)
+            .count();
+        if inventory.routes >= nodes && lagging == 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "after {wait:?} the cloud has {} route(s) for {nodes} node(s), and {lagging} of {} load balancer(s) do not send to every node",
+                inventory.routes,
+                inventory.load_balancers.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The migration itself (and with `--rollback`, half of it and back).
 pub(super) async fn migrate(
     args: &Args,
     environment: &Environment,
     client: &kube::Client,
-    cloud: &FakeCloudServer,
+    cloud: &Cloud,
     names: &Names,
     timeline: &Timeline,
     wait: Duration,
@@ -224,7 +242,7 @@ pub(super) async fn migrate(
     })
     .await?;
 
-    let workload = Workload::new(client.clone(), cloud.url());
+    let workload = Workload::on(client.clone(), cloud.clone());
     for index in 0..args.nodes {
         workload.add_node(index).await?;
     }
@@ -322,8 +340,10 @@ pub(super) async fn migrate(
     } else {
         roll.lead_both(Side::Ccm).await?;
     }
-    // The side now in charge finishes the work: every node initialised, every service with its load balancer.
+    // The side now in charge finishes the work: every node initialised, every service with its load balancer,
+    // and in the cloud every node routed and behind every load balancer.
     finished(client, registered, wait).await?;
+    converged(cloud, registered, wait).await?;
     Ok(Migrated {
         replicas: roll.kcms.into_iter().chain(roll.ccms).collect(),
         registered,

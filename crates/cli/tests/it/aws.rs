@@ -329,7 +329,7 @@ async fn the_tagging_controller_tags_the_instances_of_nodes_in_batches_and_untag
         .iter()
         .map(|i| i.instance_id().unwrap().to_owned())
         .collect();
-    let proxy = harness::aws_cost::CountingProxy::start(moto.url()).await.unwrap();
+    let proxy = harness::aws::RecordingProxy::start(moto.url()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = TestApiServer::start().await.unwrap();
     let log = dir.path().join("manager.log");

@@ -250,3 +250,49 @@ fn a_report_that_cannot_be_written_is_an_error_naming_the_flag() {
         stderr(&onto_a_directory)
     );
 }
+
+/// The cloud's part of a result: every change judged (none unattributed), and at the end one load balancer
+/// per service, each sending to every node, and a route to every node.
+fn assert_cloud_converged(result: &serde_json::Value, cloud: &str) {
+    assert_eq!(result["cloud"], cloud, "{result:#}");
+    assert!(result["cloud_writes_checked"].as_u64().unwrap() > 0, "{result:#}");
+    assert_eq!(
+        result["unattributed_cloud_writes"].as_array().unwrap().len(),
+        0,
+        "{result:#}"
+    );
+    let end = &result["cloud_at_end"];
+    let nodes = result["nodes_initialized"].as_u64().unwrap();
+    let load_balancers = end["load_balancers"].as_array().unwrap();
+    assert_eq!(
+        load_balancers.len() as u64,
+        result["services_with_ingress"].as_u64().unwrap(),
+        "{result:#}"
+    );
+    assert!(
+        load_balancers.iter().all(|lb| lb["backends"] == nodes),
+        "{result:#}"
+    );
+    assert!(end["routes"].as_u64().unwrap() >= nodes, "{result:#}");
+    assert!(end["instances"].as_u64().unwrap() >= nodes, "{result:#}");
+}
+
+#[test]
+fn the_aws_provider_migrates_against_moto_and_its_cloud_changes_pass_the_audit() {
+    // The demo would install moto on first use; a test never does.
+    if harness::Moto::installed_for_test().is_none() {
+        return;
+    }
+    let (output, result) = demo(&["--cloud", "aws"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_migrated(&result, true);
+    assert_cloud_converged(&result, "aws");
+}
+
+#[test]
+fn the_gce_provider_migrates_against_the_compute_double_and_its_cloud_changes_pass_the_audit() {
+    let (output, result) = demo(&["--cloud", "gce", "--crash"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_migrated(&result, false);
+    assert_cloud_converged(&result, "gce");
+}

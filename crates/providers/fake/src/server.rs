@@ -127,6 +127,11 @@ impl FakeCloudClient {
         FakeCloudClient { url, authority }
     }
 
+    /// The cloud's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Whether `url` can be a fake cloud's address: `http://host[:port]`, nothing after.
     pub fn check_url(url: &str) -> Result<(), String> {
         let uri: http::Uri = url

@@ -1,6 +1,11 @@
 //! The Compute clients: Application Default Credentials (none for a plain-HTTP endpoint), the
 //! `api-endpoint` override, and an explicit retry policy, attempt timeout and operation polling.
 //!
+//! Every request names its caller: [`Attributed::attributed`] gives it the calling controller's
+//! `User-Agent` (`<component>/<version> (<os>/<arch>) <identity>/<controller>`, the one its Kubernetes
+//! requests carry), so Cloud Audit Logs' `callerSuppliedUserAgent` says which replica and controller
+//! made a change.
+//!
 //! The framework's deadline ([`cloud_provider::CallContext`]) bounds every call as a whole; these bound
 //! the client's own retries inside it.
 
@@ -11,6 +16,7 @@ use google_cloud_compute_v1::client::{
     Addresses, Firewalls, ForwardingRules, HttpHealthChecks, Instances, Routes, TargetPools,
 };
 use google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder;
+use google_cloud_gax::options::RequestOptionsBuilder;
 use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
 
 use crate::config::CloudConfig;
@@ -94,3 +100,18 @@ impl Clients {
         })
     }
 }
+
+/// A request naming the cloud call it is part of ([`cloud_provider::CallContext::current`]) in its
+/// `User-Agent`; unchanged outside a call, or for a caller that is not a valid header value.
+pub(crate) trait Attributed: RequestOptionsBuilder + Sized {
+    /// This request, with the caller's `User-Agent`.
+    fn attributed(self) -> Self {
+        let cx = cloud_provider::CallContext::current();
+        match cx.as_ref().and_then(cloud_provider::CallContext::caller_header) {
+            Some(caller) => self.with_user_agent(caller),
+            None => self,
+        }
+    }
+}
+
+impl<B: RequestOptionsBuilder> Attributed for B {}

@@ -24,6 +24,7 @@ use google_cloud_compute_v1::model::network_interface::Ipv6AccessType;
 use google_cloud_compute_v1::model::{Instance, NetworkInterface, instance};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
+use crate::client::Attributed as _;
 use crate::config::{StackType, region_of_zone};
 use crate::{GceProvider, gce_error, last_component};
 
@@ -119,6 +120,7 @@ impl GceProvider {
                         .set_filter(filter.clone())
                         .set_max_results(PAGE_SIZE)
                         .set_page_token(token.clone())
+                        .attributed()
                         .send()
                         .await
                         .map_err(|e| gce_error("instances.aggregatedList", e))?;

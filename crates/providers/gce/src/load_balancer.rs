@@ -35,6 +35,7 @@ use google_cloud_compute_v1::model::{
 use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
+use crate::client::Attributed as _;
 use crate::instances::InstanceRef;
 use crate::{GceProvider, WriteError, gce_error, is_not_found, last_component};
 
@@ -389,6 +390,7 @@ impl GceProvider {
                 .get()
                 .set_project(self.project())
                 .set_firewall(&name)
+                .attributed()
                 .send()
                 .await,
             "firewalls.get",
@@ -401,6 +403,7 @@ impl GceProvider {
                     .insert()
                     .set_project(self.project())
                     .set_body(wanted)
+                    .attributed()
                     .poller()
                     .until_done()
                     .await;
@@ -416,6 +419,7 @@ impl GceProvider {
                     .set_project(self.project())
                     .set_firewall(&name)
                     .set_body(wanted)
+                    .attributed()
                     .poller()
                     .until_done()
                     .await
@@ -431,6 +435,7 @@ impl GceProvider {
             .delete()
             .set_project(self.project())
             .set_firewall(name)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -479,6 +484,7 @@ impl GceProvider {
                 .get()
                 .set_project(self.project())
                 .set_http_health_check(name)
+                .attributed()
                 .send()
         };
         match found(get().await, "httpHealthChecks.get")? {
@@ -489,6 +495,7 @@ impl GceProvider {
                     .insert()
                     .set_project(self.project())
                     .set_body(wanted)
+                    .attributed()
                     .poller()
                     .until_done()
                     .await;
@@ -512,6 +519,7 @@ impl GceProvider {
                         .set_project(self.project())
                         .set_http_health_check(name)
                         .set_body(wanted)
+                        .attributed()
                         .poller()
                         .until_done()
                         .await;
@@ -532,6 +540,7 @@ impl GceProvider {
             .delete()
             .set_project(self.project())
             .set_http_health_check(name)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -565,6 +574,7 @@ impl GceProvider {
                 .set_project(self.project())
                 .set_region(self.region())
                 .set_forwarding_rule(name)
+                .attributed()
                 .send()
                 .await,
             "forwardingRules.get",
@@ -579,6 +589,7 @@ impl GceProvider {
             .set_project(self.project())
             .set_region(self.region())
             .set_forwarding_rule(name)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -593,6 +604,7 @@ impl GceProvider {
                 .set_project(self.project())
                 .set_region(self.region())
                 .set_target_pool(name)
+                .attributed()
                 .send()
                 .await,
             "targetPools.get",
@@ -607,6 +619,7 @@ impl GceProvider {
             .set_project(self.project())
             .set_region(self.region())
             .set_target_pool(name)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -635,6 +648,7 @@ impl GceProvider {
                 .set_region(self.region())
                 .set_target_pool(&name)
                 .set_body(body)
+                .attributed()
                 .poller()
                 .until_done()
                 .await;
@@ -652,6 +666,7 @@ impl GceProvider {
                 .set_region(self.region())
                 .set_target_pool(&name)
                 .set_body(body)
+                .attributed()
                 .poller()
                 .until_done()
                 .await;
@@ -668,6 +683,7 @@ impl GceProvider {
                 .set_project(self.project())
                 .set_region(self.region())
                 .set_address(name)
+                .attributed()
                 .send()
                 .await,
             "addresses.get",
@@ -682,6 +698,7 @@ impl GceProvider {
             .set_project(self.project())
             .set_region(self.region())
             .set_address(name)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -707,6 +724,7 @@ impl GceProvider {
                 .set_project(self.project())
                 .set_region(self.region())
                 .set_filter(format!("address = \"{requested}\""))
+                .attributed()
                 .send()
                 .await
                 .map_err(|e| gce_error("addresses.list", e))?;
@@ -729,6 +747,7 @@ impl GceProvider {
             .set_project(self.project())
             .set_region(self.region())
             .set_body(address)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -844,6 +863,7 @@ impl GceProvider {
                     .set_project(self.project())
                     .set_region(self.region())
                     .set_body(wanted)
+                    .attributed()
                     .poller()
                     .until_done()
                     .await;
@@ -879,6 +899,7 @@ impl GceProvider {
                 .set_project(self.project())
                 .set_region(self.region())
                 .set_body(wanted)
+                .attributed()
                 .poller()
                 .until_done()
                 .await;
@@ -918,6 +939,7 @@ impl GceProvider {
                 .get()
                 .set_project(self.project())
                 .set_http_health_check(&name)
+                .attributed()
                 .send()
                 .await,
             "httpHealthChecks.get",

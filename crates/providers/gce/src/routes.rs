@@ -16,6 +16,7 @@ use cloud_provider::{CallContext, CloudError, Route, Routes};
 use google_cloud_compute_v1::model;
 use google_cloud_lro::Poller;
 
+use crate::client::Attributed as _;
 use crate::instances::InstanceRef;
 use crate::{GceProvider, WriteError, gce_error, last_component};
 
@@ -61,6 +62,7 @@ impl GceProvider {
                 .set_filter(filter.clone())
                 .set_max_results(500_u32)
                 .set_page_token(token.clone())
+                .attributed()
                 .send()
                 .await
                 .map_err(|e| gce_error("routes.list", e))?;
@@ -124,6 +126,7 @@ impl GceProvider {
             .insert()
             .set_project(self.config.network_project())
             .set_body(body)
+            .attributed()
             .poller()
             .until_done()
             .await;
@@ -140,6 +143,7 @@ impl GceProvider {
             .delete()
             .set_project(self.config.network_project())
             .set_route(route.name.clone())
+            .attributed()
             .poller()
             .until_done()
             .await;
