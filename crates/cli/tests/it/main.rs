@@ -2,6 +2,7 @@
 //! keeps link time down.
 
 mod aws;
+mod aws_iam;
 mod demo;
 mod deploy;
 mod gce;
