@@ -9,6 +9,12 @@
 //!   the cluster, preferring `kubernetes.io/role/elb` (`internal-elb` for `…-internal`), then the lowest ID.
 //! - **Security groups** ([`security`]): the rules the nodes' groups need, found again and revoked.
 //! - Every call is idempotent: what exists is compared and only differences are changed.
+//! - **Upstream's other annotations** (TLS listeners, attributes, extra groups, health-check tuning, static
+//!   addresses, …) are not implemented yet. `ensure` refuses a service carrying one before any write, with
+//!   an error naming it (the service-lb controller turns it into an Event), rather than make, or change
+//!   an adopted load balancer into, something other than what upstream would: the in-tree provider's TLS
+//!   listener would otherwise become a TCP one. Hosts are still updated and deletion still works, so an
+//!   adopted load balancer keeps serving as upstream configured it.
 
 use std::sync::Arc;
 
@@ -27,6 +33,62 @@ pub mod security;
 pub use classic::{Wanted, wanted};
 
 const PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
+
+/// Upstream's annotations (after [`PREFIX`]) that change what a load balancer is, none of them implemented
+/// here yet: a service carrying one is refused by `ensure` ([`not_implemented`]).
+const NOT_IMPLEMENTED: &[&str] = &[
+    "access-log-emit-interval",
+    "access-log-enabled",
+    "access-log-s3-bucket-name",
+    "access-log-s3-bucket-prefix",
+    "additional-resource-tags",
+    "backend-protocol",
+    "connection-draining-enabled",
+    "connection-draining-timeout",
+    "connection-idle-timeout",
+    "cross-zone-load-balancing-enabled",
+    "eip-allocations",
+    "extra-security-groups",
+    "healthcheck-healthy-threshold",
+    "healthcheck-interval",
+    "healthcheck-path",
+    "healthcheck-port",
+    "healthcheck-protocol",
+    "healthcheck-timeout",
+    "healthcheck-unhealthy-threshold",
+    "private-ipv4-addresses",
+    "proxy-protocol",
+    "security-groups",
+    "ssl-cert",
+    "ssl-negotiation-policy",
+    "ssl-ports",
+    "target-group-attributes",
+    "target-node-labels",
+];
+
+/// `Ok` unless `service` carries an annotation of upstream's that this provider does not implement; the
+/// error names them all.
+pub fn not_implemented(service: &Service) -> Result<(), CloudError> {
+    let annotations = service.metadata.annotations.iter().flatten();
+    let found: Vec<&str> = annotations
+        .filter_map(|(key, _)| key.strip_prefix(PREFIX))
+        .filter(|suffix| NOT_IMPLEMENTED.contains(suffix))
+        .collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(CloudError::provider(format!(
+        "{} {} not implemented by this provider yet; the load balancer is neither made nor changed (remove {} to go on without {})",
+        found
+            .iter()
+            .map(|suffix| format!("{PREFIX}{suffix}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if found.len() == 1 { "is" } else { "are" },
+        if found.len() == 1 { "it" } else { "them" },
+        if found.len() == 1 { "it" } else { "them" },
+    )))
+}
 
 /// Which load balancer a service gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +258,11 @@ impl LoadBalancer for AwsProvider {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
-        match kind(service) {
+        let kind = kind(service);
+        if kind != Kind::Elsewhere {
+            not_implemented(service)?;
+        }
+        match kind {
             Kind::Elsewhere => Err(CloudError::ImplementedElsewhere),
             Kind::Network => cx.guard(self.ensure_nlb(service, nodes)).await,
             Kind::Classic => cx.guard(self.ensure_classic(service, nodes)).await,
@@ -258,5 +324,42 @@ mod tests {
             serde_json::json!({"metadata": {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-internal": "false"}}}),
         );
         assert!(!is_internal(&not));
+    }
+
+    #[test]
+    fn upstream_annotations_not_implemented_are_refused_by_name() {
+        let check = |annotations: serde_json::Value, expected: Option<&str>| {
+            let outcome = not_implemented(&service(serde_json::json!({"metadata": {"annotations": annotations}})));
+            match expected {
+                None => assert!(outcome.is_ok(), "{annotations}: {outcome:?}"),
+                Some(needle) => {
+                    let message = outcome.unwrap_err().to_string();
+                    assert!(message.contains(needle), "{annotations}: {message}");
+                }
+            }
+        };
+        check(serde_json::json!({}), None);
+        check(
+            serde_json::json!({
+                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+                "service.beta.kubernetes.io/aws-load-balancer-subnets": "subnet-1",
+                // Not upstream's: ignored, as upstream ignores what it does not know.
+                "service.beta.kubernetes.io/aws-load-balancer-nonsense": "1",
+                "example.com/other": "x",
+            }),
+            None,
+        );
+        check(
+            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:…"}),
+            Some("service.beta.kubernetes.io/aws-load-balancer-ssl-cert is not implemented by this provider yet; the load balancer is neither made nor changed (remove it"),
+        );
+        check(
+            serde_json::json!({
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn",
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "443",
+            }),
+            Some("aws-load-balancer-ssl-cert, service.beta.kubernetes.io/aws-load-balancer-ssl-ports are not"),
+        );
     }
 }
