@@ -1,6 +1,8 @@
 //! The SDK clients: credentials and region from the standard chains (environment, profile, web identity,
 //! ECS, instance metadata), `RoleARN` assumed through STS, endpoints from `AWS_ENDPOINT_URL*` or the
-//! cloud-config's `[ServiceOverride]`, explicit timeouts, and one HTTP/TLS stack (rustls on ring).
+//! cloud-config's `[ServiceOverride]`, explicit timeouts, and one HTTP/TLS stack (rustls on ring). The
+//! EC2 and ELB clients send through the fenced connector ([`crate::connector`]); the credential chain's
+//! own requests (STS, instance metadata) use the SDK's pooled client.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,7 @@ use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 
 use crate::config::CloudConfig;
+use crate::connector::FencedHttpClient;
 
 /// Connecting gives up after this long.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -160,9 +163,16 @@ pub async fn sdk_config(config: &CloudConfig) -> Result<SdkConfig, String> {
         .build())
 }
 
-/// An EC2 client on `sdk`, with the cloud-config's endpoint override for its region and `counter`.
-pub fn ec2(sdk: &SdkConfig, config: &CloudConfig, counter: &Arc<RequestCounter>) -> aws_sdk_ec2::Client {
+/// An EC2 client on `sdk`, with the cloud-config's endpoint override for its region, `counter`, and the
+/// fenced HTTP client `http`.
+pub(crate) fn ec2(
+    sdk: &SdkConfig,
+    config: &CloudConfig,
+    counter: &Arc<RequestCounter>,
+    http: &FencedHttpClient,
+) -> aws_sdk_ec2::Client {
     let mut builder = aws_sdk_ec2::config::Builder::from(sdk)
+        .http_client(http.clone())
         .interceptor(Counting(counter.clone()))
         .interceptor(Attribution);
     let region = sdk.region().map(|r| r.as_ref().to_owned()).unwrap_or_default();
@@ -176,13 +186,15 @@ pub fn ec2(sdk: &SdkConfig, config: &CloudConfig, counter: &Arc<RequestCounter>)
 }
 
 /// A classic ELB client on `sdk`, with the cloud-config's endpoint override (`elb` or
-/// `elasticloadbalancing`) and `counter`.
-pub fn elb(
+/// `elasticloadbalancing`), `counter`, and the fenced HTTP client `http`.
+pub(crate) fn elb(
     sdk: &SdkConfig,
     config: &CloudConfig,
     counter: &Arc<RequestCounter>,
+    http: &FencedHttpClient,
 ) -> aws_sdk_elasticloadbalancing::Client {
     let mut builder = aws_sdk_elasticloadbalancing::config::Builder::from(sdk)
+        .http_client(http.clone())
         .interceptor(Counting(counter.clone()))
         .interceptor(Attribution);
     let region = sdk.region().map(|r| r.as_ref().to_owned()).unwrap_or_default();
@@ -193,13 +205,15 @@ pub fn elb(
 }
 
 /// An ELBv2 (NLB) client on `sdk`, with the cloud-config's endpoint override (`elbv2` or
-/// `elasticloadbalancingv2`) and `counter`.
-pub fn elbv2(
+/// `elasticloadbalancingv2`), `counter`, and the fenced HTTP client `http`.
+pub(crate) fn elbv2(
     sdk: &SdkConfig,
     config: &CloudConfig,
     counter: &Arc<RequestCounter>,
+    http: &FencedHttpClient,
 ) -> aws_sdk_elasticloadbalancingv2::Client {
     let mut builder = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
+        .http_client(http.clone())
         .interceptor(Counting(counter.clone()))
         .interceptor(Attribution);
     let region = sdk.region().map(|r| r.as_ref().to_owned()).unwrap_or_default();

@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 pub mod batch;
 pub mod client;
 pub mod config;
+mod connector;
 pub mod instances;
 pub mod load_balancer;
 pub mod routes;
@@ -76,9 +77,10 @@ impl AwsProvider {
     /// A provider for `config` on the SDK configuration `sdk` (which gives the region and credentials).
     pub fn new(config: CloudConfig, sdk: &aws_config::SdkConfig) -> AwsProvider {
         let requests = Arc::new(RequestCounter::default());
-        let ec2 = client::ec2(sdk, &config, &requests);
-        let elb = client::elb(sdk, &config, &requests);
-        let elbv2 = client::elbv2(sdk, &config, &requests);
+        let http = connector::FencedHttpClient::new();
+        let ec2 = client::ec2(sdk, &config, &requests, &http);
+        let elb = client::elb(sdk, &config, &requests, &http);
+        let elbv2 = client::elbv2(sdk, &config, &requests, &http);
         let region = sdk.region().map(|r| r.as_ref().to_owned()).unwrap_or_default();
         AwsProvider {
             config,

@@ -329,7 +329,9 @@ mod tests {
     #[test]
     fn upstream_annotations_not_implemented_are_refused_by_name() {
         let check = |annotations: serde_json::Value, expected: Option<&str>| {
-            let outcome = not_implemented(&service(serde_json::json!({"metadata": {"annotations": annotations}})));
+            let outcome = not_implemented(&service(
+                serde_json::json!({"metadata": {"annotations": annotations}}),
+            ));
             match expected {
                 None => assert!(outcome.is_ok(), "{annotations}: {outcome:?}"),
                 Some(needle) => {
@@ -352,14 +354,18 @@ mod tests {
         );
         check(
             serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:…"}),
-            Some("service.beta.kubernetes.io/aws-load-balancer-ssl-cert is not implemented by this provider yet; the load balancer is neither made nor changed (remove it"),
+            Some(
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert is not implemented by this provider yet; the load balancer is neither made nor changed (remove it",
+            ),
         );
         check(
             serde_json::json!({
                 "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn",
                 "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "443",
             }),
-            Some("aws-load-balancer-ssl-cert, service.beta.kubernetes.io/aws-load-balancer-ssl-ports are not"),
+            Some(
+                "aws-load-balancer-ssl-cert, service.beta.kubernetes.io/aws-load-balancer-ssl-ports are not",
+            ),
         );
     }
 }
