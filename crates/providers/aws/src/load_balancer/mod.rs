@@ -9,12 +9,13 @@
 //!   the cluster, preferring `kubernetes.io/role/elb` (`internal-elb` for `…-internal`), then the lowest ID.
 //! - **Security groups** ([`security`]): the rules the nodes' groups need, found again and revoked.
 //! - Every call is idempotent: what exists is compared and only differences are changed.
-//! - **Upstream's other annotations** (TLS listeners, attributes, extra groups, health-check tuning, static
-//!   addresses, …) are not implemented yet. `ensure` refuses a service carrying one before any write, with
-//!   an error naming it (the service-lb controller turns it into an Event), rather than make, or change
-//!   an adopted load balancer into, something other than what upstream would: the in-tree provider's TLS
-//!   listener would otherwise become a TCP one. Hosts are still updated and deletion still works, so an
-//!   adopted load balancer keeps serving as upstream configured it.
+//! - **Upstream's other annotations**: classic ELBs take them all ([`classic::wanted`]: TLS listeners,
+//!   attributes, access logs, proxy protocol, groups, health-check tuning, tags, target node labels).
+//!   NLBs take none of them yet: `ensure` refuses an NLB service carrying one before any write, with an
+//!   error naming it (the service-lb controller turns it into an Event), rather than make, or change an
+//!   adopted load balancer into, something other than what upstream would (the in-tree provider's TLS
+//!   listener would otherwise become a TCP one). Hosts are still updated and deletion still works, so an
+//!   adopted NLB keeps serving as upstream configured it.
 
 use std::sync::Arc;
 
@@ -30,13 +31,14 @@ pub mod classic;
 pub mod network;
 pub mod security;
 
-pub use classic::{Wanted, wanted};
+pub use classic::{Wanted, WantedAttributes, WantedHealthCheck, WantedListener, wanted};
 
 const PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
 
-/// Upstream's annotations (after [`PREFIX`]) that change what a load balancer is, none of them implemented
-/// here yet: a service carrying one is refused by `ensure` ([`not_implemented`]).
-const NOT_IMPLEMENTED: &[&str] = &[
+/// Upstream's annotations (after [`PREFIX`]) that change what an NLB is, none of them implemented here
+/// yet for NLBs: such a service is refused by `ensure` ([`not_implemented`]). Classic ELBs implement them
+/// all ([`classic::wanted`]).
+const NOT_IMPLEMENTED_FOR_NLB: &[&str] = &[
     "access-log-emit-interval",
     "access-log-enabled",
     "access-log-s3-bucket-name",
@@ -66,19 +68,27 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "target-node-labels",
 ];
 
-/// `Ok` unless `service` carries an annotation of upstream's that this provider does not implement; the
-/// error names them all.
-pub fn not_implemented(service: &Service) -> Result<(), CloudError> {
+/// `Ok` unless `service`, of `kind`, carries an annotation of upstream's that this provider does not
+/// implement for that kind (or that upstream refuses for it); the error names them all.
+pub fn not_implemented(service: &Service, kind: Kind) -> Result<(), CloudError> {
+    if kind == Kind::Classic && annotation(service, "target-group-attributes").is_some() {
+        return Err(CloudError::provider(
+            "target group attributes annotation is only supported for NLB",
+        ));
+    }
+    if kind != Kind::Network {
+        return Ok(());
+    }
     let annotations = service.metadata.annotations.iter().flatten();
     let found: Vec<&str> = annotations
         .filter_map(|(key, _)| key.strip_prefix(PREFIX))
-        .filter(|suffix| NOT_IMPLEMENTED.contains(suffix))
+        .filter(|suffix| NOT_IMPLEMENTED_FOR_NLB.contains(suffix))
         .collect();
     if found.is_empty() {
         return Ok(());
     }
     Err(CloudError::provider(format!(
-        "{} {} not implemented by this provider yet; the load balancer is neither made nor changed (remove {} to go on without {})",
+        "{} {} not implemented for NLBs by this provider yet; the load balancer is neither made nor changed (remove {} to go on without {})",
         found
             .iter()
             .map(|suffix| format!("{PREFIX}{suffix}"))
@@ -117,6 +127,53 @@ fn annotation(service: &Service, key: &str) -> Option<String> {
         .as_ref()?
         .get(&format!("{PREFIX}{key}"))
         .cloned()
+}
+
+/// A `k=v,…` annotation as upstream reads one (`getKeyValuePropertiesFromAnnotation`): `k=` and a bare `k`
+/// have empty values; empty keys are dropped.
+fn key_values(service: &Service, key: &str) -> std::collections::BTreeMap<String, String> {
+    let text = annotation(service, key).unwrap_or_default();
+    text.trim()
+        .split(',')
+        .filter_map(|pair| {
+            let mut parts = pair.trim().split('=');
+            let key = parts.next().filter(|k| !k.is_empty())?;
+            Some((key.to_owned(), parts.next().unwrap_or_default().to_owned()))
+        })
+        .collect()
+}
+
+/// A comma-separated list annotation, trimmed, empty items dropped (upstream's `getSGListFromAnnotation`).
+fn list(service: &Service, key: &str) -> Vec<String> {
+    annotation(service, key)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The nodes a load balancer sends to: those whose labels match every `k=v` of `labels` (an empty value
+/// matching any), or all of them (upstream's `filterTargetNodes`).
+pub(crate) fn target_nodes(
+    nodes: &[Arc<Node>],
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Vec<Arc<Node>> {
+    if labels.is_empty() {
+        return nodes.to_vec();
+    }
+    nodes
+        .iter()
+        .filter(|node| {
+            let have = node.metadata.labels.as_ref();
+            labels.iter().all(|(key, value)| {
+                have.and_then(|l| l.get(key))
+                    .is_some_and(|v| value.is_empty() || v == value)
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// The subnets of the `…-subnets` annotation (IDs, comma-separated).
@@ -259,9 +316,7 @@ impl LoadBalancer for AwsProvider {
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
         let kind = kind(service);
-        if kind != Kind::Elsewhere {
-            not_implemented(service)?;
-        }
+        not_implemented(service, kind)?;
         match kind {
             Kind::Elsewhere => Err(CloudError::ImplementedElsewhere),
             Kind::Network => cx.guard(self.ensure_nlb(service, nodes)).await,
@@ -328,10 +383,11 @@ mod tests {
 
     #[test]
     fn upstream_annotations_not_implemented_are_refused_by_name() {
-        let check = |annotations: serde_json::Value, expected: Option<&str>| {
-            let outcome = not_implemented(&service(
-                serde_json::json!({"metadata": {"annotations": annotations}}),
-            ));
+        let check = |kind: Kind, annotations: serde_json::Value, expected: Option<&str>| {
+            let outcome = not_implemented(
+                &service(serde_json::json!({"metadata": {"annotations": annotations}})),
+                kind,
+            );
             match expected {
                 None => assert!(outcome.is_ok(), "{annotations}: {outcome:?}"),
                 Some(needle) => {
@@ -340,8 +396,9 @@ mod tests {
                 }
             }
         };
-        check(serde_json::json!({}), None);
+        check(Kind::Network, serde_json::json!({}), None);
         check(
+            Kind::Network,
             serde_json::json!({
                 "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
                 "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
@@ -353,12 +410,14 @@ mod tests {
             None,
         );
         check(
+            Kind::Network,
             serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:…"}),
             Some(
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert is not implemented by this provider yet; the load balancer is neither made nor changed (remove it",
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert is not implemented for NLBs by this provider yet; the load balancer is neither made nor changed (remove it",
             ),
         );
         check(
+            Kind::Network,
             serde_json::json!({
                 "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn",
                 "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "443",
@@ -367,5 +426,46 @@ mod tests {
                 "aws-load-balancer-ssl-cert, service.beta.kubernetes.io/aws-load-balancer-ssl-ports are not",
             ),
         );
+        // Classic ELBs take them all, but the NLB-only one, as upstream.
+        check(
+            Kind::Classic,
+            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn"}),
+            None,
+        );
+        check(
+            Kind::Classic,
+            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-target-group-attributes": "a=b"}),
+            Some("target group attributes annotation is only supported for NLB"),
+        );
+    }
+
+    #[test]
+    fn target_node_labels_pick_the_nodes() {
+        let node = |name: &str, labels: serde_json::Value| -> Arc<Node> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}}))
+                    .unwrap(),
+            )
+        };
+        let nodes = [
+            node("a", serde_json::json!({"pool": "edge", "zone": "1"})),
+            node("b", serde_json::json!({"pool": "edge"})),
+            node("c", serde_json::json!({"pool": "core", "zone": "1"})),
+            node("d", serde_json::json!(null)),
+        ];
+        let names = |labels: &[(&str, &str)]| {
+            let labels = labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            target_nodes(&nodes, &labels)
+                .iter()
+                .map(|n| n.metadata.name.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&[]), ["a", "b", "c", "d"]);
+        assert_eq!(names(&[("pool", "edge")]), ["a", "b"]);
+        assert_eq!(names(&[("pool", "edge"), ("zone", "")]), ["a"]);
+        assert_eq!(names(&[("zone", "")]), ["a", "c"]);
     }
 }

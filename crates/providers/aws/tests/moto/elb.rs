@@ -1,6 +1,27 @@
 //! Classic ELBs: the life cycle, and adoption of the in-tree provider's.
 
+use std::collections::BTreeMap;
+
 use super::*;
+
+/// A group's ingress rules: (protocol, from port, CIDR), sorted.
+fn open(group: &aws_sdk_ec2::types::SecurityGroup) -> Vec<(&str, i32, &str)> {
+    let mut rules: Vec<(&str, i32, &str)> = group
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| {
+            p.ip_ranges().iter().map(move |r| {
+                (
+                    p.ip_protocol().unwrap(),
+                    p.from_port().unwrap(),
+                    r.cidr_ip().unwrap(),
+                )
+            })
+        })
+        .collect();
+    rules.sort();
+    rules
+}
 
 #[tokio::test]
 async fn a_classic_elb_is_made_kept_in_step_and_deleted_with_its_security_group() {
@@ -55,16 +76,7 @@ async fn a_classic_elb_is_made_kept_in_step_and_deleted_with_its_security_group(
         .unwrap();
     let group = &group.security_groups()[0];
     assert_eq!(group.group_name(), Some(format!("k8s-elb-{ELB_NAME}").as_str()));
-    let open: Vec<(i32, String)> = group
-        .ip_permissions()
-        .iter()
-        .flat_map(|p| {
-            p.ip_ranges()
-                .iter()
-                .map(move |r| (p.from_port().unwrap(), r.cidr_ip().unwrap().to_owned()))
-        })
-        .collect();
-    assert_eq!(open, [(80, "0.0.0.0/0".to_owned())]);
+    assert_eq!(open(group), [("icmp", 3, "0.0.0.0/0"), ("tcp", 80, "0.0.0.0/0")]);
     assert_eq!(
         admitting(&ec2, &net.vpc, &elb_group).await,
         std::slice::from_ref(&net.node_group),
@@ -140,19 +152,13 @@ async fn a_classic_elb_is_made_kept_in_step_and_deleted_with_its_security_group(
         .send()
         .await
         .unwrap();
-    let mut open: Vec<(i32, String)> = group.security_groups()[0]
-        .ip_permissions()
-        .iter()
-        .flat_map(|p| {
-            p.ip_ranges()
-                .iter()
-                .map(move |r| (p.from_port().unwrap(), r.cidr_ip().unwrap().to_owned()))
-        })
-        .collect();
-    open.sort();
     assert_eq!(
-        open,
-        [(80, "192.0.2.0/24".to_owned()), (443, "192.0.2.0/24".to_owned())]
+        open(&group.security_groups()[0]),
+        [
+            ("icmp", 3, "192.0.2.0/24"),
+            ("tcp", 80, "192.0.2.0/24"),
+            ("tcp", 443, "192.0.2.0/24")
+        ]
     );
 
     // Deleted: the ELB, the nodes' rule, and the group; a second delete is a no-op.
@@ -224,4 +230,276 @@ async fn an_elb_the_in_tree_provider_made_is_adopted_not_duplicated() {
             .get("Elastic Load Balancing:CreateLoadBalancer"),
         None
     );
+}
+
+/// The provider's requests that change something, by operation.
+fn writes(provider: &AwsProvider) -> BTreeMap<String, u64> {
+    provider
+        .requests()
+        .snapshot()
+        .into_iter()
+        .filter(|(operation, _)| !operation.contains(":Describe"))
+        .collect()
+}
+
+#[tokio::test]
+async fn upstreams_annotations_shape_the_elb_and_a_second_ensure_changes_nothing() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let elb = elb(&moto);
+    let net = network(&ec2, 2).await;
+    let extra = ec2
+        .create_security_group()
+        .group_name("extra")
+        .description("an extra group")
+        .vpc_id(&net.vpc)
+        .send()
+        .await
+        .unwrap()
+        .group_id()
+        .unwrap()
+        .to_owned();
+    // The first node is in the target pool, the second is not.
+    let nodes: Vec<Arc<Node>> = net
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(n, i)| {
+            let labels = if n == 0 {
+                serde_json::json!({"pool": "edge"})
+            } else {
+                serde_json::json!({"pool": "core"})
+            };
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": i.private_dns_name().unwrap(), "labels": labels},
+                    "spec": {"providerID": format!("aws:///us-east-1a/{}", i.instance_id().unwrap())},
+                }))
+                .unwrap(),
+            )
+        })
+        .collect();
+    let certificate = "arn:aws:iam::123456789012:server-certificate/web";
+    let key = |k: &str| format!("service.beta.kubernetes.io/aws-load-balancer-{k}");
+    let mut service = web_service(serde_json::json!([
+        {"name": "http", "port": 80, "nodePort": 30080},
+        {"name": "https", "port": 443, "nodePort": 30443},
+    ]));
+    let annotations: BTreeMap<String, String> = [
+        (key("ssl-cert"), certificate),
+        (key("ssl-ports"), "https"),
+        // moto keeps one protocol per listener (it answers the front's as the backend's), so the backend
+        // here speaks the front's protocol; the unit tests cover the other pairs.
+        (key("backend-protocol"), "https"),
+        (key("ssl-negotiation-policy"), "ELBSecurityPolicy-TLS-1-2-2017-01"),
+        (key("proxy-protocol"), "*"),
+        (key("connection-draining-enabled"), "true"),
+        (key("connection-draining-timeout"), "30"),
+        (key("connection-idle-timeout"), "120"),
+        (key("cross-zone-load-balancing-enabled"), "true"),
+        (key("additional-resource-tags"), "team=web,cost-centre=42"),
+        (key("healthcheck-protocol"), "HTTP"),
+        (key("healthcheck-port"), "10256"),
+        (key("healthcheck-path"), "/healthz"),
+        (key("healthcheck-interval"), "30"),
+        (key("healthcheck-timeout"), "7"),
+        (key("healthcheck-healthy-threshold"), "3"),
+        (key("healthcheck-unhealthy-threshold"), "4"),
+        (key("target-node-labels"), "pool=edge"),
+        (key("extra-security-groups"), extra.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_owned()))
+    .collect();
+    service.metadata.annotations = Some(annotations);
+    let provider = moto.provider("");
+    let lb = provider.load_balancer().unwrap();
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+
+    let described = elb
+        .describe_load_balancers()
+        .load_balancer_names(ELB_NAME)
+        .send()
+        .await
+        .unwrap();
+    let made = &described.load_balancer_descriptions()[0];
+    let mut listeners: Vec<(i32, String, String, Option<String>)> = made
+        .listener_descriptions()
+        .iter()
+        .map(|d| d.listener().unwrap())
+        .map(|l| {
+            (
+                l.load_balancer_port(),
+                l.protocol().to_uppercase(),
+                l.instance_protocol().unwrap().to_uppercase(),
+                l.ssl_certificate_id().map(str::to_owned),
+            )
+        })
+        .collect();
+    listeners.sort();
+    assert_eq!(
+        listeners,
+        [
+            (80, "TCP".into(), "TCP".into(), None),
+            (443, "HTTPS".into(), "HTTPS".into(), Some(certificate.to_owned())),
+        ]
+    );
+    let tls_policies: Vec<&str> = made
+        .listener_descriptions()
+        .iter()
+        .find(|d| d.listener().unwrap().load_balancer_port() == 443)
+        .unwrap()
+        .policy_names()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tls_policies,
+        ["k8s-SSLNegotiationPolicy-ELBSecurityPolicy-TLS-1-2-2017-01"]
+    );
+    let mut proxied: Vec<i32> = made
+        .backend_server_descriptions()
+        .iter()
+        .filter(|b| b.policy_names().iter().any(|p| p == "k8s-proxyprotocol-enabled"))
+        .map(|b| b.instance_port().unwrap())
+        .collect();
+    proxied.sort();
+    assert_eq!(proxied, [30080, 30443]);
+    let health = made.health_check().unwrap();
+    assert_eq!(
+        (
+            health.target(),
+            health.interval(),
+            health.timeout(),
+            health.healthy_threshold(),
+            health.unhealthy_threshold()
+        ),
+        ("HTTP:10256/healthz", 30, 7, 3, 4)
+    );
+    let registered: Vec<&str> = made.instances().iter().filter_map(|i| i.instance_id()).collect();
+    assert_eq!(registered, [net.instances[0].instance_id().unwrap()]);
+    assert_eq!(made.security_groups().len(), 2);
+    assert!(made.security_groups().contains(&extra));
+    let attributes = elb
+        .describe_load_balancer_attributes()
+        .load_balancer_name(ELB_NAME)
+        .send()
+        .await
+        .unwrap();
+    let attributes = attributes.load_balancer_attributes().unwrap();
+    let draining = attributes.connection_draining().unwrap();
+    assert_eq!((draining.enabled(), draining.timeout()), (true, Some(30)));
+    assert_eq!(attributes.connection_settings().unwrap().idle_timeout(), 120);
+    assert!(attributes.cross_zone_load_balancing().unwrap().enabled());
+    let tags = elb
+        .describe_tags()
+        .load_balancer_names(ELB_NAME)
+        .send()
+        .await
+        .unwrap();
+    let tags: BTreeMap<&str, &str> = tags.tag_descriptions()[0]
+        .tags()
+        .iter()
+        .map(|t| (t.key(), t.value().unwrap_or_default()))
+        .collect();
+    assert_eq!(tags.get("team"), Some(&"web"));
+    assert_eq!(tags.get("cost-centre"), Some(&"42"));
+    assert_eq!(tags.get("kubernetes.io/service-name"), Some(&"shop/web"));
+
+    // The same again: every part compared, nothing written.
+    let before = writes(&provider);
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(writes(&provider), before, "a second ensure wrote");
+
+    // The proxy protocol and the certificate dropped: the backends lose the policy, 443 becomes TCP.
+    let annotations = service.metadata.annotations.as_mut().unwrap();
+    annotations.remove(&key("proxy-protocol"));
+    annotations.remove(&key("ssl-cert"));
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    let described = elb
+        .describe_load_balancers()
+        .load_balancer_names(ELB_NAME)
+        .send()
+        .await
+        .unwrap();
+    let made = &described.load_balancer_descriptions()[0];
+    assert!(
+        made.backend_server_descriptions()
+            .iter()
+            .all(|b| b.policy_names().is_empty()),
+        "{:?}",
+        made.backend_server_descriptions()
+    );
+    let https = made
+        .listener_descriptions()
+        .iter()
+        .map(|d| d.listener().unwrap())
+        .find(|l| l.load_balancer_port() == 443)
+        .unwrap();
+    assert_eq!(
+        (https.protocol().to_uppercase(), https.ssl_certificate_id()),
+        ("TCP".to_owned(), None)
+    );
+}
+
+#[tokio::test]
+async fn an_in_tree_elb_with_a_tls_listener_is_adopted_as_it_is() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let elb = elb(&moto);
+    let net = network(&ec2, 1).await;
+    let certificate = "arn:aws:iam::123456789012:server-certificate/web";
+    // As the in-tree provider made it for `ssl-cert` and `backend-protocol: ssl` on port 443 (moto keeps
+    // one protocol per listener, so not upstream's default SSL to a TCP backend).
+    elb.create_load_balancer()
+        .load_balancer_name(ELB_NAME)
+        .listeners(
+            aws_sdk_elasticloadbalancing::types::Listener::builder()
+                .protocol("SSL")
+                .load_balancer_port(443)
+                .instance_protocol("SSL")
+                .instance_port(30443)
+                .ssl_certificate_id(certificate)
+                .build()
+                .unwrap(),
+        )
+        .subnets(&net.subnets[0])
+        .send()
+        .await
+        .unwrap();
+    let mut service = web_service(serde_json::json!([{"port": 443, "nodePort": 30443}]));
+    service.metadata.annotations = Some(
+        [
+            (
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert".to_owned(),
+                certificate.to_owned(),
+            ),
+            (
+                "service.beta.kubernetes.io/aws-load-balancer-backend-protocol".to_owned(),
+                "ssl".to_owned(),
+            ),
+        ]
+        .into(),
+    );
+    let provider = moto.provider("");
+    provider
+        .load_balancer()
+        .unwrap()
+        .ensure_load_balancer(&cx(), "c", &service, &nodes_of(&net.instances))
+        .await
+        .unwrap();
+    let written = writes(&provider);
+    for operation in [
+        "Elastic Load Balancing:CreateLoadBalancer",
+        "Elastic Load Balancing:DeleteLoadBalancerListeners",
+        "Elastic Load Balancing:CreateLoadBalancerListeners",
+    ] {
+        assert_eq!(written.get(operation), None, "{operation}: {written:?}");
+    }
 }
