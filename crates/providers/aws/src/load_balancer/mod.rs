@@ -9,13 +9,11 @@
 //!   the cluster, preferring `kubernetes.io/role/elb` (`internal-elb` for `…-internal`), then the lowest ID.
 //! - **Security groups** ([`security`]): the rules the nodes' groups need, found again and revoked.
 //! - Every call is idempotent: what exists is compared and only differences are changed.
-//! - **Upstream's other annotations**: classic ELBs take them all ([`classic::wanted`]: TLS listeners,
-//!   attributes, access logs, proxy protocol, groups, health-check tuning, tags, target node labels).
-//!   NLBs take none of them yet: `ensure` refuses an NLB service carrying one before any write, with an
-//!   error naming it (the service-lb controller turns it into an Event), rather than make, or change an
-//!   adopted load balancer into, something other than what upstream would (the in-tree provider's TLS
-//!   listener would otherwise become a TCP one). Hosts are still updated and deletion still works, so an
-//!   adopted NLB keeps serving as upstream configured it.
+//! - **Upstream's annotations**: classic ELBs ([`classic::wanted`]: TLS listeners, attributes, access
+//!   logs, proxy protocol, groups, health-check tuning, tags, target node labels) and NLBs
+//!   ([`network::wanted`]: TLS listeners, health checks, attributes, target-group attributes, static
+//!   addresses, tags, target node labels) take them as upstream does; what upstream refuses for a kind is
+//!   refused before any write ([`not_implemented`]).
 
 use std::sync::Arc;
 
@@ -35,69 +33,20 @@ pub use classic::{Wanted, WantedAttributes, WantedHealthCheck, WantedListener, w
 
 const PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
 
-/// Upstream's annotations (after [`PREFIX`]) that change what an NLB is, none of them implemented here
-/// yet for NLBs: such a service is refused by `ensure` ([`not_implemented`]). Classic ELBs implement them
-/// all ([`classic::wanted`]).
-const NOT_IMPLEMENTED_FOR_NLB: &[&str] = &[
-    "access-log-emit-interval",
-    "access-log-enabled",
-    "access-log-s3-bucket-name",
-    "access-log-s3-bucket-prefix",
-    "additional-resource-tags",
-    "backend-protocol",
-    "connection-draining-enabled",
-    "connection-draining-timeout",
-    "connection-idle-timeout",
-    "cross-zone-load-balancing-enabled",
-    "eip-allocations",
-    "extra-security-groups",
-    "healthcheck-healthy-threshold",
-    "healthcheck-interval",
-    "healthcheck-path",
-    "healthcheck-port",
-    "healthcheck-protocol",
-    "healthcheck-timeout",
-    "healthcheck-unhealthy-threshold",
-    "private-ipv4-addresses",
-    "proxy-protocol",
-    "security-groups",
-    "ssl-cert",
-    "ssl-negotiation-policy",
-    "ssl-ports",
-    "target-group-attributes",
-    "target-node-labels",
-];
-
-/// `Ok` unless `service`, of `kind`, carries an annotation of upstream's that this provider does not
-/// implement for that kind (or that upstream refuses for it); the error names them all.
+/// `Ok` unless `service`, of `kind`, carries an annotation of upstream's that upstream refuses for that
+/// kind: `target-group-attributes` on a classic ELB, `extra-security-groups` on an NLB.
 pub fn not_implemented(service: &Service, kind: Kind) -> Result<(), CloudError> {
-    if kind == Kind::Classic && annotation(service, "target-group-attributes").is_some() {
-        return Err(CloudError::provider(
-            "target group attributes annotation is only supported for NLB",
-        ));
+    match kind {
+        Kind::Classic if annotation(service, "target-group-attributes").is_some() => Err(
+            CloudError::provider("target group attributes annotation is only supported for NLB"),
+        ),
+        Kind::Network if annotation(service, "extra-security-groups").is_some() => {
+            Err(CloudError::provider(format!(
+                "BYO extra security group annotation \"{PREFIX}extra-security-groups\" is not supported by NLB"
+            )))
+        }
+        _ => Ok(()),
     }
-    if kind != Kind::Network {
-        return Ok(());
-    }
-    let annotations = service.metadata.annotations.iter().flatten();
-    let found: Vec<&str> = annotations
-        .filter_map(|(key, _)| key.strip_prefix(PREFIX))
-        .filter(|suffix| NOT_IMPLEMENTED_FOR_NLB.contains(suffix))
-        .collect();
-    if found.is_empty() {
-        return Ok(());
-    }
-    Err(CloudError::provider(format!(
-        "{} {} not implemented for NLBs by this provider yet; the load balancer is neither made nor changed (remove {} to go on without {})",
-        found
-            .iter()
-            .map(|suffix| format!("{PREFIX}{suffix}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if found.len() == 1 { "is" } else { "are" },
-        if found.len() == 1 { "it" } else { "them" },
-        if found.len() == 1 { "it" } else { "them" },
-    )))
 }
 
 /// Which load balancer a service gets.
@@ -382,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn upstream_annotations_not_implemented_are_refused_by_name() {
+    fn what_upstream_refuses_for_a_kind_is_refused_by_name() {
         let check = |kind: Kind, annotations: serde_json::Value, expected: Option<&str>| {
             let outcome = not_implemented(
                 &service(serde_json::json!({"metadata": {"annotations": annotations}})),
@@ -390,51 +339,31 @@ mod tests {
             );
             match expected {
                 None => assert!(outcome.is_ok(), "{annotations}: {outcome:?}"),
-                Some(needle) => {
-                    let message = outcome.unwrap_err().to_string();
-                    assert!(message.contains(needle), "{annotations}: {message}");
-                }
+                Some(message) => assert_eq!(outcome.unwrap_err().to_string(), message, "{annotations}"),
             }
         };
+        let key = |k: &str| format!("{PREFIX}{k}");
         check(Kind::Network, serde_json::json!({}), None);
         check(
             Kind::Network,
-            serde_json::json!({
-                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-                "service.beta.kubernetes.io/aws-load-balancer-subnets": "subnet-1",
-                // Not upstream's: ignored, as upstream ignores what it does not know.
-                "service.beta.kubernetes.io/aws-load-balancer-nonsense": "1",
-                "example.com/other": "x",
-            }),
+            serde_json::json!({key("ssl-cert"): "arn", key("target-group-attributes"): "a=b", key("nonsense"): "1"}),
             None,
         );
         check(
             Kind::Network,
-            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:…"}),
+            serde_json::json!({key("extra-security-groups"): "sg-1"}),
             Some(
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert is not implemented for NLBs by this provider yet; the load balancer is neither made nor changed (remove it",
+                "BYO extra security group annotation \"service.beta.kubernetes.io/aws-load-balancer-extra-security-groups\" is not supported by NLB",
             ),
         );
-        check(
-            Kind::Network,
-            serde_json::json!({
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn",
-                "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "443",
-            }),
-            Some(
-                "aws-load-balancer-ssl-cert, service.beta.kubernetes.io/aws-load-balancer-ssl-ports are not",
-            ),
-        );
-        // Classic ELBs take them all, but the NLB-only one, as upstream.
         check(
             Kind::Classic,
-            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn"}),
+            serde_json::json!({key("extra-security-groups"): "sg-1"}),
             None,
         );
         check(
             Kind::Classic,
-            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-target-group-attributes": "a=b"}),
+            serde_json::json!({key("target-group-attributes"): "a=b"}),
             Some("target group attributes annotation is only supported for NLB"),
         );
     }

@@ -232,16 +232,6 @@ async fn an_elb_the_in_tree_provider_made_is_adopted_not_duplicated() {
     );
 }
 
-/// The provider's requests that change something, by operation.
-fn writes(provider: &AwsProvider) -> BTreeMap<String, u64> {
-    provider
-        .requests()
-        .snapshot()
-        .into_iter()
-        .filter(|(operation, _)| !operation.contains(":Describe"))
-        .collect()
-}
-
 #[tokio::test]
 async fn upstreams_annotations_shape_the_elb_and_a_second_ensure_changes_nothing() {
     let Some(moto) = Moto::start() else { return };

@@ -97,6 +97,16 @@ fn node(name: &str, provider_id: Option<&str>) -> Arc<Node> {
     )
 }
 
+/// The provider's requests that change something, by operation.
+fn writes(provider: &AwsProvider) -> std::collections::BTreeMap<String, u64> {
+    provider
+        .requests()
+        .snapshot()
+        .into_iter()
+        .filter(|(operation, _)| !operation.contains(":Describe"))
+        .collect()
+}
+
 fn cx() -> CallContext {
     CallContext::with_timeout(Duration::from_secs(30))
 }

@@ -160,3 +160,187 @@ async fn external_load_balancers_are_handed_off() {
         .unwrap();
     assert_eq!(provider.requests().total(), 0, "nothing was asked of AWS");
 }
+
+#[tokio::test]
+async fn upstreams_nlb_annotations_shape_listeners_target_groups_and_attributes() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let elbv2 = elbv2(&moto);
+    let net = network(&ec2, 2).await;
+    let provider = moto.provider("");
+    let lb = provider.load_balancer().unwrap();
+    // The first node is a target, the second is not.
+    let nodes: Vec<Arc<Node>> = nodes_of(&net.instances)
+        .into_iter()
+        .enumerate()
+        .map(|(n, node)| {
+            let mut node = (*node).clone();
+            node.metadata.labels =
+                Some([("pool".to_owned(), if n == 0 { "edge" } else { "core" }.to_owned())].into());
+            Arc::new(node)
+        })
+        .collect();
+    let certificate = "arn:aws:iam::123456789012:server-certificate/web";
+    let key = |k: &str| format!("service.beta.kubernetes.io/aws-load-balancer-{k}");
+    let mut service = nlb_service(serde_json::json!([
+        {"name": "http", "port": 80, "nodePort": 30080},
+        {"name": "https", "port": 443, "nodePort": 30443},
+    ]));
+    let annotations = service.metadata.annotations.as_mut().unwrap();
+    for (k, v) in [
+        ("ssl-cert", certificate),
+        ("ssl-ports", "https"),
+        ("ssl-negotiation-policy", "ELBSecurityPolicy-TLS13-1-2-2021-06"),
+        ("backend-protocol", "ssl"),
+        ("healthcheck-protocol", "HTTP"),
+        ("healthcheck-port", "10256"),
+        ("healthcheck-path", "/healthz"),
+        ("healthcheck-healthy-threshold", "2"),
+        ("healthcheck-unhealthy-threshold", "2"),
+        ("target-group-attributes", "proxy_protocol_v2.enabled=true"),
+        ("cross-zone-load-balancing-enabled", "true"),
+        ("additional-resource-tags", "team=web"),
+        ("target-node-labels", "pool=edge"),
+    ] {
+        annotations.insert(key(k), v.to_owned());
+    }
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+
+    let described = elbv2
+        .describe_load_balancers()
+        .names(ELB_NAME)
+        .send()
+        .await
+        .unwrap();
+    let arn = described.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_owned();
+    let listeners = elbv2
+        .describe_listeners()
+        .load_balancer_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    let mut seen: Vec<(i32, String, Option<String>, Option<String>)> = listeners
+        .listeners()
+        .iter()
+        .map(|l| {
+            (
+                l.port().unwrap(),
+                l.protocol().unwrap().as_str().to_owned(),
+                l.certificates()
+                    .first()
+                    .and_then(|c| c.certificate_arn())
+                    .map(str::to_owned),
+                // moto gives TCP listeners a default policy too; only TLS ones are compared.
+                l.ssl_policy()
+                    .filter(|_| l.protocol().map(|p| p.as_str()) == Some("TLS"))
+                    .map(str::to_owned),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (80, "TCP".into(), None, None),
+            (
+                443,
+                "TLS".into(),
+                Some(certificate.into()),
+                Some("ELBSecurityPolicy-TLS13-1-2-2021-06".into())
+            ),
+        ]
+    );
+    let groups = elbv2
+        .describe_target_groups()
+        .load_balancer_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    let tls_group = groups
+        .target_groups()
+        .iter()
+        .find(|g| g.port() == Some(30443))
+        .unwrap();
+    assert_eq!(tls_group.protocol().map(|p| p.as_str()), Some("TLS"));
+    assert_eq!(
+        (
+            tls_group.health_check_protocol().map(|p| p.as_str()),
+            tls_group.health_check_port(),
+            tls_group.health_check_path(),
+            tls_group.healthy_threshold_count(),
+            tls_group.unhealthy_threshold_count()
+        ),
+        (Some("HTTP"), Some("10256"), Some("/healthz"), Some(2), Some(2))
+    );
+    // `target-group-attributes` sets only attributes a group has, as upstream: moto's NLB target groups
+    // have neither `proxy_protocol_v2.enabled` nor `preserve_client_ip.enabled` (the unit tests cover the
+    // rule), so here it is only read.
+    let lb_attributes = elbv2
+        .describe_load_balancer_attributes()
+        .load_balancer_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        lb_attributes
+            .attributes()
+            .iter()
+            .any(|a| a.key() == Some("load_balancing.cross_zone.enabled") && a.value() == Some("true")),
+        "{:?}",
+        lb_attributes.attributes()
+    );
+    let tags = elbv2.describe_tags().resource_arns(&arn).send().await.unwrap();
+    assert!(
+        tags.tag_descriptions()[0]
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some("team") && t.value() == Some("web"))
+    );
+    let (_, targets) = nlb_state(&elbv2).await;
+    assert!(
+        targets.iter().all(|t| t
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .eq([net.instances[0].instance_id().unwrap()])),
+        "only the labelled node is a target: {targets:?}"
+    );
+
+    // The same again: nothing written. A new health-check port: the target groups are modified, not made again.
+    let before = writes(&provider);
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(writes(&provider), before, "a second ensure wrote");
+    service
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(key("healthcheck-port"), "10257".to_owned());
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    let after = writes(&provider);
+    assert_eq!(
+        after
+            .get("Elastic Load Balancing v2:ModifyTargetGroup")
+            .copied()
+            .unwrap_or(0),
+        before
+            .get("Elastic Load Balancing v2:ModifyTargetGroup")
+            .copied()
+            .unwrap_or(0)
+            + 2,
+        "{after:?}"
+    );
+    assert_eq!(
+        after.get("Elastic Load Balancing v2:CreateTargetGroup"),
+        before.get("Elastic Load Balancing v2:CreateTargetGroup"),
+        "{after:?}"
+    );
+}

@@ -9,133 +9,56 @@
 //!   protocols, target type and health check>[:10]`, so existing ones are found), and a listener
 //!   forwarding to it. A changed port gets a new target group; the listener is pointed at it and the old
 //!   group deleted.
-//! - Health checks as upstream: TCP on the traffic port every 30 s (timeout 10 s, thresholds 3), or for
-//!   `externalTrafficPolicy: Local` HTTP `/healthz` on the health-check node port every 10 s (thresholds
-//!   2); with `ClusterServiceLoadBalancerHealthProbeMode = Shared`, HTTP on kube-proxy's port and path.
+//! - Health checks, TLS listeners, attributes, target-group attributes, static addresses, tags and
+//!   target node labels from upstream's annotations ([`wanted`]); a target group whose health check
+//!   differs in port, path or thresholds is modified, one whose protocol or interval differs (they are in
+//!   its name) is replaced.
 //! - Node security groups ([`super::security`]; unless `DisableSecurityGroupIngress`), as upstream: each node's group admits
 //!   the clients (`loadBalancerSourceRanges`; else everyone, or the VPC for an internal NLB) on the node
 //!   ports, and the NLB's subnets on the health-check ports (left out when the client rule already covers
 //!   them), each rule described `kubernetes.io/rule/nlb/{client,health}=<name>` so it is found again and
 //!   revoked when no longer wanted. Difference: UDP ports get UDP rules and TCP ports TCP rules (upstream
 //!   opens every port with UDP when any is UDP); upstream's ICMP path-MTU rule is not added.
-//! - Not yet: TLS listeners (`…-ssl-cert`), target-group attributes, static addresses.
+//! - Not implemented: upstream's managed security-group mode (`NLBSecurityGroupMode = Managed`): an NLB
+//!   service is refused while it is configured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use aws_sdk_elasticloadbalancingv2::types::{
-    Action, ActionTypeEnum, Listener, LoadBalancer as Nlb, LoadBalancerSchemeEnum, LoadBalancerTypeEnum,
-    ProtocolEnum, Tag, TargetDescription, TargetGroup, TargetTypeEnum,
+    Action, ActionTypeEnum, Certificate, Listener, LoadBalancer as Nlb, LoadBalancerAttribute,
+    LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag, TargetDescription, TargetGroup,
+    TargetGroupAttribute, TargetTypeEnum,
 };
 use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use sha1::{Digest, Sha1};
 
-use super::{annotated_subnets, is_internal};
+use super::{annotated_subnets, is_internal, key_values, target_nodes};
 use crate::{AwsProvider, aws_error};
 
-/// A service port as the NLB serves it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    /// The listener's port.
-    pub port: i32,
-    /// TCP or UDP.
-    pub protocol: ProtocolEnum,
-    /// Where the targets listen.
-    pub node_port: i32,
-    /// The target group's health check.
-    pub health: Health,
-}
+mod wanted;
 
-/// A target group's health check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
-    /// TCP or HTTP.
-    pub protocol: ProtocolEnum,
-    /// `traffic-port` or a port number.
-    pub port: String,
-    /// For HTTP.
-    pub path: Option<String>,
-    /// Seconds between checks.
-    pub interval: i32,
-    /// Seconds to wait.
-    pub timeout: i32,
-    /// Checks to pass.
-    pub healthy: i32,
-    /// Checks to fail.
-    pub unhealthy: i32,
-}
+pub use wanted::{Health, Mapping, NlbAttributes, SharedProbe, WantedNlb, wanted};
+use wanted::{same_listener, subnet_mappings};
 
 impl AwsProvider {
+    /// What `service` asks of its NLB, with this provider's health-probe mode.
+    pub fn wanted_nlb(&self, service: &Service) -> Result<WantedNlb, CloudError> {
+        let shared =
+            (self.config.cluster_service_load_balancer_health_probe_mode == "Shared").then(|| SharedProbe {
+                port: self.config.cluster_service_shared_load_balancer_health_probe_port,
+                path: self
+                    .config
+                    .cluster_service_shared_load_balancer_health_probe_path
+                    .clone(),
+            });
+        wanted(service, shared.as_ref())
+    }
+
     /// The ports of `service` as listeners and target groups.
     pub fn nlb_mappings(&self, service: &Service) -> Result<Vec<Mapping>, CloudError> {
-        let spec = service.spec.clone().unwrap_or_default();
-        let local = spec.external_traffic_policy.as_deref() == Some("Local");
-        let health = if local {
-            Health {
-                protocol: ProtocolEnum::Http,
-                port: spec.health_check_node_port.unwrap_or_default().to_string(),
-                path: Some("/healthz".into()),
-                interval: 10,
-                timeout: 10,
-                healthy: 2,
-                unhealthy: 2,
-            }
-        } else if self.config.cluster_service_load_balancer_health_probe_mode == "Shared" {
-            Health {
-                protocol: ProtocolEnum::Http,
-                port: self
-                    .config
-                    .cluster_service_shared_load_balancer_health_probe_port
-                    .to_string(),
-                path: Some(
-                    self.config
-                        .cluster_service_shared_load_balancer_health_probe_path
-                        .clone(),
-                ),
-                interval: 30,
-                timeout: 10,
-                healthy: 3,
-                unhealthy: 3,
-            }
-        } else {
-            Health {
-                protocol: ProtocolEnum::Tcp,
-                port: "traffic-port".into(),
-                path: None,
-                interval: 30,
-                timeout: 10,
-                healthy: 3,
-                unhealthy: 3,
-            }
-        };
-        let mut mappings = Vec::new();
-        for port in spec.ports.iter().flatten() {
-            let protocol = match port.protocol.as_deref().unwrap_or("TCP") {
-                "TCP" => ProtocolEnum::Tcp,
-                "UDP" => ProtocolEnum::Udp,
-                other => {
-                    return Err(CloudError::provider(format!(
-                        "port {}: protocol {other}: NLBs take TCP and UDP",
-                        port.port
-                    )));
-                }
-            };
-            if let Some(node_port) = port.node_port.filter(|p| *p > 0) {
-                mappings.push(Mapping {
-                    port: port.port,
-                    protocol,
-                    node_port,
-                    health: health.clone(),
-                });
-            }
-        }
-        if mappings.is_empty() {
-            return Err(CloudError::provider(
-                "the service has no port with a node port yet",
-            ));
-        }
-        Ok(mappings)
+        Ok(self.wanted_nlb(service)?.mappings)
     }
 
     /// The target group's name for `mapping` of `service`, as upstream computes it.
@@ -149,7 +72,7 @@ impl AwsProvider {
             name,
             &mapping.port.to_string(),
             &mapping.node_port.to_string(),
-            mapping.protocol.as_str(),
+            mapping.traffic_protocol.as_str(),
             TargetTypeEnum::Instance.as_str(),
             mapping.health.protocol.as_str(),
             &mapping.health.interval.to_string(),
@@ -194,42 +117,70 @@ impl AwsProvider {
         }
     }
 
-    fn nlb_tags(&self, service: &Service) -> Vec<Tag> {
-        let (key, value) = (
-            format!("kubernetes.io/cluster/{}", self.config.cluster_id()),
-            "owned",
-        );
+    /// The tags of what is made for `service`: the cluster's, the service's, and `additional-resource-tags`.
+    fn nlb_tags(&self, service: &Service, additional: &BTreeMap<String, String>) -> Vec<Tag> {
         let service_name = format!(
             "{}/{}",
             service.metadata.namespace.as_deref().unwrap_or("default"),
             service.metadata.name.as_deref().unwrap_or_default()
         );
-        vec![
-            Tag::builder().key(key).value(value).build(),
-            Tag::builder()
-                .key("kubernetes.io/service-name")
-                .value(service_name)
-                .build(),
+        [
+            (
+                format!("kubernetes.io/cluster/{}", self.config.cluster_id()),
+                "owned".to_owned(),
+            ),
+            ("kubernetes.io/service-name".to_owned(), service_name),
         ]
+        .into_iter()
+        .chain(additional.clone())
+        .map(|(key, value)| Tag::builder().key(key).value(value).build())
+        .collect()
     }
 
-    /// The target group for `mapping`, created when missing.
+    /// The target group for `mapping`, created when missing; its health check's port, path and thresholds
+    /// modified where they differ (protocol and interval are in its name), as upstream's
+    /// `ensureTargetGroup`.
     async fn ensure_target_group(
         &self,
         service: &Service,
+        wanted: &WantedNlb,
         mapping: &Mapping,
         vpc: &str,
     ) -> Result<String, CloudError> {
         let name = self.target_group_name(service, mapping);
-        if let Some(group) = self.target_group(&name).await? {
-            return Ok(group.target_group_arn().unwrap_or_default().to_owned());
-        }
         let health = &mapping.health;
+        if let Some(group) = self.target_group(&name).await? {
+            let arn = group.target_group_arn().unwrap_or_default().to_owned();
+            let path_differs =
+                health.protocol != ProtocolEnum::Tcp && group.health_check_path() != health.path.as_deref();
+            let differs = group.health_check_port() != Some(health.port.as_str())
+                || group.healthy_threshold_count() != Some(health.healthy)
+                || group.unhealthy_threshold_count() != Some(health.unhealthy)
+                || path_differs;
+            if differs {
+                self.elbv2
+                    .modify_target_group()
+                    .target_group_arn(&arn)
+                    .health_check_port(&health.port)
+                    .healthy_threshold_count(health.healthy)
+                    .unhealthy_threshold_count(health.unhealthy)
+                    .set_health_check_path(
+                        health
+                            .path
+                            .clone()
+                            .filter(|_| health.protocol != ProtocolEnum::Tcp),
+                    )
+                    .send()
+                    .await
+                    .map_err(aws_error)?;
+            }
+            return Ok(arn);
+        }
         let created = self
             .elbv2
             .create_target_group()
             .name(&name)
-            .protocol(mapping.protocol.clone())
+            .protocol(mapping.traffic_protocol.clone())
             .port(mapping.node_port)
             .vpc_id(vpc)
             .target_type(TargetTypeEnum::Instance)
@@ -240,7 +191,7 @@ impl AwsProvider {
             .health_check_timeout_seconds(health.timeout)
             .healthy_threshold_count(health.healthy)
             .unhealthy_threshold_count(health.unhealthy)
-            .set_tags(Some(self.nlb_tags(service)))
+            .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
             .send()
             .await
             .map_err(aws_error)?;
@@ -252,6 +203,78 @@ impl AwsProvider {
             .to_owned();
         tracing::info!(target_group = %name, "created an NLB target group");
         Ok(arn)
+    }
+
+    /// `target-group-attributes` on `group`: those it names and the group has are set where they differ;
+    /// the others are left as they are (upstream's `buildTargetGroupAttributes`).
+    async fn ensure_target_group_attributes(
+        &self,
+        group: &str,
+        wanted: &WantedNlb,
+    ) -> Result<(), CloudError> {
+        if wanted.target_group_attributes.is_empty() {
+            return Ok(());
+        }
+        let output = self
+            .elbv2
+            .describe_target_group_attributes()
+            .target_group_arn(group)
+            .send()
+            .await
+            .map_err(aws_error)?;
+        let have: BTreeMap<&str, &str> = output
+            .attributes()
+            .iter()
+            .filter_map(|a| Some((a.key()?, a.value().unwrap_or_default())))
+            .collect();
+        let changes: Vec<TargetGroupAttribute> =
+            wanted::target_group_attribute_changes(&have, &wanted.target_group_attributes)
+                .into_iter()
+                .map(|(key, value)| TargetGroupAttribute::builder().key(key).value(value).build())
+                .collect();
+        if !changes.is_empty() {
+            self.elbv2
+                .modify_target_group_attributes()
+                .target_group_arn(group)
+                .set_attributes(Some(changes))
+                .send()
+                .await
+                .map_err(aws_error)?;
+        }
+        Ok(())
+    }
+
+    /// The NLB's attributes, synced to what the service asks (upstream's defaults where not annotated).
+    async fn ensure_nlb_attributes(&self, lb: &str, wanted: &WantedNlb) -> Result<(), CloudError> {
+        let output = self
+            .elbv2
+            .describe_load_balancer_attributes()
+            .load_balancer_arn(lb)
+            .send()
+            .await
+            .map_err(aws_error)?;
+        let have: BTreeMap<&str, &str> = output
+            .attributes()
+            .iter()
+            .filter_map(|a| Some((a.key()?, a.value().unwrap_or_default())))
+            .collect();
+        let changes: Vec<LoadBalancerAttribute> = wanted
+            .attributes
+            .pairs()
+            .into_iter()
+            .filter(|(key, value)| have.get(key).copied().unwrap_or_default() != value)
+            .map(|(key, value)| LoadBalancerAttribute::builder().key(key).value(value).build())
+            .collect();
+        if !changes.is_empty() {
+            self.elbv2
+                .modify_load_balancer_attributes()
+                .load_balancer_arn(lb)
+                .set_attributes(Some(changes))
+                .send()
+                .await
+                .map_err(aws_error)?;
+        }
+        Ok(())
     }
 
     /// Registers exactly `instances` on `port` in the target group.
@@ -309,9 +332,17 @@ impl AwsProvider {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
-        let mappings = self.nlb_mappings(service)?;
+        if self.config.nlb_security_group_mode == "Managed" {
+            return Err(CloudError::provider(
+                "NLBSecurityGroupMode = Managed (cloud-config) is not implemented by this provider yet; the NLB is neither made nor changed",
+            ));
+        }
+        let wanted = self.wanted_nlb(service)?;
+        let mappings = &wanted.mappings;
         let name = default_load_balancer_name(service);
-        let instances = self.node_instances(nodes).await?;
+        let instances = self
+            .node_instances(&target_nodes(nodes, &wanted.target_node_labels))
+            .await?;
         let vpc = self.vpc_of(&instances)?;
         let internal = is_internal(service);
         let lb = match self.describe_nlb(&name).await? {
@@ -330,6 +361,7 @@ impl AwsProvider {
                     Some(subnets) => subnets,
                     None => self.subnets(&vpc, internal).await?,
                 };
+                let mappings = subnet_mappings(&subnets, &wanted)?;
                 let created = self
                     .elbv2
                     .create_load_balancer()
@@ -340,8 +372,8 @@ impl AwsProvider {
                     } else {
                         LoadBalancerSchemeEnum::InternetFacing
                     })
-                    .set_subnets(Some(subnets))
-                    .set_tags(Some(self.nlb_tags(service)))
+                    .set_subnet_mappings(Some(mappings))
+                    .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
                     .send()
                     .await
                     .map_err(aws_error)?;
@@ -364,23 +396,30 @@ impl AwsProvider {
         };
         let mut keep_groups = BTreeSet::new();
         let mut retired_groups = BTreeSet::new();
-        for mapping in &mappings {
-            let group = self.ensure_target_group(service, mapping, &vpc).await?;
+        for mapping in mappings {
+            let group = self.ensure_target_group(service, &wanted, mapping, &vpc).await?;
             self.targets(&group, mapping.node_port, &ids).await?;
+            self.ensure_target_group_attributes(&group, &wanted).await?;
             keep_groups.insert(group.clone());
             let action = Action::builder()
                 .r#type(ActionTypeEnum::Forward)
                 .target_group_arn(&group)
                 .build();
+            let certificates = mapping
+                .certificate
+                .as_ref()
+                .map(|arn| vec![Certificate::builder().certificate_arn(arn).build()]);
             match listeners.iter().find(|l| l.port() == Some(mapping.port)) {
                 Some(listener)
                     if forwarded(listener).as_deref() == Some(group.as_str())
-                        && listener.protocol() == Some(&mapping.protocol) => {}
+                        && same_listener(listener, mapping) => {}
                 Some(listener) => {
                     self.elbv2
                         .modify_listener()
                         .listener_arn(listener.listener_arn().unwrap_or_default())
                         .protocol(mapping.protocol.clone())
+                        .set_certificates(certificates)
+                        .set_ssl_policy(mapping.ssl_policy.clone())
                         .default_actions(action)
                         .send()
                         .await
@@ -393,6 +432,8 @@ impl AwsProvider {
                         .load_balancer_arn(&lb_arn)
                         .port(mapping.port)
                         .protocol(mapping.protocol.clone())
+                        .set_certificates(certificates)
+                        .set_ssl_policy(mapping.ssl_policy.clone())
                         .default_actions(action)
                         .send()
                         .await
@@ -400,6 +441,7 @@ impl AwsProvider {
                 }
             }
         }
+        self.ensure_nlb_attributes(&lb_arn, &wanted).await?;
         for listener in listeners
             .iter()
             .filter(|l| !mappings.iter().any(|m| Some(m.port) == l.port()))
@@ -426,7 +468,7 @@ impl AwsProvider {
             .filter_map(|z| z.subnet_id().map(str::to_owned))
             .collect();
         let rules = self
-            .wanted_nlb_rules(service, &name, &vpc, &subnets, &mappings)
+            .wanted_nlb_rules(service, &name, &vpc, &subnets, mappings)
             .await?;
         let node_groups = self.node_groups(&instances).await?;
         self.nlb_node_rules(&vpc, &name, &node_groups, &rules).await?;
@@ -443,7 +485,8 @@ impl AwsProvider {
         let Some(lb) = self.describe_nlb(&name).await? else {
             return Err(CloudError::provider(format!("NLB {name} does not exist (yet)")));
         };
-        let instances = self.node_instances(nodes).await?;
+        let labels = key_values(service, "target-node-labels");
+        let instances = self.node_instances(&target_nodes(nodes, &labels)).await?;
         let ids: BTreeSet<String> = instances
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_owned))
