@@ -78,6 +78,54 @@ fn annotation(service: &Service, key: &str) -> Option<String> {
         .cloned()
 }
 
+/// A boolean annotation, read as Go's `strconv.ParseBool` (as upstream reads them); unset or empty is
+/// `None`.
+fn go_bool(service: &Service, key: &str) -> Result<Option<bool>, CloudError> {
+    match annotation(service, key).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(value) => match value.as_str() {
+            "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Some(true)),
+            "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(Some(false)),
+            _ => Err(CloudError::provider(format!(
+                "error parsing service annotation: {PREFIX}{key}={value}"
+            ))),
+        },
+    }
+}
+
+/// A whole-number annotation; unset or empty is `None`.
+fn number(service: &Service, key: &str) -> Result<Option<i32>, CloudError> {
+    match annotation(service, key).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(value) => value.trim().parse().map(Some).map_err(|_| {
+            CloudError::provider(format!("error parsing service annotation: {PREFIX}{key}={value}"))
+        }),
+    }
+}
+
+/// `ssl-ports`: the ports (numbers or names) that take the certificate; every port when unset, empty or
+/// `*` (upstream's `getPortSets`).
+struct SslPorts(Option<Vec<String>>);
+
+impl SslPorts {
+    fn of(service: &Service) -> SslPorts {
+        SslPorts(
+            annotation(service, "ssl-ports")
+                .filter(|p| !p.is_empty() && p != "*")
+                .map(|p| p.split(',').map(str::to_owned).collect()),
+        )
+    }
+
+    /// Whether port `number`, called `name`, takes the certificate.
+    fn covers(&self, number: i32, name: &str) -> bool {
+        self.0.as_ref().is_none_or(|ports| {
+            ports
+                .iter()
+                .any(|p| p.parse::<i32>().ok() == Some(number) || p == name)
+        })
+    }
+}
+
 /// A `k=v,…` annotation as upstream reads one (`getKeyValuePropertiesFromAnnotation`): `k=` and a bare `k`
 /// have empty values; empty keys are dropped.
 fn key_values(service: &Service, key: &str) -> std::collections::BTreeMap<String, String> {

@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Service;
 
-use super::super::{PREFIX, annotated_subnets, annotation, is_internal, key_values, list};
+use super::super::{
+    PREFIX, SslPorts, annotated_subnets, annotation, go_bool, is_internal, key_values, list, number,
+};
 
 /// Health-check settings as upstream's defaults for classic ELBs.
 const HEALTH_INTERVAL: i32 = 10;
@@ -120,38 +122,12 @@ fn refuse<T>(why: String) -> Result<T, CloudError> {
     Err(CloudError::provider(why))
 }
 
-/// Go's `strconv.ParseBool`, as upstream reads boolean annotations.
-fn go_bool(service: &Service, key: &str) -> Result<Option<bool>, CloudError> {
-    match annotation(service, key).filter(|v| !v.is_empty()) {
-        None => Ok(None),
-        Some(value) => match value.as_str() {
-            "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Some(true)),
-            "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(Some(false)),
-            _ => refuse(format!("error parsing service annotation: {PREFIX}{key}={value}")),
-        },
-    }
-}
-
-/// A whole number annotation.
-fn number(service: &Service, key: &str) -> Result<Option<i32>, CloudError> {
-    match annotation(service, key).filter(|v| !v.is_empty()) {
-        None => Ok(None),
-        Some(value) => value
-            .trim()
-            .parse()
-            .map(Some)
-            .or_else(|_| refuse(format!("error parsing service annotation: {PREFIX}{key}={value}"))),
-    }
-}
-
 /// Upstream's `buildListener` for each TCP port with a node port.
 fn listeners(service: &Service) -> Result<Vec<WantedListener>, CloudError> {
     let spec = service.spec.clone().unwrap_or_default();
     let certificate = annotation(service, "ssl-cert").filter(|c| !c.is_empty());
     let backend = annotation(service, "backend-protocol").unwrap_or_default();
-    let ssl_ports: Option<Vec<String>> = annotation(service, "ssl-ports")
-        .filter(|p| !p.is_empty() && p != "*")
-        .map(|p| p.split(',').map(str::to_owned).collect());
+    let ssl_ports = SslPorts::of(service);
     let mut listeners = Vec::new();
     for port in spec.ports.iter().flatten() {
         let protocol = port.protocol.as_deref().unwrap_or("TCP");
@@ -164,12 +140,9 @@ fn listeners(service: &Service) -> Result<Vec<WantedListener>, CloudError> {
         let Some(node_port) = port.node_port.filter(|p| *p > 0) else {
             continue;
         };
+        // Upstream compares classic ports' names in lower case.
         let name = port.name.as_deref().unwrap_or_default().to_lowercase();
-        let on_ssl_port = ssl_ports.as_ref().is_none_or(|ports| {
-            ports
-                .iter()
-                .any(|p| p.parse::<i32>().ok() == Some(port.port) || *p == name)
-        });
+        let on_ssl_port = ssl_ports.covers(port.port, &name);
         let (protocol, instance_protocol, certificate) = match &certificate {
             Some(certificate) if on_ssl_port => {
                 let (front, back) = match backend.as_str() {

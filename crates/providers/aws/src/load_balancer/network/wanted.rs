@@ -24,7 +24,7 @@ use aws_sdk_elasticloadbalancingv2::types::{Certificate, Listener, ProtocolEnum,
 use cloud_provider::CloudError;
 use k8s_openapi::api::core::v1::Service;
 
-use super::super::{PREFIX, annotation, key_values};
+use super::super::{SslPorts, annotation, go_bool, key_values, number};
 
 /// A service port as the NLB serves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,16 +126,6 @@ fn refuse<T>(why: String) -> Result<T, CloudError> {
     Err(CloudError::provider(why))
 }
 
-/// Go's `strconv.ParseBool`, as upstream reads boolean annotations.
-fn go_bool(service: &Service, key: &str) -> Result<bool, CloudError> {
-    match annotation(service, key).filter(|v| !v.is_empty()).as_deref() {
-        None => Ok(false),
-        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
-        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
-        Some(value) => refuse(format!("error parsing service annotation: {PREFIX}{key}={value}")),
-    }
-}
-
 /// Upstream's `buildNLBHealthCheckConfiguration`.
 fn health(service: &Service, shared: Option<&SharedProbe>) -> Result<Health, CloudError> {
     let spec = service.spec.clone().unwrap_or_default();
@@ -181,19 +171,16 @@ fn health(service: &Service, shared: Option<&SharedProbe>) -> Result<Health, Clo
         health.port = shared.port.to_string();
         health.path = Some(shared.path.clone());
     }
-    let number = |key: &str, value: &mut i32| -> Result<(), CloudError> {
-        if let Some(text) = annotation(service, key) {
-            *value = text
-                .trim()
-                .parse()
-                .or_else(|_| refuse(format!("error parsing service annotation: {PREFIX}{key}={text}")))?;
+    for (key, value) in [
+        ("healthcheck-interval", &mut health.interval),
+        ("healthcheck-timeout", &mut health.timeout),
+        ("healthcheck-healthy-threshold", &mut health.healthy),
+        ("healthcheck-unhealthy-threshold", &mut health.unhealthy),
+    ] {
+        if let Some(annotated) = number(service, key)? {
+            *value = annotated;
         }
-        Ok(())
-    };
-    number("healthcheck-interval", &mut health.interval)?;
-    number("healthcheck-timeout", &mut health.timeout)?;
-    number("healthcheck-healthy-threshold", &mut health.healthy)?;
-    number("healthcheck-unhealthy-threshold", &mut health.unhealthy)?;
+    }
     if health.port != "traffic-port" && health.port.parse::<u16>().is_err() {
         return refuse(format!("Invalid health check port '{}'", health.port));
     }
@@ -258,9 +245,7 @@ pub fn wanted(service: &Service, shared: Option<&SharedProbe>) -> Result<WantedN
     let spec = service.spec.clone().unwrap_or_default();
     let health = health(service, shared)?;
     let certificate = annotation(service, "ssl-cert").filter(|c| !c.is_empty());
-    let ssl_ports: Option<Vec<String>> = annotation(service, "ssl-ports")
-        .filter(|p| !p.is_empty() && p != "*")
-        .map(|p| p.split(',').map(str::to_owned).collect());
+    let ssl_ports = SslPorts::of(service);
     let ssl_policy = annotation(service, "ssl-negotiation-policy").filter(|p| !p.is_empty());
     let tls_backend = annotation(service, "backend-protocol").as_deref() == Some("ssl");
     let mut mappings = Vec::new();
@@ -278,12 +263,7 @@ pub fn wanted(service: &Service, shared: Option<&SharedProbe>) -> Result<WantedN
         let Some(node_port) = port.node_port.filter(|p| *p > 0) else {
             continue;
         };
-        let name = port.name.as_deref().unwrap_or_default();
-        let on_ssl_port = ssl_ports.as_ref().is_none_or(|ports| {
-            ports
-                .iter()
-                .any(|p| p.parse::<i32>().ok() == Some(port.port) || p == name)
-        });
+        let on_ssl_port = ssl_ports.covers(port.port, port.name.as_deref().unwrap_or_default());
         let mut mapping = Mapping {
             port: port.port,
             protocol: protocol.clone(),
@@ -312,8 +292,8 @@ pub fn wanted(service: &Service, shared: Option<&SharedProbe>) -> Result<WantedN
     Ok(WantedNlb {
         mappings,
         attributes: NlbAttributes {
-            cross_zone: go_bool(service, "cross-zone-load-balancing-enabled")?,
-            access_log_enabled: go_bool(service, "access-log-enabled")?,
+            cross_zone: go_bool(service, "cross-zone-load-balancing-enabled")?.unwrap_or(false),
+            access_log_enabled: go_bool(service, "access-log-enabled")?.unwrap_or(false),
             access_log_bucket: annotation(service, "access-log-s3-bucket-name").unwrap_or_default(),
             access_log_prefix: annotation(service, "access-log-s3-bucket-prefix").unwrap_or_default(),
         },
@@ -377,6 +357,7 @@ pub(super) fn subnet_mappings(
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::PREFIX;
     use super::*;
 
     fn service(spec: serde_json::Value, annotations: serde_json::Value) -> Service {
