@@ -21,7 +21,8 @@ use crate::fence::FencedStream;
 /// connections; a provider that keeps work going in spawned tasks must tie them to this context itself.
 #[derive(Clone)]
 pub struct CallContext {
-    deadline: Instant,
+    limit: Instant,
+    lock: Option<Arc<dyn LockValidity>>,
     cancel: CancellationToken,
     caller: Arc<str>,
     observer: Option<Arc<dyn CallObserver>>,
@@ -35,11 +36,19 @@ tokio::task_local! {
 impl std::fmt::Debug for CallContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallContext")
-            .field("deadline", &self.deadline)
+            .field("deadline", &self.deadline())
             .field("caller", &self.caller)
+            .field("locked", &self.lock.is_some())
             .field("observed", &self.observer.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// The validity of the lock a call is made under, read at every check of the call's deadline: a lock
+/// renewed while the call runs lets it go on (up to its own time limit), a lock lost ends it.
+pub trait LockValidity: Send + Sync {
+    /// Until when the holder may act under the lock; `None` once it may not.
+    fn valid_until(&self) -> Option<Instant>;
 }
 
 /// Where the outcome of each cloud request is reported: the framework's
@@ -54,10 +63,21 @@ impl CallContext {
     /// controller, e.g. `host_1234/service-lb-controller`), for the cloud's logs.
     pub fn new(deadline: Instant, cancel: CancellationToken, caller: &str) -> CallContext {
         CallContext {
-            deadline,
+            limit: deadline,
+            lock: None,
             cancel,
             caller: caller.into(),
             observer: None,
+        }
+    }
+
+    /// This context, ending no later than `lock` is valid, as that validity stands at each check: a call
+    /// made under a lock that is renewed while it runs may go on until the deadline given to
+    /// [`CallContext::new`]; once the lock may have passed on, the call is over.
+    pub fn with_lock(self, lock: Arc<dyn LockValidity>) -> CallContext {
+        CallContext {
+            lock: Some(lock),
+            ..self
         }
     }
 
@@ -74,14 +94,27 @@ impl CallContext {
         CallContext::new(Instant::now() + timeout, CancellationToken::new(), "")
     }
 
-    /// When the call must be finished.
+    /// When the call must be finished, as it stands now: the deadline given to [`CallContext::new`], or
+    /// earlier the validity of the lock the call is made under ([`CallContext::with_lock`]). It moves
+    /// later as the lock is renewed (never past the first) and to now once the lock is lost.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        match &self.lock {
+            None => self.limit,
+            Some(lock) => match lock.valid_until() {
+                Some(valid_until) => valid_until.min(self.limit),
+                None => Instant::now().min(self.limit),
+            },
+        }
+    }
+
+    /// Whether the call's time is up (its deadline is not in the future).
+    pub fn is_over(&self) -> bool {
+        Instant::now() >= self.deadline()
     }
 
     /// The time left until the deadline (zero once it passed).
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 
     /// Fires when the caller gives up (its controller is stopping).
@@ -116,7 +149,8 @@ impl CallContext {
     /// one's.
     pub fn narrowed(&self, timeout: Duration) -> CallContext {
         CallContext {
-            deadline: self.deadline.min(Instant::now() + timeout),
+            limit: self.limit.min(Instant::now() + timeout),
+            lock: self.lock.clone(),
             cancel: self.cancel.clone(),
             caller: self.caller.clone(),
             observer: self.observer.clone(),
@@ -159,22 +193,23 @@ impl CallContext {
     /// Runs `call`, abandoning it (dropping its future) at the deadline ([`CloudError::Timeout`]) or on
     /// cancellation ([`CloudError::Cancelled`]). The clock is read before every poll of `call`, so a process
     /// that was frozen past the deadline (SIGSTOP) does not take one more step of the call when it wakes,
-    /// before any timer has fired.
+    /// before any timer has fired. Under a lock, the deadline is read again when its timer fires, so a call
+    /// goes on while renewals extend the lock.
     pub async fn guard<T>(&self, call: impl Future<Output = Result<T, CloudError>>) -> Result<T, CloudError> {
         let mut call = std::pin::pin!(call);
-        let mut expiry = std::pin::pin!(tokio::time::sleep_until(self.deadline));
+        let mut expiry = std::pin::pin!(tokio::time::sleep_until(self.deadline()));
         let mut cancelled = std::pin::pin!(self.cancel.cancelled());
         std::future::poll_fn(|task| {
             if self.cancel.is_cancelled() {
                 return Poll::Ready(Err(CloudError::Cancelled));
             }
-            if Instant::now() >= self.deadline {
+            if self.is_over() {
                 return Poll::Ready(Err(CloudError::Timeout));
             }
             if let Poll::Ready(outcome) = CURRENT.sync_scope(self.clone(), || call.as_mut().poll(task)) {
                 return Poll::Ready(outcome);
             }
-            if expiry.as_mut().poll(task).is_ready() {
+            if !self.rearm(expiry.as_mut(), task) {
                 return Poll::Ready(Err(CloudError::Timeout));
             }
             if cancelled.as_mut().poll(task).is_ready() {
@@ -183,6 +218,23 @@ impl CallContext {
             Poll::Pending
         })
         .await
+    }
+
+    /// Polls `expiry`, the timer of this call's deadline; when it fired, sets it again for the deadline as it
+    /// now stands and returns whether the call may go on.
+    pub(crate) fn rearm(
+        &self,
+        mut expiry: std::pin::Pin<&mut tokio::time::Sleep>,
+        task: &mut std::task::Context<'_>,
+    ) -> bool {
+        while expiry.as_mut().poll(task).is_ready() {
+            let deadline = self.deadline();
+            if Instant::now() >= deadline {
+                return false;
+            }
+            expiry.as_mut().reset(deadline);
+        }
+        true
     }
 
     /// `stream`, a connection opened for this call alone, fenced on it: every read and write fails from the
@@ -195,8 +247,88 @@ impl CallContext {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// A lock whose validity a test sets.
+    pub(crate) struct TestLock(Mutex<Option<Instant>>);
+
+    impl TestLock {
+        /// A lock valid for `valid` from now.
+        pub(crate) fn valid_for(valid: Duration) -> Arc<TestLock> {
+            Arc::new(TestLock(Mutex::new(Some(Instant::now() + valid))))
+        }
+
+        /// Renewed: valid for `valid` from now (`None`: lost).
+        pub(crate) fn renew(&self, valid: Option<Duration>) {
+            *self.0.lock().unwrap() = valid.map(|valid| Instant::now() + valid);
+        }
+    }
+
+    impl LockValidity for TestLock {
+        fn valid_until(&self) -> Option<Instant> {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    async fn sleeping(duration: Duration) -> Result<Duration, CloudError> {
+        let started = Instant::now();
+        tokio::time::sleep(duration).await;
+        Ok(started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_under_a_lock_goes_on_while_the_lock_is_renewed_and_no_further() {
+        let started = Instant::now();
+        let lock = TestLock::valid_for(Duration::from_secs(2));
+        let cx = CallContext::with_timeout(Duration::from_secs(10)).with_lock(lock.clone());
+        assert_eq!(cx.deadline(), started + Duration::from_secs(2));
+
+        // Renewed every second for 3 s: a 5 s call outlives the lock's first validity.
+        let renewals = async {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                lock.renew(Some(Duration::from_secs(3)));
+            }
+        };
+        let (outcome, ()) = tokio::join!(cx.guard(sleeping(Duration::from_secs(5))), renewals);
+        assert_eq!(outcome.unwrap(), Duration::from_secs(5));
+
+        // Not renewed: the call ends when the lock's validity does (3 s after the last renewal).
+        let outcome = cx.guard(sleeping(Duration::from_secs(5))).await;
+        assert!(matches!(outcome, Err(CloudError::Timeout)), "{outcome:?}");
+        assert_eq!(Instant::now(), started + Duration::from_secs(6));
+
+        // Renewed for ever: the call still ends at its own deadline.
+        lock.renew(Some(Duration::from_secs(3600)));
+        let outcome = cx.guard(std::future::pending::<Result<(), CloudError>>()).await;
+        assert!(matches!(outcome, Err(CloudError::Timeout)), "{outcome:?}");
+        assert_eq!(Instant::now(), started + Duration::from_secs(10));
+        assert!(cx.is_over());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lock_ends_the_call_no_later_than_its_last_validity() {
+        let started = Instant::now();
+        let lock = TestLock::valid_for(Duration::from_secs(4));
+        let cx = CallContext::with_timeout(Duration::from_secs(10)).with_lock(lock.clone());
+        let lose = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            lock.renew(None);
+        };
+        let (outcome, ()) = tokio::join!(cx.guard(std::future::pending::<Result<(), CloudError>>()), lose);
+        assert!(matches!(outcome, Err(CloudError::Timeout)), "{outcome:?}");
+        assert!(Instant::now() <= started + Duration::from_secs(4));
+        assert!(cx.is_over(), "a lost lock leaves no time");
+        assert_eq!(cx.remaining(), Duration::ZERO);
+        // A new call under the lost lock is not started.
+        assert!(matches!(
+            cx.guard(async { Ok(()) }).await,
+            Err(CloudError::Timeout)
+        ));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn calls_are_abandoned_at_the_deadline_or_on_cancellation() {

@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 use crate::CallContext;
 
@@ -40,7 +40,7 @@ impl<S> FencedStream<S> {
                 "cloud call cancelled: connection reset",
             ));
         }
-        if Instant::now() >= self.cx.deadline() || self.expiry.as_mut().poll(task).is_ready() {
+        if self.cx.is_over() || !self.cx.rearm(self.expiry.as_mut(), task) {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "cloud call past its deadline (the lock may have passed on): connection reset",
@@ -95,8 +95,38 @@ mod tests {
     use std::time::Duration;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fenced_stream_carries_bytes_while_its_lock_is_renewed() {
+        use crate::context::tests::TestLock;
+        let lock = TestLock::valid_for(Duration::from_secs(2));
+        let cx = CallContext::with_timeout(Duration::from_secs(60)).with_lock(lock.clone());
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut fenced = cx.fence(near);
+        // The peer answers after 3 s, past the lock's first validity; a renewal at 1 s covers it.
+        let answer = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            lock.renew(Some(Duration::from_secs(5)));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            far.write_all(b"ok").await.unwrap();
+            far
+        };
+        let mut seen = [0; 2];
+        let (read, mut far) = tokio::join!(fenced.read_exact(&mut seen), answer);
+        read.unwrap();
+        assert_eq!(&seen, b"ok");
+        // Not renewed again: the stream fails when the renewed validity ends, 6 s in.
+        let waited = fenced.read(&mut seen).await.unwrap_err();
+        assert_eq!(waited.kind(), io::ErrorKind::TimedOut);
+        assert!(cx.is_over());
+        drop(fenced);
+        let mut rest = Vec::new();
+        far.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_fenced_stream_refuses_every_byte_from_the_deadline_on() {

@@ -25,7 +25,7 @@ mod provider;
 mod registry;
 mod routes;
 
-pub use context::{CallContext, CallObserver};
+pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::CloudError;
 pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};

@@ -95,15 +95,17 @@ impl ControllerContext {
     }
 
     /// The context for one cloud call: its deadline is the call timeout from now, and never later than the
-    /// validity of the lock this controller runs under (so a process that lost its lock cannot go on acting
-    /// on the cloud); it is cancelled when the controller stops.
+    /// validity of the lock this controller runs under, read live (a renewal while the call runs lets it go
+    /// on; a process that lost its lock cannot go on acting on the cloud); it is cancelled when the
+    /// controller stops.
     pub fn call_context(&self) -> CallContext {
-        let now = Instant::now();
-        let mut deadline = now + self.settings.cloud_call_timeout;
-        if let Some(fence) = &self.fence {
-            deadline = deadline.min(fence.valid_until().unwrap_or(now));
+        let deadline = Instant::now() + self.settings.cloud_call_timeout;
+        let cx = CallContext::new(deadline, self.stop.clone(), &self.caller)
+            .with_observer(self.metrics.cloud.clone());
+        match &self.fence {
+            Some(fence) => cx.with_lock(Arc::new(fence.clone())),
+            None => cx,
         }
-        CallContext::new(deadline, self.stop.clone(), &self.caller).with_observer(self.metrics.cloud.clone())
     }
 
     /// Marks one periodic pass as in progress until the returned guard is dropped. A unit of work running

@@ -52,6 +52,13 @@ impl Fence {
     }
 }
 
+/// A cloud call made under this lock ends when the lock's validity does, as it stands at each check.
+impl cloud_provider::LockValidity for Fence {
+    fn valid_until(&self) -> Option<Instant> {
+        Fence::valid_until(self)
+    }
+}
+
 /// The stack for `config`; with a fence, its connections carry bytes only while the fence's lock is valid.
 pub(crate) fn transport(config: &kube::Config, fence: Option<Fence>) -> Result<Transport, kube::Error> {
     if let Some(proxy) = &config.proxy_url {
