@@ -10,7 +10,9 @@ use crate::{CallContext, CloudError};
 pub struct Route {
     /// The cloud's name for it (opaque).
     pub name: String,
-    /// The node it sends traffic to.
+    /// The node it sends traffic to: its name, or in a listed route its provider ID (anything containing
+    /// `://`) when the cloud knows the instance but not the node's name; the route controller matches that
+    /// to the node's `spec.providerID`.
     pub target_node: String,
     /// Whether `target_node_addresses` is meaningful (providers that route by address): a route whose
     /// node's addresses changed is then replaced.

@@ -507,6 +507,7 @@ async fn routes_as_upstream_and_outside_the_cluster_cidr_none() {
         FakeInstance::running("n1", 1),
         FakeInstance::running("n3", 3),
         FakeInstance::running("n4", 4),
+        FakeInstance::running("n5", 5),
     ])
     .await;
     let nodes = cluster.nodes();
@@ -530,10 +531,22 @@ async fn routes_as_upstream_and_outside_the_cluster_cidr_none() {
         .create(&PostParams::default(), &node("n4", json!({})))
         .await
         .unwrap();
+    // Its route is listed under its provider ID: it is n5's, kept.
+    nodes
+        .create(
+            &PostParams::default(),
+            &node(
+                "n5",
+                json!({"spec": {"providerID": "fake://n5", "podCIDRs": ["10.244.5.0/24"]}}),
+            ),
+        )
+        .await
+        .unwrap();
     for (name, target, cidr) in [
         ("vpc", "gateway", "10.0.0.0/8"),
         ("to-n4", "n4", "10.244.4.0/24"),
         ("blackhole", "", "10.244.9.0/24"),
+        ("to-n5-by-provider-id", "fake://n5", "10.244.5.0/24"),
     ] {
         cluster
             .admin(AdminRequest::PutRoute(FakeRoute {
@@ -552,9 +565,19 @@ async fn routes_as_upstream_and_outside_the_cluster_cidr_none() {
             .map(|r| r.destination_cidr)
             .collect();
         cidrs.sort();
-        cidrs == ["10.0.0.0/8", "10.244.1.0/24"]
+        cidrs == ["10.0.0.0/8", "10.244.1.0/24", "10.244.5.0/24"]
     })
     .await;
+    let kept = routes(&cluster).await;
+    assert!(
+        kept.iter().any(|r| r.name == "to-n5-by-provider-id"),
+        "n5's route, named by provider ID, was replaced: {kept:?}"
+    );
+    assert_eq!(
+        calls(&cluster, "delete_route").await,
+        2,
+        "to-n4 and the blackhole only"
+    );
     let n1 = routes(&cluster)
         .await
         .into_iter()

@@ -19,6 +19,9 @@
 //! (`CIDRNotInClusterCIDR`) and does not count for `NetworkUnavailable`. A blackhole route is replaced in
 //! the same round. Before creating replacements, deletes are awaited whenever a replaced route routes by
 //! address (upstream checks only the first listed route).
+//!
+//! A route whose target the provider names by provider ID (it contains `://`: the provider knows the
+//! instance, not the node's name) is the route of the node with that `spec.providerID`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -154,10 +157,22 @@ async fn reconcile(
     let nodes = controller.nodes().store().state();
     controller.metrics.route_syncs.inc();
     let cx = controller.call_context();
-    let existing = cx
+    let mut existing = cx
         .call("list_routes", routes.list_routes(&cx, cluster))
         .await
         .map_err(RouteError::List)?;
+    // A provider that knows a route's target only by its instance names it by provider ID: its node.
+    if existing.iter().any(|r| r.target_node.contains("://")) {
+        let by_provider_id: HashMap<&str, &str> = nodes
+            .iter()
+            .filter_map(|n| Some((n.provider_id()?, n.name())))
+            .collect();
+        for route in existing.iter_mut().filter(|r| r.target_node.contains("://")) {
+            if let Some(name) = by_provider_id.get(route.target_node.as_str()) {
+                route.target_node = (*name).to_owned();
+            }
+        }
+    }
     // Each node's routes, then the action each of its in-cluster pod CIDRs needs.
     let mut by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
     for route in existing

@@ -39,6 +39,15 @@ pub enum InstanceKey {
     PrivateDns(String),
 }
 
+/// An instance's provider ID, `aws:///<az>/<i-id>`.
+pub(crate) fn provider_id(instance: &Instance) -> String {
+    let zone = instance
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap_or_default();
+    format!("aws:///{zone}/{}", instance.instance_id().unwrap_or_default())
+}
+
 /// The instance ID in a provider ID: `aws:///<az>/<id>`, `aws:////<id>` or a bare `i-…`; `None` for
 /// anything else (another provider's ID, a Fargate node, a malformed one).
 pub fn instance_id_of(provider_id: &str) -> Option<&str> {
@@ -117,13 +126,12 @@ impl AwsProvider {
             .and_then(|p| p.availability_zone())
             .unwrap_or_default()
             .to_owned();
-        let id = instance.instance_id().unwrap_or_default();
         let mut additional_labels = BTreeMap::new();
         if let Some(zone_id) = zone_id {
             additional_labels.insert(ZONE_ID_LABEL.to_owned(), zone_id);
         }
         InstanceMetadata {
-            provider_id: format!("aws:///{zone}/{id}"),
+            provider_id: provider_id(instance),
             instance_type: instance
                 .instance_type()
                 .map(|t| t.as_str().to_owned())

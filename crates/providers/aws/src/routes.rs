@@ -9,16 +9,28 @@
 //!   route to the same range, then creates the route; the same route again is done already (a retried
 //!   call). IPv4 only, as upstream.
 //!
-//! Difference: a node named after its instance ID (resource-based names) is routed to, but listed under
-//! its private DNS name, which the route controller then does not recognise; upstream maps those through
-//! its node informer. Route tables with resource-based node names are left to a later change.
+//! A route's target is listed as the instance's private DNS name (upstream's node name), or, when that
+//! name is resource-based (`i-….<region>.compute.internal`: the node may be named after the instance ID
+//! or the DNS name), as the instance's provider ID, which the route controller matches to the node's
+//! `spec.providerID` (upstream maps instances to nodes through its node informer instead).
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, RouteState};
 use cloud_provider::{CallContext, CloudError, Route, Routes};
 
-use crate::instances::{InstanceKey, instance_id_of};
+use crate::instances::{InstanceKey, instance_id_of, provider_id};
 use crate::{AwsProvider, aws_error};
+
+/// How a listed route names its instance: the private DNS name, or the provider ID when that name is
+/// resource-based (it starts with the instance ID) or missing.
+fn route_target(instance: &aws_sdk_ec2::types::Instance) -> String {
+    let id = instance.instance_id().unwrap_or_default();
+    match instance.private_dns_name() {
+        Some(dns) if !dns.is_empty() && (id.is_empty() || !dns.starts_with(id)) => dns.to_owned(),
+        _ if id.is_empty() => String::new(),
+        _ => provider_id(instance),
+    }
+}
 
 impl AwsProvider {
     /// The cluster's route table (cached after the first look-up).
@@ -112,9 +124,8 @@ impl AwsProvider {
             .map(|(cidr, instance, blackhole)| {
                 let node = instances
                     .get(&InstanceKey::Id(instance))
-                    .and_then(|i| i.private_dns_name())
-                    .unwrap_or_default()
-                    .to_owned();
+                    .map(route_target)
+                    .unwrap_or_default();
                 Route {
                     name: format!("{cluster_name}-{cidr}"),
                     blackhole: blackhole || node.is_empty(),
@@ -157,7 +168,7 @@ impl AwsProvider {
             .find(|r| r.destination_cidr == route.destination_cidr);
         match same_range {
             // Made already (a retried call whose first answer was lost): done.
-            Some(r) if !r.blackhole && r.target_node == route.target_node => return Ok(()),
+            Some(r) if !r.blackhole && r.target_node == route_target(instance) => return Ok(()),
             Some(r) if r.blackhole => self.delete(&route.destination_cidr).await?,
             _ => {}
         }
@@ -208,5 +219,36 @@ impl Routes for AwsProvider {
         route: &Route,
     ) -> Result<(), CloudError> {
         cx.guard(self.delete(&route.destination_cidr)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_ec2::types::{Instance, Placement};
+
+    use super::route_target;
+
+    fn instance(id: &str, dns: Option<&str>) -> Instance {
+        Instance::builder()
+            .instance_id(id)
+            .set_private_dns_name(dns.map(str::to_owned))
+            .placement(Placement::builder().availability_zone("us-east-1a").build())
+            .build()
+    }
+
+    #[test]
+    fn a_route_names_its_node_by_ip_based_dns_name_else_by_provider_id() {
+        let ip_name = instance("i-0abc", Some("ip-10-0-0-1.ec2.internal"));
+        assert_eq!(route_target(&ip_name), "ip-10-0-0-1.ec2.internal");
+        let resource_name = instance("i-0abc", Some("i-0abc.us-east-1.compute.internal"));
+        assert_eq!(route_target(&resource_name), "aws:///us-east-1a/i-0abc");
+        assert_eq!(
+            route_target(&instance("i-0abc", None)),
+            "aws:///us-east-1a/i-0abc"
+        );
+        assert_eq!(
+            route_target(&instance("i-0abc", Some(""))),
+            "aws:///us-east-1a/i-0abc"
+        );
     }
 }
