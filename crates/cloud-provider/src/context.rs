@@ -96,7 +96,8 @@ impl CallContext {
 
     /// When the call must be finished, as it stands now: the deadline given to [`CallContext::new`], or
     /// earlier the validity of the lock the call is made under ([`CallContext::with_lock`]). It moves
-    /// later as the lock is renewed (never past the first) and to now once the lock is lost.
+    /// later as the lock is renewed (never past the deadline given to `new`), and to now once the lock is
+    /// lost.
     pub fn deadline(&self) -> Instant {
         match &self.lock {
             None => self.limit,
