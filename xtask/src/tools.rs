@@ -7,11 +7,17 @@
 //!   `cyclonedx-python-lib` (the bills of materials are validated against the CycloneDX schema with it)
 //!   and `moto[server]` (the AWS provider's tests run against its emulated EC2).
 //!
+//! - `cargo-nextest` (pinned, from crates.io) when no `cargo nextest` answers: the test runner gives each
+//!   test its own process and time limits (`.config/nextest.toml`).
+//!
 //! A failure is reported, not fatal: the tests that need the tool then say loudly that they were skipped.
 
 use std::process::Command;
 
-use crate::shell::{exec, has, target_dir};
+use crate::shell::{cargo, exec, has, target_dir};
+
+/// The cargo-nextest release installed when none is (`cargo install --locked`).
+const NEXTEST: &str = "0.9.151";
 
 /// Debian packages: (the program that must answer, its arguments, the package, what needs it).
 const DEBIAN: &[(&str, &[&str], &str, &str)] = &[
@@ -40,6 +46,14 @@ pub(crate) fn install() {
                     "{tool} is missing and cannot be installed ({why}): {needs} will be SKIPPED. Install Debian's `{package}` package to run them"
                 );
             }
+        }
+    }
+    if !has("cargo", &["nextest", "--version"]) {
+        eprintln!("installing cargo-nextest {NEXTEST} from crates.io (a few minutes, once)…");
+        if let Err(why) = exec(cargo().args(["install", "--locked", "--version", NEXTEST, "cargo-nextest"])) {
+            eprintln!(
+                "cannot install cargo-nextest ({why:#}): the tests run with `cargo test`, without per-test time limits"
+            );
         }
     }
     if let Err(why) = venv() {
