@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod chaos;
 mod fuzz;
+mod kube;
 mod new_provider;
 mod release;
 mod shell;
@@ -38,6 +39,9 @@ enum Command {
     /// Build the shipped binaries (`dist` profile) into tarballs with README, LICENSE, a CycloneDX bill
     /// of materials and SHA256SUMS, under target/dist/.
     Dist(release::dist::Args),
+    /// Build the real kube-apiserver, kube-controller-manager and etcd the tests run against, from their
+    /// Go modules (`tools/kube`, `tools/etcd`), cached under the target directory; prints JSON.
+    Kube(kube::Args),
     /// Build an OCI image per shipped binary without a container engine (OCI layout and a `docker load`
     /// archive under target/image/), reproducibly; prints a kustomize `images:` snippet.
     Image(release::image::Args),
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Chaos(args) => chaos::run(&args),
         Command::Dist(args) => release::dist::run(&args),
         Command::Image(args) => release::image::run(&args),
+        Command::Kube(args) => kube::run(&args),
         Command::NewProvider(args) => new_provider::run(&args),
     };
     match result {

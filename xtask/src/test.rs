@@ -1,10 +1,11 @@
 //! `cargo xtask test [-p PACKAGE]`: the one command that runs every test on a fresh machine.
 //!
-//! Set-up: checks for `kubectl` (the test API server is checked against it) and installs what else the
-//! tests use (`tools`: promtool, skopeo, umoci, a Python environment; without them those tests say they
-//! were skipped). Then, for a full run:
-//! `cargo fmt --check`, `cargo clippy -D warnings`, the tests (with cargo-nextest when installed), and a 60 s
-//! chaos run (`cargo xtask chaos`).
+//! Set-up: checks for `kubectl` (the test API server is checked against it), installs what else the
+//! tests use (`tools`: promtool, skopeo, umoci, a Python environment, cargo-nextest; without them those
+//! tests say they were skipped) and builds the real kube-apiserver, kube-controller-manager and etcd
+//! (`cargo xtask kube`; a machine without Go skips their tests, loudly). Then, for a full run:
+//! `cargo fmt --check`, `cargo clippy -D warnings`, the tests (with cargo-nextest: a process per test and
+//! time limits, so a hang cannot stall the run), and a 60 s chaos run (`cargo xtask chaos`).
 
 use anyhow::{Result, bail};
 
@@ -27,6 +28,14 @@ pub(crate) fn run_setup() -> Result<()> {
         );
     }
     crate::tools::install();
+    if crate::kube::go_available() {
+        crate::kube::build()?;
+    } else {
+        eprintln!(
+            "SKIPPED: go is not on PATH, so the real kube-apiserver and etcd cannot be built: every test on the \
+             real API server will be SKIPPED (install Go 1.26 or later with the module proxy to run them)"
+        );
+    }
     Ok(())
 }
 

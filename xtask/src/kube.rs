@@ -1,0 +1,374 @@
+//! `cargo xtask kube`: the real Kubernetes components the tests run against, built from their Go modules.
+//!
+//! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`) and `tools/etcd`
+//! (etcd from `go.etcd.io/etcd/server/v3`) are small Go modules of ours; their `go.mod`/`go.sum` pin the
+//! release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`) through the module proxy
+//! into `<target>/kube/<key>/bin/`, where the key is a hash of everything that decides them (the modules'
+//! files, the Go version, the build flags): a second run costs nothing, a changed pin builds again. Go's
+//! build cache lives beside them (`<target>/kube/go-build`), so a cold target directory is a cold build.
+//! The result is printed as JSON and written to `<target>/kube/kube.json`, where the tests find it.
+//!
+//! Test tooling only: nothing built here ships, and no binary or upstream source is committed.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::shell::{repo_root, target_dir};
+
+/// The Kubernetes release `tools/kube/go.mod` pins (kept equal by [`check_pins`]).
+const KUBERNETES: &str = "v1.37.2";
+/// The etcd release `tools/etcd/go.mod` pins.
+const ETCD: &str = "v3.7.3";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Print where the binaries would be and whether they are built, without building.
+    #[arg(long)]
+    check: bool,
+}
+
+/// One Go module of ours and the binaries it builds.
+struct Module {
+    dir: &'static str,
+    binaries: &'static [&'static str],
+    ldflags: String,
+}
+
+fn modules() -> [Module; 2] {
+    let minor = KUBERNETES
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .unwrap_or_default();
+    // A plain `go build` says v0.0.0-master; upstream's release build sets these.
+    let version = format!(
+        "-X k8s.io/component-base/version.gitVersion={KUBERNETES} \
+         -X k8s.io/component-base/version.gitMajor=1 \
+         -X k8s.io/component-base/version.gitMinor={minor} \
+         -X k8s.io/component-base/version.gitTreeState=clean"
+    );
+    [
+        Module {
+            dir: "tools/kube",
+            binaries: &["kube-apiserver", "kube-controller-manager"],
+            ldflags: format!("-s -w {version}"),
+        },
+        Module {
+            dir: "tools/etcd",
+            binaries: &["etcd"],
+            ldflags: "-s -w".to_owned(),
+        },
+    ]
+}
+
+pub(crate) fn run(args: &Args) -> Result<()> {
+    let manifest = if args.check {
+        let (key, dir) = cache_dir()?;
+        json!({"key": key, "dir": dir, "built": dir.join("bin/kube.json").is_file()})
+    } else {
+        build()?
+    };
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{}", serde_json::to_string_pretty(&manifest)?);
+    }
+    Ok(())
+}
+
+/// Builds (or finds built) the binaries; returns the manifest also written to `<target>/kube/kube.json`.
+pub(crate) fn build() -> Result<serde_json::Value> {
+    check_pins()?;
+    let (key, dir) = cache_dir()?;
+    let bin = dir.join("bin");
+    let manifest_path = bin.join("kube.json");
+    let manifest = if let Ok(text) = std::fs::read_to_string(&manifest_path) {
+        eprintln!("kube: the binaries for {key} are built ({})", bin.display());
+        serde_json::from_str(&text).context("reading the cached kube.json")?
+    } else {
+        let started = Instant::now();
+        let staging = dir.join("bin.partial");
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)?;
+        for module in modules() {
+            download(&module)?;
+            compile(&module, &staging)?;
+        }
+        let mut binaries = serde_json::Map::new();
+        for module in modules() {
+            for name in module.binaries {
+                let path = bin.join(name);
+                let version = version(&staging.join(name))?;
+                binaries.insert((*name).to_owned(), json!({"path": path, "version": version}));
+            }
+        }
+        let manifest = json!({
+            "kubernetes": KUBERNETES,
+            "etcd": ETCD,
+            "go": go_version()?,
+            "key": key,
+            "binaries": binaries,
+            "build_seconds": started.elapsed().as_secs_f64().round(),
+        });
+        std::fs::write(
+            staging.join("kube.json"),
+            serde_json::to_string_pretty(&manifest)?,
+        )?;
+        let _ = std::fs::remove_dir_all(&bin);
+        std::fs::rename(&staging, &bin)
+            .with_context(|| format!("moving the binaries into {}", bin.display()))?;
+        forget_other_keys(&key);
+        eprintln!(
+            "kube: built in {:.0} s; Go's build cache {} holds {} MB",
+            started.elapsed().as_secs_f64(),
+            go_cache().display(),
+            size(&go_cache()) / 1_000_000
+        );
+        manifest
+    };
+    // Where the tests look: `<target>/kube/kube.json`.
+    let current = target_dir().join("kube/kube.json");
+    std::fs::write(&current, serde_json::to_string_pretty(&manifest)?)
+        .with_context(|| format!("writing {}", current.display()))?;
+    Ok(manifest)
+}
+
+/// Whether Go is here at all (a machine without it skips the real API server's tests, loudly).
+pub(crate) fn go_available() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `<target>/kube/<key>`: the key is a hash of the modules' files, the Go version and the build flags.
+fn cache_dir() -> Result<(String, PathBuf)> {
+    let mut hash = Sha256::new();
+    hash.update(go_version()?);
+    for module in modules() {
+        hash.update(module.dir);
+        hash.update(&module.ldflags);
+        for file in module_files(&repo_root().join(module.dir))? {
+            let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            hash.update(
+                file.strip_prefix(repo_root())
+                    .unwrap_or(&file)
+                    .to_string_lossy()
+                    .as_bytes(),
+            );
+            hash.update(bytes);
+        }
+    }
+    let digest = hash.finalize();
+    let key: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok((key.clone(), target_dir().join("kube").join(key)))
+}
+
+/// Every file of a module directory, sorted.
+fn module_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The pins of the go.mod files agree with [`KUBERNETES`] and [`ETCD`], which name them in the output.
+fn check_pins() -> Result<()> {
+    for (dir, module, version) in [
+        ("tools/kube", "k8s.io/kubernetes", KUBERNETES),
+        ("tools/etcd", "go.etcd.io/etcd/server/v3", ETCD),
+    ] {
+        let path = repo_root().join(dir).join("go.mod");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let wanted = format!("{module} {version}");
+        if !text
+            .lines()
+            .any(|line| line.trim() == wanted || line.trim() == format!("require {wanted}"))
+        {
+            bail!(
+                "{}: does not require {wanted}, which xtask/src/kube.rs names",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn go() -> Command {
+    let mut command = Command::new("go");
+    command
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .env("GOCACHE", go_cache())
+        // The committed go.sum must be complete: a build never edits the module files.
+        .env("GOFLAGS", "-mod=readonly -trimpath -buildvcs=false");
+    command
+}
+
+fn go_cache() -> PathBuf {
+    target_dir().join("kube/go-build")
+}
+
+fn go_version() -> Result<String> {
+    let output = Command::new("go")
+        .arg("version")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .context(
+            "go is not on PATH: the real kube-apiserver, etcd and kube-controller-manager are built from \
+             their Go modules (Go 1.26 or later, with the module proxy)",
+        )?;
+    if !output.status.success() {
+        bail!(
+            "`go version` failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// `go mod download`, so that a module the proxy cannot serve is named before any compiling.
+fn download(module: &Module) -> Result<()> {
+    let dir = repo_root().join(module.dir);
+    eprintln!(
+        "kube: downloading the modules of {} (GOPROXY={})…",
+        module.dir,
+        goproxy()
+    );
+    let output = go()
+        .args(["mod", "download"])
+        .current_dir(&dir)
+        .output()
+        .context("cannot run go")?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let first = stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("(no message)");
+        bail!(
+            "{}: `go mod download` failed (GOPROXY={}); the first problem: {first}\n{stderr}",
+            module.dir,
+            goproxy()
+        );
+    }
+    Ok(())
+}
+
+fn goproxy() -> String {
+    Command::new("go")
+        .args(["env", "GOPROXY"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// `go build` of a module's binaries into `out`, with a line of progress per hundred packages.
+fn compile(module: &Module, out: &Path) -> Result<()> {
+    let dir = repo_root().join(module.dir);
+    let started = Instant::now();
+    eprintln!(
+        "kube: building {} from {} (cold: many minutes on two cores; cached afterwards)…",
+        module.binaries.join(", "),
+        module.dir
+    );
+    let mut child = go()
+        .args(["build", "-v", "-ldflags", &module.ldflags, "-o"])
+        .arg(format!("{}/", out.display()))
+        .args(module.binaries.iter().map(|b| format!("./cmd/{b}")))
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run go")?;
+    let stderr = child.stderr.take().expect("piped");
+    let mut problems = Vec::new();
+    let mut packages = 0_usize;
+    for line in BufReader::new(stderr).lines() {
+        let line = line?;
+        // `-v` names each package as it is built; anything else is a diagnostic.
+        if !line.contains(' ') && !line.starts_with('#') {
+            packages += 1;
+            if packages.is_multiple_of(250) {
+                eprintln!(
+                    "kube:   {packages} packages of {} built ({:.0} s)",
+                    module.dir,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        } else {
+            problems.push(line);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!(
+            "{}: `go build` failed ({status}):\n{}",
+            module.dir,
+            problems.join("\n")
+        );
+    }
+    eprintln!(
+        "kube: {} built ({packages} packages compiled, {:.0} s)",
+        module.binaries.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The first line of `<binary> --version`.
+fn version(binary: &Path) -> Result<String> {
+    let output = Command::new(binary)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("running {} --version", binary.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    Ok(text.lines().next().unwrap_or_default().trim().to_owned())
+}
+
+/// Removes the binaries of other keys (older pins): only one build is kept beside Go's cache.
+fn forget_other_keys(key: &str) {
+    let Ok(entries) = std::fs::read_dir(target_dir().join("kube")) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.len() == key.len() && name != key && name.chars().all(|c| c.is_ascii_hexdigit()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Bytes under `path`.
+fn size(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return std::fs::metadata(path).map_or(0, |m| m.len());
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                size(&path)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
