@@ -14,6 +14,9 @@
 //!
 //! Writes are ordered by resourceVersion (assigned by the server under one lock), falling back to time.
 //! Requests are attributed to processes by [`UserAgent`].
+//!
+//! The records come from the test API server's admin API, or from a real kube-apiserver's audit log
+//! ([`kube::parse`]), so a run on a real server is judged from that server's own record.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::MigrationConfig;
 use crate::controller_name::ControllerCatalog;
 use crate::filter::{Filter, FilterResult};
+
+pub mod kube;
 
 /// The controller name used in the `User-Agent` of leader-election requests.
 pub const LEADER_ELECTION: &str = "leader-election";
@@ -503,14 +508,14 @@ mod tests {
         let catalog = crate::controller_name::test_catalog();
         let n = MigrationConfig::load(
             "n",
-            include_bytes!("../../../examples/leader-migration/n.yaml"),
+            include_bytes!("../../../../examples/leader-migration/n.yaml"),
             &catalog,
         )
         .unwrap()
         .config;
         let n1 = MigrationConfig::load(
             "n+1",
-            include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"),
+            include_bytes!("../../../../examples/leader-migration/n-plus-1.yaml"),
             &catalog,
         )
         .unwrap()
@@ -647,7 +652,7 @@ mod tests {
         let catalog = crate::controller_name::test_catalog();
         let n1 = MigrationConfig::load(
             "n+1",
-            include_bytes!("../../../examples/leader-migration/n-plus-1.yaml"),
+            include_bytes!("../../../../examples/leader-migration/n-plus-1.yaml"),
             &catalog,
         )
         .unwrap()
