@@ -1,0 +1,153 @@
+//! Both control planes answer what the end-to-end tests ask of them: an administrator, minted identities
+//! that RBAC judges, and the server's own record of requests and Lease writes.
+
+#![allow(clippy::print_stderr)]
+
+use control_plane::{ApiServer, Backend, Credentials, UserInfo, on_both_backends};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+
+fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+async fn the_server_records_writes_and_lease_holders(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
+    let client = server.client_with(&server.admin(), "tester/1 (linux/amd64) host_1/leader-election");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let lease: Lease = object(serde_json::json!({
+        "metadata": {"name": "probe"},
+        "spec": {"holderIdentity": "host_1", "leaseDurationSeconds": 15},
+    }));
+    let created = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let mut released = created.clone();
+    released.spec.as_mut().unwrap().holder_identity = None;
+    let released = leases
+        .replace("probe", &PostParams::default(), &released)
+        .await
+        .unwrap();
+    Api::<Node>::all(client)
+        .create(
+            &PostParams::default(),
+            &object(serde_json::json!({"metadata": {"name": "n1"}})),
+        )
+        .await
+        .unwrap();
+
+    let writes = server.lease_writes();
+    let probe: Vec<_> = writes.iter().filter(|w| w.name == "probe").collect();
+    assert_eq!(probe.len(), 2, "{writes:#?}");
+    assert_eq!(probe[0].operation, "create");
+    assert_eq!(probe[0].holder_identity.as_deref(), Some("host_1"));
+    assert_eq!(probe[0].lease_duration_seconds, Some(15));
+    assert_eq!(
+        probe[0].resource_version.to_string(),
+        created.metadata.resource_version.unwrap()
+    );
+    assert_eq!(
+        probe[1].resource_version.to_string(),
+        released.metadata.resource_version.unwrap()
+    );
+    assert!(probe[1].holder_identity.as_deref().is_none_or(str::is_empty));
+
+    let requests = server.requests();
+    let node = requests
+        .iter()
+        .find(|r| r.verb.as_deref() == Some("create") && r.resource.as_deref() == Some("nodes"))
+        .unwrap_or_else(|| panic!("the node's create is recorded: {requests:#?}"));
+    assert_eq!(
+        (node.method.as_str(), node.path.as_str(), node.status),
+        ("POST", "/api/v1/nodes", 201)
+    );
+    assert!(node.user_agent.starts_with("tester/1"), "{node:?}");
+    assert!(node.resource_version.is_some());
+    let entries = server.request_entries();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.path == "/api/v1/nodes" && e.status == 201)
+    );
+}
+
+async fn minted_identities_are_judged_by_rbac(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
+    if let Some(test) = server.as_test() {
+        test.set_rbac(true);
+    }
+    let reader = server
+        .mint(&UserInfo::service_account("monitoring", "prometheus"))
+        .await;
+    assert!(matches!(reader, Credentials::Token(_)));
+    let user = server
+        .mint(&UserInfo {
+            name: "nobody".into(),
+            groups: vec!["system:authenticated".into()],
+        })
+        .await;
+    for credentials in [reader, user] {
+        let client = server.client_with(&credentials, "tester/1");
+        let error = Api::<Node>::all(client)
+            .list(&Default::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, kube::Error::Api(status) if status.code == 403),
+            "{error}"
+        );
+    }
+    let admin = Api::<Node>::all(server.client()).list(&Default::default()).await;
+    assert!(admin.is_ok(), "{admin:?}");
+    // kubectl reads the kubeconfig written for an identity.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("nobody.kubeconfig");
+    server
+        .kubeconfig_for(
+            &kubeconfig,
+            &UserInfo {
+                name: "nobody".into(),
+                groups: vec!["system:authenticated".into()],
+            },
+        )
+        .await
+        .unwrap();
+    let output = std::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .output()
+        .unwrap();
+    if backend == Backend::Kube {
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "nobody", "{output:?}");
+    }
+}
+
+on_both_backends!(
+    the_server_records_writes_and_lease_holders,
+    minted_identities_are_judged_by_rbac
+);
+
+/// Start-up time and memory of the real control plane, for the record (`--nocapture` shows them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_control_plane_starts_and_reports_its_cost() {
+    let Some(binaries) =
+        control_plane::KubeBinaries::for_test("the_real_control_plane_starts_and_reports_its_cost")
+    else {
+        return;
+    };
+    let server = control_plane::KubeApiServer::start(&binaries, &Default::default())
+        .await
+        .unwrap();
+    let (etcd, apiserver) = server.rss_mib();
+    eprintln!(
+        "kube-apiserver {} on etcd {}: ready in {:.1} s; resident etcd {etcd:.0} MiB, kube-apiserver {apiserver:.0} MiB",
+        server.version(),
+        binaries.etcd_version,
+        server.started_in().as_secs_f64()
+    );
+    assert!(etcd > 0.0 && apiserver > 0.0);
+    let version = server.client().apiserver_version().await.unwrap();
+    assert_eq!(format!("v{}.{}", version.major, version.minor), "v1.37");
+    let dir = server.dir().to_owned();
+    drop(server);
+    assert!(!dir.exists(), "the directory goes with the server");
+}
