@@ -12,8 +12,7 @@ use serde_json::json;
 
 use support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_are_initialized_from_the_cloud_in_two_writes() {
+async fn nodes_are_initialized_from_the_cloud_in_two_writes(backend: Backend) {
     let mut instance = FakeInstance::running("n1", 1);
     instance.instance_type = "fake.large".into();
     instance.zone = "zone-b".into();
@@ -27,7 +26,7 @@ async fn nodes_are_initialized_from_the_cloud_in_two_writes() {
         ("node.kubernetes.io/reserved".to_owned(), "no".to_owned()),
     ]
     .into();
-    let cluster = Cluster::start(vec![instance, FakeInstance::running("n2", 2)]).await;
+    let cluster = Cluster::start(backend, vec![instance, FakeInstance::running("n2", 2)]).await;
     let nodes = cluster.nodes();
     let keep = json!({"key": "example.com/keep", "effect": "NoSchedule"});
     nodes
@@ -122,9 +121,8 @@ async fn nodes_are_initialized_from_the_cloud_in_two_writes() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_without_a_provider_id_stays_tainted_with_an_event() {
-    let cluster = Cluster::start(vec![FakeInstance {
+async fn a_node_without_a_provider_id_stays_tainted_with_an_event(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance {
         provider_id: Some(String::new()),
         ..FakeInstance::running("n1", 1)
     }])
@@ -163,9 +161,8 @@ async fn a_node_without_a_provider_id_stays_tainted_with_an_event() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones() {
-    let cluster = Cluster::start(vec![
+async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![
         FakeInstance::running("gone", 1),
         FakeInstance::running("stopped", 2),
         FakeInstance::running("back", 3),
@@ -239,9 +236,8 @@ async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_balancers_follow_services_and_nodes_across_a_restart() {
-    let cluster = Cluster::start(vec![
+async fn load_balancers_follow_services_and_nodes_across_a_restart(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![
         FakeInstance::running("n1", 1),
         FakeInstance::running("n2", 2),
     ])
@@ -375,10 +371,9 @@ async fn load_balancers_follow_services_and_nodes_across_a_restart() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routes_for_pod_cidrs_and_the_network_unavailable_condition() {
+async fn routes_for_pod_cidrs_and_the_network_unavailable_condition(backend: Backend) {
     // Nodes need instances, or the lifecycle controller deletes them (they are not Ready).
-    let cluster = Cluster::start(vec![
+    let cluster = Cluster::start(backend, vec![
         FakeInstance::running("n1", 1),
         FakeInstance::running("n2", 2),
     ])
@@ -446,9 +441,8 @@ async fn routes_for_pod_cidrs_and_the_network_unavailable_condition() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_capabilities_and_settings_skip_controllers_with_a_reason() {
-    let cluster = Cluster::start(vec![FakeInstance::running("n1", 1)]).await;
+async fn missing_capabilities_and_settings_skip_controllers_with_a_reason(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance::running("n1", 1)]).await;
     let config = FakeCloudConfig {
         load_balancers: false,
         ..cluster.cloud_config()
@@ -506,3 +500,12 @@ async fn missing_capabilities_and_settings_skip_controllers_with_a_reason() {
     assert!(services.get("web").await.unwrap().metadata.finalizers.is_none());
     running.stop().await;
 }
+
+control_plane::on_both_backends!(
+    nodes_are_initialized_from_the_cloud_in_two_writes,
+    a_node_without_a_provider_id_stays_tainted_with_an_event,
+    lifecycle_deletes_gone_nodes_and_taints_shut_down_ones,
+    load_balancers_follow_services_and_nodes_across_a_restart,
+    routes_for_pod_cidrs_and_the_network_unavailable_condition,
+    missing_capabilities_and_settings_skip_controllers_with_a_reason,
+);

@@ -61,8 +61,7 @@ fn lb_service(name: &str, extra: serde_json::Value) -> Service {
     serde_json::from_value(value).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_keeps_the_taint() {
+async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_keeps_the_taint(backend: Backend) {
     let mut dual = FakeInstance::running("dual", 5);
     dual.addresses = vec![
         address("InternalIP", "10.0.0.5"),
@@ -74,7 +73,7 @@ async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_
     wrong.name = "wrong".into();
     let mut silent = FakeInstance::running("silent", 7);
     silent.addresses.clear();
-    let cluster = Cluster::start(vec![dual, wrong, silent]).await;
+    let cluster = Cluster::start(backend, vec![dual, wrong, silent]).await;
     let nodes = cluster.nodes();
     for (name, ips) in [
         ("dual", "10.0.0.5,fd00::5"),
@@ -132,9 +131,8 @@ async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_tainted_again_is_initialised_again() {
-    let cluster = Cluster::start(vec![FakeInstance::running("n1", 1)]).await;
+async fn a_node_tainted_again_is_initialised_again(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance::running("n1", 1)]).await;
     let nodes = cluster.nodes();
     nodes
         .create(
@@ -164,9 +162,8 @@ async fn a_node_tainted_again_is_initialised_again() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lifecycle_deletes_only_on_an_answer_and_only_its_providers_nodes() {
-    let cluster = Cluster::start(vec![]).await;
+async fn lifecycle_deletes_only_on_an_answer_and_only_its_providers_nodes(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![]).await;
     let nodes = cluster.nodes();
     // Not ready, and no instance behind any of them: `gone` is the fake's and answered "does not exist";
     // `foreign` belongs to another provider.
@@ -222,9 +219,8 @@ async fn lifecycle_deletes_only_on_an_answer_and_only_its_providers_nodes() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn load_balancers_are_cleaned_up_as_upstream() {
-    let cluster = Cluster::start(vec![FakeInstance::running("n1", 1)]).await;
+async fn load_balancers_are_cleaned_up_as_upstream(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance::running("n1", 1)]).await;
     cluster
         .nodes()
         .create(&PostParams::default(), &node("n1", json!({})))
@@ -320,7 +316,7 @@ async fn load_balancers_are_cleaned_up_as_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_gone_without_our_finalizer_and_its_new_namesake_leave_no_orphan() {
-    let cluster = Cluster::start(vec![FakeInstance::running("n1", 1)]).await;
+    let cluster = Cluster::start(Backend::Test, vec![FakeInstance::running("n1", 1)]).await;
     cluster
         .nodes()
         .create(&PostParams::default(), &node("n1", json!({})))
@@ -340,7 +336,7 @@ async fn a_service_gone_without_our_finalizer_and_its_new_namesake_leave_no_orph
 
     // Slow the controller's writes down, so the finalizer it would put back comes too late: the service
     // goes without it, and comes back under the same name with another UID.
-    cluster.server.add_fault(FaultSpec {
+    cluster.server.as_test().expect("faults need the test API server").add_fault(FaultSpec {
         user_agent: Some("/service-lb-controller".into()),
         action: FaultAction::Latency { ms: 1500 },
         duration_ms: Some(4000),
@@ -365,9 +361,8 @@ async fn a_service_gone_without_our_finalizer_and_its_new_namesake_leave_no_orph
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draining_nodes_leave_later() {
-    let cluster = Cluster::start(vec![
+async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draining_nodes_leave_later(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![
         FakeInstance::running("n1", 1),
         FakeInstance::running("n2", 2),
         FakeInstance::running("n3", 3),
@@ -443,9 +438,8 @@ async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draini
 /// Regression (seen in CI): node changes are looked at once a second. A node that joined and left within
 /// that second left the names as they were, so no pass followed; but the service's own change had put the
 /// node in its load balancer meanwhile, and there it stayed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer() {
-    let cluster = Cluster::start(vec![
+async fn a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![
         FakeInstance::running("n1", 1),
         FakeInstance::running("n2", 2),
     ])
@@ -500,10 +494,9 @@ async fn a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer()
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routes_as_upstream_and_outside_the_cluster_cidr_none() {
+async fn routes_as_upstream_and_outside_the_cluster_cidr_none(backend: Backend) {
     // Every node has an instance, or the lifecycle controller deletes it (none is Ready).
-    let cluster = Cluster::start(vec![
+    let cluster = Cluster::start(backend, vec![
         FakeInstance::running("n1", 1),
         FakeInstance::running("n3", 3),
         FakeInstance::running("n4", 4),
@@ -614,9 +607,8 @@ async fn routes_as_upstream_and_outside_the_cluster_cidr_none() {
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_cluster_lists_routes_once_per_period() {
-    let cluster = Cluster::start(vec![FakeInstance::running("n1", 1)]).await;
+async fn a_busy_cluster_lists_routes_once_per_period(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance::running("n1", 1)]).await;
     let nodes = cluster.nodes();
     nodes
         .create(
@@ -656,3 +648,14 @@ async fn a_busy_cluster_lists_routes_once_per_period() {
     assert!(rounds >= 2, "changes and the period still bring rounds: {rounds}");
     running.stop().await;
 }
+
+control_plane::on_both_backends!(
+    dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_keeps_the_taint,
+    a_node_tainted_again_is_initialised_again,
+    lifecycle_deletes_only_on_an_answer_and_only_its_providers_nodes,
+    load_balancers_are_cleaned_up_as_upstream,
+    a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draining_nodes_leave_later,
+    a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer,
+    routes_as_upstream_and_outside_the_cluster_cidr_none,
+    a_busy_cluster_lists_routes_once_per_period,
+);

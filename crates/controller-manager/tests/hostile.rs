@@ -17,7 +17,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use provider_fake::{AdminRequest, FakeInstance};
 use serde_json::json;
-use support::{Cluster, eventually, manager, settings, start, uninitialized};
+use support::{Backend, Cluster, eventually, manager, settings, start, uninitialized};
 
 fn junk() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -147,8 +147,7 @@ fn service(index: usize) -> impl Strategy<Value = Service> {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_objects_neither_crash_controllers_nor_make_them_write_garbage() {
+async fn hostile_objects_neither_crash_controllers_nor_make_them_write_garbage(backend: Backend) {
     let mut runner = TestRunner::deterministic();
     // Half the nodes have an instance under their name.
     let instances = (0..40u32)
@@ -156,7 +155,7 @@ async fn hostile_objects_neither_crash_controllers_nor_make_them_write_garbage()
         .map(|i| FakeInstance::running(&format!("hostile-{i}"), i + 1))
         .chain([FakeInstance::running("sentinel", 999)])
         .collect();
-    let cluster = Cluster::start(instances).await;
+    let cluster = Cluster::start(backend, instances).await;
     // Each object is drawn until the server accepts one: what the controllers see is hostile but could
     // exist in a real cluster. (What is refused was checked by the server's validation, not here.)
     for i in 0..40 {
@@ -273,3 +272,7 @@ mod harness_like {
             .is_some_and(|i| !i.is_empty())
     }
 }
+
+control_plane::on_both_backends!(
+    hostile_objects_neither_crash_controllers_nor_make_them_write_garbage,
+);

@@ -44,11 +44,33 @@ pub(crate) fn apply(
 ) {
     match (resource.group, resource.plural) {
         ("", "services") => service(object, old, allocations),
+        ("", "nodes") if old.is_none() => not_ready_taint(object),
         ("", "namespaces") if old.is_none() => {
             object["status"] = json!({"phase": "Active"});
         }
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => binding(object),
         _ => {}
+    }
+}
+
+/// The `TaintNodesByCondition` admission plugin (on by default): a new node gets
+/// `node.kubernetes.io/not-ready:NoSchedule` unless it has that taint already, until the node lifecycle
+/// controller of kube-controller-manager sees it Ready.
+fn not_ready_taint(object: &mut Value) {
+    const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    if !object["spec"].is_object() {
+        object["spec"] = json!({});
+    }
+    let spec = &mut object["spec"];
+    if !spec["taints"].is_array() {
+        spec["taints"] = json!([]);
+    }
+    let taints = spec["taints"].as_array_mut().expect("an array");
+    let present = taints
+        .iter()
+        .any(|t| t["key"] == NOT_READY && t["effect"] == "NoSchedule");
+    if !present {
+        taints.push(json!({"key": NOT_READY, "effect": "NoSchedule"}));
     }
 }
 
@@ -219,6 +241,26 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
 mod tests {
     use super::*;
     use crate::resources::{RESOURCES, find};
+
+    #[test]
+    fn new_nodes_get_the_not_ready_taint_once_and_updates_keep_theirs() {
+        let nodes = &RESOURCES[find("", "v1", "nodes").unwrap()];
+        let mut allocations = Allocations::default();
+        let not_ready = json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"});
+        let keep = json!({"key": "example.com/keep", "effect": "NoSchedule"});
+        for (spec, taints) in [
+            (json!(null), json!([not_ready])),
+            (json!({"taints": [keep]}), json!([keep, not_ready])),
+            (json!({"taints": [not_ready]}), json!([not_ready])),
+        ] {
+            let mut node = json!({"metadata": {"name": "n"}, "spec": spec});
+            apply(nodes, &mut node, None, &mut allocations);
+            assert_eq!(node["spec"]["taints"], taints, "{spec}");
+        }
+        let mut update = json!({"metadata": {"name": "n"}, "spec": {}});
+        apply(nodes, &mut update, Some(&json!({})), &mut allocations);
+        assert_eq!(update["spec"], json!({}), "admission adds the taint on create only");
+    }
 
     #[test]
     fn load_balancer_services_get_ips_ports_and_keep_them() {

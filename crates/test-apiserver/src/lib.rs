@@ -1,8 +1,11 @@
 //! A test double of the Kubernetes API server.
 //!
-//! No kube-apiserver can be installed where this project's tests run, so integration tests, benchmarks and
-//! the demo run against this server. It is faithful where leader election and the cloud controllers
-//! depend on it, and it is never on a production code path.
+//! It starts in milliseconds in-process and injects faults (latency, errors, partitions, compaction), so
+//! integration tests, benchmarks and the demo run against it by default. The end-to-end tests run on a
+//! real kube-apiserver on etcd as well (`crates/control-plane`, one parameter), which keeps this server
+//! honest: what the real one revealed was fixed here (the `not-ready` taint of new nodes). It is faithful
+//! where leader election and the cloud controllers depend on it, and it is never on a production code
+//! path.
 //!
 //! **Faithful:** the REST paths, JSON, and `Status` errors with the real reasons and codes; a global
 //! resourceVersion; `uid`, `creationTimestamp`, `generation` (objects with a `spec`), `managedFields`;
@@ -40,7 +43,8 @@
 //! state, not a snapshot; core and `events.k8s.io` Events are stored separately; deleting a namespace
 //! removes its objects at once; server-side apply takes list semantics from the merge-key table (one key per
 //! keyed list) instead of OpenAPI, and keeps empty parent maps after a removal; no protobuf, no HTTP/2, TLS
-//! only with a CA made at start (no client certificates), no admission, no aggregated discovery or OpenAPI documents.
+//! only with a CA made at start (no client certificates), no admission but the `not-ready` taint
+//! `TaintNodesByCondition` gives new nodes, no aggregated discovery or OpenAPI documents.
 //!
 //! Start it in-process with [`TestApiServer::start`] or as the `test-apiserver` binary. Its admin API under
 //! `/_admin/` (see [`admin`](crate::admin) in the source) exposes the request log, the Lease write history,

@@ -1,5 +1,6 @@
-//! What the controller tests share: a test API server and a fake cloud, a manager of the framework's
-//! controllers over them, and waiting for conditions.
+//! What the controller tests share: an API server (the test API server or a real kube-apiserver, by
+//! `Backend`) and a fake cloud, a manager of the framework's controllers over them, and waiting for
+//! conditions.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -21,17 +22,17 @@ use provider_fake::{
     FakeProvider, Knobs,
 };
 use serde_json::json;
-use test_apiserver::TestApiServer;
+pub use control_plane::{ApiServer, Backend};
 use tokio_util::sync::CancellationToken;
 
 pub struct Cluster {
-    pub server: TestApiServer,
+    pub server: ApiServer,
     pub cloud: FakeCloudServer,
 }
 
 impl Cluster {
-    pub async fn start(instances: Vec<FakeInstance>) -> Cluster {
-        let server = TestApiServer::start().await.unwrap();
+    pub async fn start(backend: Backend, instances: Vec<FakeInstance>) -> Cluster {
+        let server = ApiServer::for_test(backend).await;
         let cloud = FakeCloudServer::start(
             FakeCloud::new(instances, Knobs::default()),
             ([127, 0, 0, 1], 0).into(),
@@ -68,7 +69,7 @@ impl Cluster {
     }
 
     /// Successful writes by `controller`, from the server's request log.
-    pub fn writes_by(&self, controller: &str) -> Vec<test_apiserver::RequestRecord> {
+    pub fn writes_by(&self, controller: &str) -> Vec<control_plane::RequestRecord> {
         self.server
             .requests()
             .into_iter()
@@ -156,6 +157,9 @@ pub fn ready(status: &str) -> serde_json::Value {
     json!({"status": {"conditions": [{"type": "Ready", "status": status}]}})
 }
 
+/// The node's taints but `node.kubernetes.io/not-ready`, which the API server's `TaintNodesByCondition`
+/// admission gives every new node (kube-controller-manager's node lifecycle controller, not a cloud
+/// controller, removes it).
 pub async fn taint_keys(api: &Api<Node>, name: &str) -> Vec<String> {
     api.get(name)
         .await
@@ -166,6 +170,7 @@ pub async fn taint_keys(api: &Api<Node>, name: &str) -> Vec<String> {
         .unwrap_or_default()
         .into_iter()
         .map(|t| t.key)
+        .filter(|key| key != "node.kubernetes.io/not-ready")
         .collect()
 }
 
