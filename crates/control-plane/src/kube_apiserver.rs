@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use leadermigration::audit::kube::{AUDIT_POLICY, AuditedRequest};
 use leadermigration::audit::{LeaseWrite, RequestEntry};
-use test_apiserver::RequestRecord;
+use test_apiserver::{LeaseRecord, RequestRecord};
 
 use crate::binaries::KubeBinaries;
 use crate::pki::{Authority, CertifiedKey, service_account_key};
@@ -465,7 +465,36 @@ impl KubeApiServer {
         self.audited().into_iter().map(|a| a.entry).collect()
     }
 
-    /// Every Lease write so far, from the audit log.
+    /// Every Lease write so far, from the audit log, in the test API server's record form (a delete
+    /// has no record after it: its holder and times are empty).
+    pub fn leases(&self) -> Vec<LeaseRecord> {
+        self.audited()
+            .iter()
+            .filter_map(|audited| {
+                let (namespace, name) = audited.written_lease()?;
+                let spec = audited.lease_after().map(|o| &o["spec"]);
+                let text = |field: &str| spec.and_then(|s| s[field].as_str()).map(str::to_owned);
+                let number = |field: &str| spec.and_then(|s| s[field].as_i64());
+                Some(LeaseRecord {
+                    seq: audited.line as u64,
+                    time: format_us(audited.entry.time_us),
+                    time_us: audited.entry.time_us,
+                    resource_version: audited.entry.resource_version.unwrap_or(0),
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    operation: audited.event.verb.clone(),
+                    holder_identity: text("holderIdentity").filter(|h| !h.is_empty()),
+                    lease_transitions: number("leaseTransitions"),
+                    lease_duration_seconds: number("leaseDurationSeconds"),
+                    acquire_time: text("acquireTime"),
+                    renew_time: text("renewTime"),
+                    user_agent: audited.event.user_agent.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Every Lease write so far, as the overlap audit takes them (from the audit log).
     pub fn lease_writes(&self) -> Vec<LeaseWrite> {
         let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
         leadermigration::audit::kube::parse(&text)
@@ -538,9 +567,7 @@ fn record(seq: u64, audited: AuditedRequest) -> RequestRecord {
         .unwrap_or_default();
     RequestRecord {
         seq,
-        time: jiff::Timestamp::from_microsecond(audited.entry.time_us)
-            .map(|t| format!("{t:.6}"))
-            .unwrap_or_default(),
+        time: format_us(audited.entry.time_us),
         time_us: audited.entry.time_us,
         method: audited.entry.method,
         path: audited.entry.path,
@@ -556,6 +583,13 @@ fn record(seq: u64, audited: AuditedRequest) -> RequestRecord {
         latency_ms: (audited.entry.time_us - audited.received_us) as f64 / 1000.0,
         resource_version: audited.entry.resource_version,
     }
+}
+
+/// RFC 3339 with microseconds, as the test API server's records.
+fn format_us(us: i64) -> String {
+    jiff::Timestamp::from_microsecond(us)
+        .map(|t| format!("{t:.6}"))
+        .unwrap_or_default()
 }
 
 fn rss_mib(pid: u32) -> f64 {

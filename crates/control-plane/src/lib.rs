@@ -20,7 +20,7 @@ pub use binaries::{KubeBinaries, Unavailable};
 pub use kube_apiserver::{FRONT_PROXY_CLIENT, KubeApiServer, KubeConfig, StartError};
 use leadermigration::audit::{LeaseWrite, RequestEntry};
 pub use pki::CertifiedKey;
-pub use test_apiserver::{RequestRecord, TestApiServer, UserInfo};
+pub use test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};
 
 /// Which API server a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +227,14 @@ impl ApiServer {
         match self {
             ApiServer::Test(server) => server.requests().into_iter().map(entry).collect(),
             ApiServer::Kube(server) => server.request_entries(),
+        }
+    }
+
+    /// Every Lease write so far: the Lease history, or the Lease writes of kube-apiserver's audit log.
+    pub fn leases(&self) -> Vec<LeaseRecord> {
+        match self {
+            ApiServer::Test(server) => server.leases(),
+            ApiServer::Kube(server) => server.leases(),
         }
     }
 

@@ -122,10 +122,13 @@ async fn nodes_are_initialized_from_the_cloud_in_two_writes(backend: Backend) {
 }
 
 async fn a_node_without_a_provider_id_stays_tainted_with_an_event(backend: Backend) {
-    let cluster = Cluster::start(backend, vec![FakeInstance {
-        provider_id: Some(String::new()),
-        ..FakeInstance::running("n1", 1)
-    }])
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance {
+            provider_id: Some(String::new()),
+            ..FakeInstance::running("n1", 1)
+        }],
+    )
     .await;
     let nodes = cluster.nodes();
     nodes
@@ -162,11 +165,14 @@ async fn a_node_without_a_provider_id_stays_tainted_with_an_event(backend: Backe
 }
 
 async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones(backend: Backend) {
-    let cluster = Cluster::start(backend, vec![
-        FakeInstance::running("gone", 1),
-        FakeInstance::running("stopped", 2),
-        FakeInstance::running("back", 3),
-    ])
+    let cluster = Cluster::start(
+        backend,
+        vec![
+            FakeInstance::running("gone", 1),
+            FakeInstance::running("stopped", 2),
+            FakeInstance::running("back", 3),
+        ],
+    )
     .await;
     cluster
         .admin(AdminRequest::SetInstanceState {
@@ -237,10 +243,10 @@ async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones(backend: Backend
 }
 
 async fn load_balancers_follow_services_and_nodes_across_a_restart(backend: Backend) {
-    let cluster = Cluster::start(backend, vec![
-        FakeInstance::running("n1", 1),
-        FakeInstance::running("n2", 2),
-    ])
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
+    )
     .await;
     let nodes = cluster.nodes();
     nodes
@@ -373,10 +379,10 @@ async fn load_balancers_follow_services_and_nodes_across_a_restart(backend: Back
 
 async fn routes_for_pod_cidrs_and_the_network_unavailable_condition(backend: Backend) {
     // Nodes need instances, or the lifecycle controller deletes them (they are not Ready).
-    let cluster = Cluster::start(backend, vec![
-        FakeInstance::running("n1", 1),
-        FakeInstance::running("n2", 2),
-    ])
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
+    )
     .await;
     let nodes = cluster.nodes();
     nodes

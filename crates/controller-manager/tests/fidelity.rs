@@ -61,7 +61,9 @@ fn lb_service(name: &str, extra: serde_json::Value) -> Service {
     serde_json::from_value(value).unwrap()
 }
 
-async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_keeps_the_taint(backend: Backend) {
+async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_keeps_the_taint(
+    backend: Backend,
+) {
     let mut dual = FakeInstance::running("dual", 5);
     dual.addresses = vec![
         address("InternalIP", "10.0.0.5"),
@@ -336,11 +338,15 @@ async fn a_service_gone_without_our_finalizer_and_its_new_namesake_leave_no_orph
 
     // Slow the controller's writes down, so the finalizer it would put back comes too late: the service
     // goes without it, and comes back under the same name with another UID.
-    cluster.server.as_test().expect("faults need the test API server").add_fault(FaultSpec {
-        user_agent: Some("/service-lb-controller".into()),
-        action: FaultAction::Latency { ms: 1500 },
-        duration_ms: Some(4000),
-    });
+    cluster
+        .server
+        .as_test()
+        .expect("faults need the test API server")
+        .add_fault(FaultSpec {
+            user_agent: Some("/service-lb-controller".into()),
+            action: FaultAction::Latency { ms: 1500 },
+            duration_ms: Some(4000),
+        });
     let remove: json_patch::Patch =
         serde_json::from_value(json!([{"op": "remove", "path": "/metadata/finalizers"}])).unwrap();
     services
@@ -361,12 +367,17 @@ async fn a_service_gone_without_our_finalizer_and_its_new_namesake_leave_no_orph
     running.stop().await;
 }
 
-async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draining_nodes_leave_later(backend: Backend) {
-    let cluster = Cluster::start(backend, vec![
-        FakeInstance::running("n1", 1),
-        FakeInstance::running("n2", 2),
-        FakeInstance::running("n3", 3),
-    ])
+async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draining_nodes_leave_later(
+    backend: Backend,
+) {
+    let cluster = Cluster::start(
+        backend,
+        vec![
+            FakeInstance::running("n1", 1),
+            FakeInstance::running("n2", 2),
+            FakeInstance::running("n3", 3),
+        ],
+    )
     .await;
     let nodes = cluster.nodes();
     for name in ["n1", "n2"] {
@@ -439,10 +450,10 @@ async fn a_load_balancer_gone_before_its_hosts_update_is_not_an_error_and_draini
 /// that second left the names as they were, so no pass followed; but the service's own change had put the
 /// node in its load balancer meanwhile, and there it stayed.
 async fn a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer(backend: Backend) {
-    let cluster = Cluster::start(backend, vec![
-        FakeInstance::running("n1", 1),
-        FakeInstance::running("n2", 2),
-    ])
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
+    )
     .await;
     let nodes = cluster.nodes();
     nodes
@@ -496,12 +507,15 @@ async fn a_node_that_joins_and_leaves_within_a_second_leaves_the_load_balancer(b
 
 async fn routes_as_upstream_and_outside_the_cluster_cidr_none(backend: Backend) {
     // Every node has an instance, or the lifecycle controller deletes it (none is Ready).
-    let cluster = Cluster::start(backend, vec![
-        FakeInstance::running("n1", 1),
-        FakeInstance::running("n3", 3),
-        FakeInstance::running("n4", 4),
-        FakeInstance::running("n5", 5),
-    ])
+    let cluster = Cluster::start(
+        backend,
+        vec![
+            FakeInstance::running("n1", 1),
+            FakeInstance::running("n3", 3),
+            FakeInstance::running("n4", 4),
+            FakeInstance::running("n5", 5),
+        ],
+    )
     .await;
     let nodes = cluster.nodes();
     nodes

@@ -273,6 +273,4 @@ mod harness_like {
     }
 }
 
-control_plane::on_both_backends!(
-    hostile_objects_neither_crash_controllers_nor_make_them_write_garbage,
-);
+control_plane::on_both_backends!(hostile_objects_neither_crash_controllers_nor_make_them_write_garbage,);

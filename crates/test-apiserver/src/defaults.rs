@@ -45,6 +45,7 @@ pub(crate) fn apply(
     match (resource.group, resource.plural) {
         ("", "services") => service(object, old, allocations),
         ("", "nodes") if old.is_none() => not_ready_taint(object),
+        ("coordination.k8s.io", "leases") => coordinated_leader_election_off(object, old),
         ("", "namespaces") if old.is_none() => {
             object["status"] = json!({"phase": "Active"});
         }
@@ -71,6 +72,20 @@ fn not_ready_taint(object: &mut Value) {
         .any(|t| t["key"] == NOT_READY && t["effect"] == "NoSchedule");
     if !present {
         taints.push(json!({"key": NOT_READY, "effect": "NoSchedule"}));
+    }
+}
+
+/// The Lease strategy with the `CoordinatedLeaderElection` feature gate off, as it is by default (beta,
+/// off, in 1.33–1.37): `strategy` and `preferredHolder` are dropped on create, and on update unless the
+/// stored Lease has them already.
+fn coordinated_leader_election_off(object: &mut Value, old: Option<&Value>) {
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in ["strategy", "preferredHolder"] {
+        if old.is_none_or(|old| old["spec"][field].is_null()) {
+            spec.remove(field);
+        }
     }
 }
 
@@ -259,7 +274,28 @@ mod tests {
         }
         let mut update = json!({"metadata": {"name": "n"}, "spec": {}});
         apply(nodes, &mut update, Some(&json!({})), &mut allocations);
-        assert_eq!(update["spec"], json!({}), "admission adds the taint on create only");
+        assert_eq!(
+            update["spec"],
+            json!({}),
+            "admission adds the taint on create only"
+        );
+    }
+
+    #[test]
+    fn lease_fields_of_coordinated_leader_election_are_dropped_as_with_the_gate_off() {
+        let leases = &RESOURCES[find("coordination.k8s.io", "v1", "leases").unwrap()];
+        let mut allocations = Allocations::default();
+        let mut lease = json!({"spec": {"holderIdentity": "a", "strategy": "OldestEmulationVersion", "preferredHolder": "b"}});
+        apply(leases, &mut lease, None, &mut allocations);
+        assert_eq!(lease["spec"], json!({"holderIdentity": "a"}));
+        let stored = json!({"spec": {"strategy": "OldestEmulationVersion"}});
+        let mut update = json!({"spec": {"strategy": "OldestEmulationVersion", "preferredHolder": "b"}});
+        apply(leases, &mut update, Some(&stored), &mut allocations);
+        assert_eq!(
+            update["spec"],
+            json!({"strategy": "OldestEmulationVersion"}),
+            "kept where already set"
+        );
     }
 
     #[test]

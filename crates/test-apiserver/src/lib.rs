@@ -3,7 +3,8 @@
 //! It starts in milliseconds in-process and injects faults (latency, errors, partitions, compaction), so
 //! integration tests, benchmarks and the demo run against it by default. The end-to-end tests run on a
 //! real kube-apiserver on etcd as well (`crates/control-plane`, one parameter), which keeps this server
-//! honest: what the real one revealed was fixed here (the `not-ready` taint of new nodes). It is faithful
+//! honest: what the real one revealed was fixed here (the `not-ready` taint of new nodes; the Lease fields
+//! of coordinated leader election dropped, as with its feature gate off by default). It is faithful
 //! where leader election and the cloud controllers depend on it, and it is never on a production code
 //! path.
 //!

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::names::TAINT_UNINITIALIZED;
+pub use control_plane::{ApiServer, Backend};
 use controller_manager::{
     Cidr, ClientFactory, ControllerRegistry, ControllerSettings, Manager, ManagerConfig, ManagerError,
 };
@@ -22,7 +23,6 @@ use provider_fake::{
     FakeProvider, Knobs,
 };
 use serde_json::json;
-pub use control_plane::{ApiServer, Backend};
 use tokio_util::sync::CancellationToken;
 
 pub struct Cluster {

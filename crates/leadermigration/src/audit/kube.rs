@@ -152,6 +152,8 @@ pub struct AuditedRequest {
     pub event: AuditEvent,
     /// When the server received it, microseconds since the epoch.
     pub received_us: i64,
+    /// Its line in the log (from 1).
+    pub line: usize,
 }
 
 impl AuditEvent {
@@ -252,9 +254,38 @@ pub fn requests(text: &str) -> Result<Vec<AuditedRequest>, AuditLogError> {
             entry,
             event,
             received_us,
+            line: index + 1,
         });
     }
     Ok(requests)
+}
+
+impl AuditedRequest {
+    /// The Lease this request changed, `(namespace, name)`: a successful create, update, patch or delete
+    /// of a `coordination.k8s.io` Lease.
+    pub fn written_lease(&self) -> Option<(&str, &str)> {
+        let event = &self.event;
+        let object = event.object_ref.as_ref()?;
+        let write = matches!(event.verb.as_str(), "create" | "update" | "patch" | "delete");
+        (object.resource == "leases"
+            && object.api_group == "coordination.k8s.io"
+            && write
+            && (200..300).contains(&self.entry.status))
+        .then(|| {
+            (
+                object.namespace.as_deref().unwrap_or_default(),
+                object.name.as_deref().unwrap_or_default(),
+            )
+        })
+    }
+
+    /// The Lease after the write, when the response carried one (not for a delete).
+    pub fn lease_after(&self) -> Option<&serde_json::Value> {
+        self.event
+            .response_object
+            .as_ref()
+            .filter(|o| o["kind"] == "Lease" && self.event.verb != "delete")
+    }
 }
 
 /// Reads an audit log into the audit's inputs: every completed request, and every successful write of a
@@ -266,44 +297,31 @@ pub fn parse(text: &str) -> Result<AuditRecords, AuditLogError> {
     let requests = requests(text)?;
     let mut leases = Vec::new();
     let mut newest_rv = 0;
-    for (index, request) in requests.iter().enumerate() {
+    for request in &requests {
         let rv = request.entry.resource_version;
         newest_rv = newest_rv.max(rv.unwrap_or(0));
-        let event = &request.event;
-        let Some(object) = &event.object_ref else {
+        let Some((namespace, name)) = request.written_lease() else {
             continue;
         };
-        let write = matches!(event.verb.as_str(), "create" | "update" | "patch" | "delete");
-        if object.resource != "leases"
-            || object.api_group != "coordination.k8s.io"
-            || !write
-            || !(200..300).contains(&request.entry.status)
-        {
-            continue;
-        }
-        let namespace = object.namespace.clone().unwrap_or_default();
-        let name = object.name.clone().unwrap_or_default();
-        let response = event.response_object.as_ref();
-        let is_lease = response.is_some_and(|o| o["kind"] == "Lease");
-        let resource_version = match (rv, event.verb.as_str()) {
-            (Some(rv), _) if is_lease => rv,
-            (_, "delete") => newest_rv,
+        let event = &request.event;
+        let lease = request.lease_after();
+        let resource_version = match (rv, lease) {
+            (Some(rv), Some(_)) => rv,
+            (_, None) if event.verb == "delete" => newest_rv,
             _ => {
                 return Err(AuditLogError::NoResponse {
-                    line: index + 1,
+                    line: request.line,
                     verb: event.verb.clone(),
                     name: format!("{namespace}/{name}"),
                 });
             }
         };
-        let spec = response
-            .filter(|_| is_lease && event.verb != "delete")
-            .map(|o| &o["spec"]);
+        let spec = lease.map(|o| &o["spec"]);
         leases.push(LeaseWrite {
             time_us: request.entry.time_us,
             resource_version,
-            namespace,
-            name,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
             operation: event.verb.clone(),
             holder_identity: spec.and_then(|s| s["holderIdentity"].as_str()).map(str::to_owned),
             lease_duration_seconds: spec.and_then(|s| s["leaseDurationSeconds"].as_i64()),
