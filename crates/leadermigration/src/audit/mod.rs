@@ -410,10 +410,24 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
 }
 
 /// Checks every controller write of the request log against the tenures of the Lease history.
+///
+/// A write that changed nothing is answered with the object's unchanged resourceVersion, which orders it
+/// with the write that made that version, not when it happened: such a write (its resourceVersion no newer
+/// than one an earlier write of the same object produced) is judged by its time instead.
 pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Governance) -> AuditReport {
     let (tenures, handoffs, mut overlaps) = tenures(leases);
     let mut writes_checked = 0;
-    for request in requests.iter().filter(|r| r.is_successful_write()) {
+    let no_ops = no_op_writes(requests);
+    for (index, request) in requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_successful_write())
+    {
+        let resource_version = if no_ops.contains(&index) {
+            None
+        } else {
+            request.resource_version
+        };
         let Some(agent) = UserAgent::parse(&request.user_agent) else {
             continue;
         };
@@ -437,7 +451,7 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
                 let held = tenures.iter().any(|t| {
                     t.lease == lease
                         && t.identity == agent.identity
-                        && t.contains(request.resource_version, request.time_us)
+                        && t.contains(resource_version, request.time_us)
                 });
                 if !held {
                     overlaps.push(Overlap::WriteOutsideTenure {
@@ -458,6 +472,49 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
         handoffs,
         overlaps,
         writes_checked,
+    }
+}
+
+/// The indexes of successful writes whose resourceVersion is no newer than one an earlier write (by time)
+/// of the same object produced: writes that changed nothing.
+fn no_op_writes(requests: &[RequestEntry]) -> std::collections::HashSet<usize> {
+    let mut order: Vec<usize> = (0..requests.len())
+        .filter(|&i| requests[i].is_successful_write() && requests[i].resource_version.is_some())
+        .collect();
+    order.sort_by_key(|&i| requests[i].time_us);
+    let mut newest: HashMap<&str, u64> = HashMap::new();
+    let mut no_ops = std::collections::HashSet::new();
+    for index in order {
+        let request = &requests[index];
+        let rv = request.resource_version.unwrap_or(0);
+        let seen = newest.entry(object_path(&request.path)).or_insert(0);
+        if rv <= *seen {
+            no_ops.insert(index);
+        } else {
+            *seen = rv;
+        }
+    }
+    no_ops
+}
+
+/// The path of the object a request is about, without its subresource
+/// (`/api/v1/namespaces/default/services/web/status` → `…/services/web`).
+fn object_path(path: &str) -> &str {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // `api/v1` or `apis/GROUP/VERSION`, then `[namespaces/NS/]RESOURCE/NAME[/SUBRESOURCE]`.
+    let prefix = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return path,
+    };
+    let rest = segments.len().saturating_sub(prefix);
+    let namespaced = segments.get(prefix) == Some(&"namespaces") && rest > 2;
+    let object_len = prefix + if namespaced { 4 } else { 2 };
+    if segments.len() > object_len {
+        let cut: usize = segments[..object_len].iter().map(|s| s.len() + 1).sum();
+        &path[..cut]
+    } else {
+        path
     }
 }
 
@@ -577,6 +634,49 @@ mod tests {
             write(8, CCM, "ccm-b", "service-lb-controller"),
         ];
         (leases, requests)
+    }
+
+    #[test]
+    fn a_write_that_changed_nothing_is_judged_by_its_time() {
+        let (leases, mut requests) = clean_history();
+        // ccm-b's service controller patches the node again at time 9 with no change: the server answers
+        // with the version write 5 made, before ccm-b's migration tenure began (7).
+        let mut no_op = write(9, CCM, "ccm-b", "service-lb-controller");
+        no_op.resource_version = Some(5);
+        no_op.path = "/api/v1/nodes/n1/status".into();
+        requests.push(no_op.clone());
+        assert_eq!(
+            kinds(&audit(&leases, &requests, &governance())),
+            Vec::<&str>::new()
+        );
+        // The same answer at time 6, outside its tenure by time too, is caught.
+        let last = requests.len() - 1;
+        requests[last].time_us = 6_500_000;
+        assert_eq!(kinds(&audit(&leases, &requests, &governance())), ["outside"]);
+    }
+
+    #[test]
+    fn object_paths_drop_the_subresource() {
+        for (path, object) in [
+            ("/api/v1/nodes/n1/status", "/api/v1/nodes/n1"),
+            ("/api/v1/nodes/n1", "/api/v1/nodes/n1"),
+            (
+                "/api/v1/namespaces/default/services/web/status",
+                "/api/v1/namespaces/default/services/web",
+            ),
+            (
+                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l",
+            ),
+            ("/api/v1/namespaces/default", "/api/v1/namespaces/default"),
+            (
+                "/api/v1/namespaces/default/finalize",
+                "/api/v1/namespaces/default/finalize",
+            ),
+            ("cloud:ensure/web", "cloud:ensure/web"),
+        ] {
+            assert_eq!(object_path(path), object, "{path}");
+        }
     }
 
     #[test]
