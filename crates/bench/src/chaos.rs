@@ -443,7 +443,8 @@ impl State {
             .map(names)
             .filter(|n| retired.contains(n))
             .collect();
-        let service_list = services.list(&ListParams::default()).await?.items;
+        let mut service_list = services.list(&ListParams::default()).await?.items;
+        service_list.retain(harness::is_load_balancer);
         let wanted: BTreeSet<String> = service_list
             .iter()
             .filter(|s| s.metadata.deletion_timestamp.is_none())

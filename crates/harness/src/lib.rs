@@ -21,7 +21,7 @@ pub use cloud::GceCloud;
 pub use cloud::{AwsCloud, Cloud, CloudLoadBalancer, CloudWrites, Inventory};
 pub use moto::{MOTO_REQUIREMENT, Moto};
 pub use replica::{Environment, Replica, Side, Timings};
-pub use workload::{Created, Workload, has_ingress, initialized};
+pub use workload::{Created, Workload, has_ingress, initialized, is_load_balancer};
 
 /// Microseconds since the epoch: the clock of the API server's and the clouds' records (one machine).
 pub fn now_us() -> i64 {

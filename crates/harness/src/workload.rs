@@ -19,6 +19,11 @@ pub fn initialized(node: &k8s_openapi::api::core::v1::Node) -> bool {
         })
 }
 
+/// `service` asks for a load balancer (`type: LoadBalancer`); a cluster has others (`default/kubernetes`).
+pub fn is_load_balancer(service: &k8s_openapi::api::core::v1::Service) -> bool {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+}
+
 /// The service-lb controller has served `service`: its status has an ingress.
 pub fn has_ingress(service: &k8s_openapi::api::core::v1::Service) -> bool {
     service

@@ -1,8 +1,10 @@
 //! The RBAC both controller managers need for migration Leases.
 //!
-//! Kubernetes' bootstrap role `system::leader-locking-kube-controller-manager` covers only that manager's
-//! main Lease (and a cloud-controller-manager's main-lock role, `deploy/rbac/leader-election-rbac.yaml`
-//! here, only its own). The seed guide patches `create` into a rule restricted by
+//! Kubernetes' bootstrap Role `system::leader-locking-kube-controller-manager` (1.37) lets
+//! kube-controller-manager use every Lease in `kube-system`, but a cluster may have narrowed it, and a
+//! cloud-controller-manager's main-lock role (`deploy/rbac/leader-election-rbac.yaml` here) covers only its
+//! own Lease, so both managers get rules for the migration Leases. The seed guide patches `create` into a
+//! rule restricted by
 //! `resourceNames`, which grants nothing: a create request has no name when it is authorised. Here `create`
 //! gets a rule of its own, and every other verb is limited to the named Leases.
 

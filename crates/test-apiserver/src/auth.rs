@@ -386,6 +386,18 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
         .into_iter()
         .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}))
         .collect();
+    // The API server's own Service, which kube-apiserver's bootstrap controller makes in `default`.
+    objects.push(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {
+            "type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+            "sessionAffinity": "None", "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "internalTrafficPolicy": "Cluster",
+        },
+        "status": {"loadBalancer": {}},
+    }));
     objects.extend([
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -440,9 +452,10 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "system::leader-locking-kube-controller-manager", "namespace": "kube-system", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            // As kube-apiserver 1.37 bootstraps it: every Lease in kube-system.
             "rules": [
-                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]},
-                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kube-controller-manager"], "verbs": ["get", "update"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "watch", "list", "create", "update"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leasecandidates"], "verbs": ["get", "watch", "list", "create", "update"]},
             ],
         }),
         json!({
@@ -452,6 +465,7 @@ pub(crate) fn bootstrap_objects() -> Vec<Value> {
             "subjects": [
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-controller-manager"},
                 {"kind": "ServiceAccount", "name": "kube-controller-manager", "namespace": "kube-system"},
+                {"kind": "ServiceAccount", "name": "leader-election-controller", "namespace": "kube-system"},
             ],
         }),
     ]);
