@@ -50,6 +50,16 @@ pub enum Credentials {
     Certificate(CertifiedKey),
 }
 
+impl Credentials {
+    /// The bearer token, when these are one.
+    pub fn token(&self) -> Option<&str> {
+        match self {
+            Credentials::Token(token) => Some(token),
+            Credentials::Certificate(_) => None,
+        }
+    }
+}
+
 /// Why a control plane could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -288,10 +298,26 @@ fn entry(record: RequestRecord) -> RequestEntry {
 }
 
 /// Makes each `async fn NAME(backend: Backend)` two tests, `NAME::test_apiserver` and
-/// `NAME::kube_apiserver` (multi-threaded tokio runtimes, two workers). The second is skipped, loudly,
+/// `NAME::kube_apiserver` (multi-threaded tokio runtimes, two workers); with `sync` first, each
+/// `fn NAME(backend: Backend)` (a test that drives processes). The kube-apiserver test is skipped, loudly,
 /// only on a machine without Go ([`KubeBinaries::for_test`]).
 #[macro_export]
 macro_rules! on_both_backends {
+    (sync $($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn test_apiserver() {
+                super::$name($crate::Backend::Test)
+            }
+
+            #[test]
+            fn kube_apiserver() {
+                if $crate::KubeBinaries::for_test(concat!(module_path!(), "::", stringify!($name))).is_some() {
+                    super::$name($crate::Backend::Kube)
+                }
+            }
+        }
+    )+};
     ($($name:ident),+ $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

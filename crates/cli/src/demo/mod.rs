@@ -20,9 +20,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use control_plane::{ApiServer, Backend};
 use controller_manager::ControllerRegistry;
 use futures::StreamExt as _;
-use harness::{Admin, Created, Environment, Inventory, Replica, Side, Timings};
+use harness::{Created, Environment, Inventory, Replica, Side, Timings};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Api;
@@ -31,7 +32,6 @@ use leadermigration::audit::{AuditReport, audit};
 use leadermigration::{
     CLOUD_CONTROLLER_MANAGER, ControllerSelection, KUBE_CONTROLLER_MANAGER, MigrationConfig, PlanInput, plan,
 };
-use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
 
 use crate::chart::{Chart, Mark};
@@ -85,6 +85,11 @@ pub(crate) struct Args {
     /// directory), or `gce` (the GCE provider against a Compute Engine test double in this process).
     #[arg(long, default_value = "fake", value_parser = ["fake", "aws", "gce"])]
     cloud: String,
+    /// The API server: `test` (this repository's test API server, in this process; starts in milliseconds)
+    /// or `kube` (a real kube-apiserver on etcd, built by `cargo xtask kube`; the verdict is judged from
+    /// its audit log).
+    #[arg(long, default_value = "test", value_parser = ["test", "kube"])]
+    apiserver: String,
     /// `text`: a live timeline, then the verdict; `json`: only the result, as JSON.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
@@ -282,9 +287,17 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         n = args.replicas
     ));
 
-    let server = TestApiServer::start()
-        .await
-        .context("start the test API server")?;
+    let backend = if args.apiserver == "kube" {
+        Backend::Kube
+    } else {
+        Backend::Test
+    };
+    let server = ApiServer::start(backend).await.map_err(|error| match error {
+        control_plane::Error::Unavailable(why) => anyhow::anyhow!(
+            "--apiserver kube: {why} (kube-apiserver and etcd are built from their Go modules by `cargo xtask kube` in this repository)"
+        ),
+        other => anyhow::anyhow!("start the API server: {other}"),
+    })?;
     let cloud = DemoCloud::start(&args.cloud, &timeline).await?;
     let directory = tempfile::Builder::new()
         .prefix("ccm-demo-")
@@ -302,8 +315,16 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
             retry_period: lease / 10,
         },
     )?;
+    let apiserver = match &server {
+        ApiServer::Test(_) => "test API server".to_owned(),
+        ApiServer::Kube(kube) => format!(
+            "kube-apiserver {} on etcd {}",
+            kube.version(),
+            kube.binaries().etcd_version
+        ),
+    };
     timeline.say(&format!(
-        "test API server {} · {} · replica logs in {}",
+        "{apiserver} {} · {} · replica logs in {}",
         server.url(),
         cloud.description,
         environment.log_dir.display()
@@ -342,8 +363,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     // Stop the side in charge too, so the audit sees every tenure end. Its standbys may take a lease over
     // for a moment while the leader stops: the audit judges those writes, the report of hand-offs
     // ends where the migration did.
-    let admin = Admin::new(client.clone());
-    let migration_ended_us = admin.leases().await?.iter().map(|w| w.time_us).max();
+    let migration_ended_us = server.lease_writes().iter().map(|w| w.time_us).max();
     marks.push(Mark {
         at_us: harness::now_us(),
         label: "every replica stopped (SIGTERM)".to_owned(),
@@ -357,7 +377,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         replica.wait(wait)?;
     }
 
-    let mut requests = admin.requests().await?;
+    let mut requests = server.request_entries();
     let invalid_writes = harness::refused_as_invalid(&requests).len();
     let cloud_writes = cloud
         .cloud
@@ -370,7 +390,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         .inventory()
         .await
         .context("list what the cloud holds")?;
-    let mut report = audit(&admin.leases().await?, &requests, &environment.governance()?);
+    let mut report = audit(&server.lease_writes(), &requests, &environment.governance()?);
     let ended_on = |end: i64| {
         report
             .tenures
@@ -400,6 +420,11 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         cloud_writes: cloud_writes.attributed.len(),
         unattributed_cloud_writes: cloud_writes.unattributed,
         inventory,
+        apiserver: server.describe(),
+        judged_from: match &server {
+            ApiServer::Test(_) => "the test API server's Lease history and request log".to_owned(),
+            ApiServer::Kube(kube) => format!("kube-apiserver {}'s audit log", kube.version()),
+        },
     };
     show(args, &timeline, &names, &outcome);
     if let Some(path) = &args.report {
@@ -437,6 +462,10 @@ struct Outcome {
     unattributed_cloud_writes: Vec<String>,
     /// What the cloud holds at the end.
     inventory: Inventory,
+    /// The API server it ran on: `{"kind": "test"|"kube-apiserver", "version": …}`.
+    apiserver: serde_json::Value,
+    /// The record the verdict was judged from.
+    judged_from: String,
 }
 
 impl Outcome {
@@ -491,6 +520,8 @@ mod tests {
                 }],
                 routes: 3,
             },
+            apiserver: serde_json::json!({"kind": "test"}),
+            judged_from: "the test API server's records".to_owned(),
         }
     }
 

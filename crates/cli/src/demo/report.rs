@@ -124,6 +124,8 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         cloud_writes,
         unattributed_cloud_writes,
         inventory,
+        apiserver,
+        judged_from,
     } = outcome;
     let ends_with = migration_lease_ends_with.map(Side::component);
     let handoffs: Vec<serde_json::Value> = report
@@ -144,6 +146,8 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         let result = json!({
             "verdict": verdict,
             "mode": if *rollback { "rollback" } else { "migration" },
+            "apiserver": apiserver,
+            "judged_from": judged_from,
             "migration_lease_ends_with": ends_with,
             "overlaps": report.overlaps.len(),
             "handoffs": handoffs,
@@ -167,7 +171,7 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
         return;
     }
-    timeline.say("every replica stopped; auditing the API server's lease history and request log");
+    timeline.say(&format!("every replica stopped; auditing {judged_from}"));
     println!();
     println!("hand-offs (gap: the old holder's last write to the new holder's acquisition):");
     for h in &report.handoffs {

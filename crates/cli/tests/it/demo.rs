@@ -1,8 +1,19 @@
 //! `cloud-controller-manager demo`: the README's first command, end to end.
 
+use control_plane::Backend;
+
 use crate::support::{SvgTenure, binary, stderr, stdout, svg_tenures};
 
 fn demo(args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    demo_on(Backend::Test, args)
+}
+
+/// `demo … --output json` on the test API server or (`--apiserver kube`) a real kube-apiserver.
+fn demo_on(backend: Backend, args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let apiserver = match backend {
+        Backend::Test => "test",
+        Backend::Kube => "kube",
+    };
     let output = binary()
         .args([
             "demo",
@@ -12,12 +23,15 @@ fn demo(args: &[&str]) -> (std::process::Output, serde_json::Value) {
             "2",
             "--dwell-seconds",
             "0.3",
+            "--apiserver",
+            apiserver,
         ])
         .args(args)
         .output()
         .unwrap();
-    let result = serde_json::from_str(&stdout(&output))
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output))
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", stdout(&output), stderr(&output)));
+    assert_eq!(result["apiserver"]["kind"], backend.kind(), "{result:#}");
     (output, result)
 }
 
@@ -42,9 +56,8 @@ fn assert_migrated(result: &serde_json::Value, released: bool) {
     assert_eq!(to_new_side["released"], released, "{result:#}");
 }
 
-#[test]
-fn a_graceful_rolling_migration_passes_the_audit() {
-    let (output, result) = demo(&[]);
+fn a_graceful_rolling_migration_passes_the_audit(backend: Backend) {
+    let (output, result) = demo_on(backend, &[]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_migrated(&result, true);
     // Graceful hand-offs are immediate, not a lease duration.
@@ -53,9 +66,8 @@ fn a_graceful_rolling_migration_passes_the_audit() {
     }
 }
 
-#[test]
-fn a_migration_by_crashes_waits_out_each_lease_and_passes_the_audit() {
-    let (output, result) = demo(&["--crash"]);
+fn a_migration_by_crashes_waits_out_each_lease_and_passes_the_audit(backend: Backend) {
+    let (output, result) = demo_on(backend, &["--crash"]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_migrated(&result, false);
     for handoff in result["handoffs"].as_array().unwrap() {
@@ -93,11 +105,10 @@ fn the_text_timeline_names_leases_holders_and_the_verdict() {
     }
 }
 
-#[test]
-fn a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it() {
+fn a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it(backend: Backend) {
     let directory = tempfile::tempdir().unwrap();
     let report = directory.path().join("rollback.svg");
-    let (output, result) = demo(&["--rollback", "--report", report.to_str().unwrap()]);
+    let (output, result) = demo_on(backend, &["--rollback", "--report", report.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(result["verdict"], "ok", "{result:#}");
     assert_eq!(result["mode"], "rollback", "{result:#}");
@@ -296,3 +307,9 @@ fn the_gce_provider_migrates_against_the_compute_double_and_its_cloud_changes_pa
     assert_migrated(&result, false);
     assert_cloud_converged(&result, "gce");
 }
+
+control_plane::on_both_backends!(
+    sync a_graceful_rolling_migration_passes_the_audit,
+    a_migration_by_crashes_waits_out_each_lease_and_passes_the_audit,
+    a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it,
+);

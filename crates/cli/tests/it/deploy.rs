@@ -1,23 +1,22 @@
 //! The shipped manifests (`deploy/`): every overlay renders with the real `kubectl`, its flags are this
-//! binary's, and its RBAC is proven both ways on the test API server in RBAC mode: a migration run with
-//! the shipped identities gets no 403, and every verb the RBAC grants is one the managers used.
+//! binary's, and its RBAC is proven both ways, on the test API server in RBAC mode and on a real
+//! kube-apiserver with its bootstrap policy: a migration run with the shipped identities gets no 403, and
+//! every verb the RBAC grants is one the managers used.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use control_plane::{ApiServer, Backend, RequestRecord, UserInfo};
 use controller_manager::ControllerRegistry;
 use harness::{Environment, Replica, Side, Timings, Workload, has_ingress, initialized, wait_for_holders};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use leadermigration::MigrationConfig;
 use leadermigration::audit::audit;
-use provider_fake::{
-    AdminRequest, CloudRequest, FakeCloud, FakeCloudServer, FakeInstance, InstanceState, Knobs,
-};
+use provider_fake::{AdminRequest, CloudRequest, FakeInstance, InstanceState};
 use serde_json::{Value, json};
-use test_apiserver::{Config, RequestRecord, TestApiServer, UserInfo};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{binary, curl, free_port, repo_root, stderr, stdout};
@@ -32,22 +31,9 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:cloud-controlle
 const STATIC_POD_USER: &str = "system:cloud-controller-manager";
 /// The N side's identity, whose migration-Lease rules ship in `deploy/rbac/leader-migration-rbac.yaml`.
 const KCM_USER: &str = "system:kube-controller-manager";
-/// What kube-apiserver's bootstrap policy gives kube-controller-manager and the test API server lacks: its
-/// own Lease, and the cloud controllers' objects. The migration Lease is granted only by the shipped RBAC.
-const KCM_BOOTSTRAP_STAND_IN: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: "test:leader-locking-kube-controller-manager", namespace: kube-system}
-rules:
-  - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create]}
-  - {apiGroups: [coordination.k8s.io], resources: [leases], resourceNames: [kube-controller-manager], verbs: [get, list, watch, update]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: "test:leader-locking-kube-controller-manager", namespace: kube-system}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "test:leader-locking-kube-controller-manager"}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-controller-manager"}]
----
+/// What a real kube-controller-manager's cloud controllers hold through their own service accounts
+/// (`--use-service-account-credentials`), which the N side here plays as kube-controller-manager's user.
+const KCM_CLOUD_CONTROLLERS_STAND_IN: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: "test:kube-controller-manager-cloud-controllers"}
@@ -472,9 +458,9 @@ fn granted(objects: &[Value]) -> BTreeSet<Access> {
 }
 
 /// A kubeconfig that authenticates as `user`.
-pub(crate) fn kubeconfig_for(server: &TestApiServer, dir: &Path, file: &str, user: UserInfo) -> PathBuf {
+pub(crate) async fn kubeconfig_for(server: &ApiServer, dir: &Path, file: &str, user: UserInfo) -> PathBuf {
     let path = dir.join(file);
-    server.write_kubeconfig(&path, &server.mint_token(user)).unwrap();
+    server.kubeconfig_for(&path, &user).await.unwrap();
     path
 }
 
@@ -509,7 +495,7 @@ fn stop_gracefully(replica: &mut Replica) {
 }
 
 /// Requests by the shipped identities that the API server refused.
-fn refusals(server: &TestApiServer) -> Vec<String> {
+fn refusals(server: &ApiServer) -> Vec<String> {
     server
         .requests()
         .iter()
@@ -533,7 +519,7 @@ fn refusals(server: &TestApiServer) -> Vec<String> {
 }
 
 /// Waits for `condition`; a timeout names what the shipped RBAC refused, the likely cause.
-async fn wait_until<F, Fut>(server: &TestApiServer, what: &str, mut condition: F)
+async fn wait_until<F, Fut>(server: &ApiServer, what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -560,16 +546,9 @@ fn routed(node: &Node) -> bool {
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
-    let server = TestApiServer::start_with(Config {
-        rbac: true,
-        tls: true,
-        admin: true,
-        ..Config::default()
-    })
-    .await
-    .unwrap();
+async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more(backend: Backend) {
+    let plane = crate::migration::Plane::start_secure(backend).await;
+    let server = &plane.server;
     let admin_kubeconfig = server.kubeconfig_path().to_owned();
     kubectl(
         Some(&admin_kubeconfig),
@@ -578,29 +557,25 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     let objects = render("deploy/overlays/fake");
     let grants = granted(&objects);
     let directory = tempfile::tempdir().unwrap();
-    let stand_in = directory.path().join("kcm-bootstrap-stand-in.yaml");
-    std::fs::write(&stand_in, KCM_BOOTSTRAP_STAND_IN).unwrap();
+    // kube-controller-manager's Lease rules are the bootstrap policy's (both servers have it).
+    let stand_in = directory.path().join("kcm-cloud-controllers-stand-in.yaml");
+    std::fs::write(&stand_in, KCM_CLOUD_CONTROLLERS_STAND_IN).unwrap();
     kubectl(
         Some(&admin_kubeconfig),
         &["apply", "--server-side", "-f", stand_in.to_str().unwrap()],
     );
-
-    let cloud = FakeCloudServer::start(
-        FakeCloud::new(Vec::new(), Knobs::default()),
-        ([127, 0, 0, 1], 0).into(),
-    )
-    .await
-    .unwrap();
+    let cloud = &plane.cloud;
     // The N side plays kube-controller-manager as its own user.
     let kcm_user = kubeconfig_for(
-        &server,
+        server,
         directory.path(),
         "kcm.kubeconfig",
         UserInfo {
             name: KCM_USER.to_owned(),
             groups: vec!["system:authenticated".to_owned()],
         },
-    );
+    )
+    .await;
     let environment = Environment::prepare(
         directory.path(),
         env!("CARGO_BIN_EXE_cloud-controller-manager").into(),
@@ -610,20 +585,22 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     )
     .unwrap();
     let service_account = kubeconfig_for(
-        &server,
+        server,
         directory.path(),
         "sa.kubeconfig",
         UserInfo::service_account("kube-system", CCM),
-    );
+    )
+    .await;
     let static_pod_user = kubeconfig_for(
-        &server,
+        server,
         directory.path(),
         "user.kubeconfig",
         UserInfo {
             name: STATIC_POD_USER.to_owned(),
             groups: vec!["system:authenticated".to_owned()],
         },
-    );
+    )
+    .await;
     let client = server.client();
     let mut kcms: Vec<Replica> = (1..=2)
         .map(|i| Replica::start(&environment, &format!("kcm-{i}"), Side::Kcm).unwrap())
@@ -688,11 +665,12 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     let nodes: Api<Node> = Api::all(client.clone());
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     wait_until(
-        &server,
+        server,
         "every node initialised and routed, every service served",
         || async {
             let all_nodes = nodes.list(&Default::default()).await.unwrap().items;
-            let all_services = services.list(&Default::default()).await.unwrap().items;
+            let mut all_services = services.list(&Default::default()).await.unwrap().items;
+            all_services.retain(harness::is_load_balancer);
             all_nodes.len() == 3 + created.nodes as usize
                 && all_nodes.iter().all(initialized)
                 && all_nodes.iter().all(routed)
@@ -759,7 +737,7 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
             })
             .count()
     };
-    wait_until(&server, "an event about node-odd", || async {
+    wait_until(server, "an event about node-odd", || async {
         event_writes("create") > 0
     })
     .await;
@@ -771,12 +749,12 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         )
         .await
         .unwrap();
-    wait_until(&server, "the event about node-odd to repeat", || async {
+    wait_until(server, "the event about node-odd to repeat", || async {
         event_writes("patch") > 0
     })
     .await;
     wait_until(
-        &server,
+        server,
         "the gone node deleted, the stopped one tainted, the service cleaned up",
         || async {
             let gone = nodes.get_opt("node-0").await.unwrap().is_none();
@@ -806,7 +784,10 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
         .create(&Default::default(), &binding)
         .await
         .unwrap();
-    let scraper = server.mint_token(UserInfo::service_account("monitoring", "prometheus"));
+    let scraper = server
+        .mint(&UserInfo::service_account("monitoring", "prometheus"))
+        .await;
+    let scraper = scraper.token().expect("a service account's token");
     let metrics_address = ([127, 0, 0, 1], metrics_port).into();
     let bearer = format!("Authorization: Bearer {scraper}");
     let (code, body) = curl(metrics_address, None, "/metrics", &["--header", &bearer]).expect("served");
@@ -839,14 +820,14 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
             "{user} did controller work"
         );
     }
-    let refused = refusals(&server);
+    let refused = refusals(server);
     assert!(
         refused.is_empty(),
         "the shipped RBAC refused:\n{}",
         refused.join("\n")
     );
 
-    // The N side held the migration Lease with the shipped rules alone.
+    // The N side held the migration Lease.
     assert!(
         requests.iter().any(|r| r.user.as_deref() == Some(KCM_USER)
             && r.verb.as_deref() == Some("update")
@@ -880,18 +861,19 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more() {
     );
 
     // And the migration itself had no overlap, and wrote nothing a real server refuses.
-    let admin = harness::Admin::new(client.clone());
-    let mut requests = admin.requests().await.unwrap();
+    let mut requests = server.request_entries();
     let invalid = harness::refused_as_invalid(&requests);
     assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
     let cloud_writes = harness::cloud_writes(cloud.url()).await.unwrap();
     assert!(!cloud_writes.is_empty(), "the cloud logged no change");
     requests.extend(cloud_writes);
     let report = audit(
-        &admin.leases().await.unwrap(),
+        &server.lease_writes(),
         &requests,
         &environment.governance().unwrap(),
     );
     assert!(report.overlaps.is_empty(), "{:#?}", report.overlaps);
     assert!(report.writes_checked > 0);
 }
+
+control_plane::on_both_backends!(the_shipped_rbac_is_enough_for_a_migration_and_no_more);

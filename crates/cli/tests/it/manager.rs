@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use control_plane::{ApiServer, Backend, Credentials, UserInfo};
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::core::v1::Node;
 use rustls::pki_types::pem::PemObject as _;
@@ -25,19 +26,15 @@ pub(crate) struct Manager {
 }
 
 impl Manager {
-    pub(crate) fn start(
-        dir: &Path,
-        server: &TestApiServer,
-        flags: &[&str],
-        env: &[(&str, String)],
-    ) -> Manager {
-        Manager::spawn(binary(), dir, server, flags, env)
+    /// Started with the administrator's `kubeconfig` of an API server.
+    pub(crate) fn start(dir: &Path, kubeconfig: &Path, flags: &[&str], env: &[(&str, String)]) -> Manager {
+        Manager::spawn(binary(), dir, kubeconfig, flags, env)
     }
 
     fn spawn(
         mut command: std::process::Command,
         dir: &Path,
-        server: &TestApiServer,
+        kubeconfig: &Path,
         flags: &[&str],
         env: &[(&str, String)],
     ) -> Manager {
@@ -51,7 +48,7 @@ impl Manager {
         let child = command
             .arg("--cloud-provider=fake")
             .arg(format!("--cloud-config={}", cloud_config.display()))
-            .arg(format!("--kubeconfig={}", server.kubeconfig_path().display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--leader-elect=false")
             .args(flags)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -269,7 +266,7 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
     let port = free_port();
     let mut manager = Manager::start(
         dir.path(),
-        &server,
+        server.kubeconfig_path(),
         &[
             "--bind-address=127.0.0.1",
             &format!("--secure-port={port}"),
@@ -289,13 +286,8 @@ async fn serves_health_readiness_and_metrics_over_https_with_the_given_certifica
             Ok(_) => get(&connector, address, "/readyz").await.0 == 200,
             Err(_) => false,
         };
-        let initialised = kube::Api::<Node>::all(server.client())
-            .get("n1")
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.taints)
-            .is_none_or(|t| t.is_empty());
+        let initialised =
+            harness::initialized(&kube::Api::<Node>::all(server.client()).get("n1").await.unwrap());
         if ready && initialised {
             break;
         }
@@ -399,7 +391,7 @@ async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes()
     let manager = Manager::spawn(
         command,
         dir.path(),
-        &server,
+        server.kubeconfig_path(),
         &[
             "--leader-elect=true",
             "--leader-elect-lease-duration=4s",
@@ -480,6 +472,19 @@ async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes()
     drop(held);
 }
 
+/// A certificate and its key written to `dir` as `<file>.crt` and `<file>.key`: curl's arguments.
+fn write_certificate(dir: &Path, file: &str, cert_pem: &str, key_pem: &str) -> Vec<String> {
+    let (cert_file, key_file) = (dir.join(format!("{file}.crt")), dir.join(format!("{file}.key")));
+    std::fs::write(&cert_file, cert_pem).unwrap();
+    std::fs::write(&key_file, key_pem).unwrap();
+    vec![
+        "--cert".to_owned(),
+        cert_file.display().to_string(),
+        "--key".to_owned(),
+        key_file.display().to_string(),
+    ]
+}
+
 /// A certificate signed by `ca` for a client named `name` in `groups`, written to `dir` as
 /// `<file>.crt` and `<file>.key`.
 fn client_certificate(
@@ -499,29 +504,15 @@ fn client_certificate(
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let key = rcgen::KeyPair::generate().unwrap();
     let certificate = params.signed_by(&key, ca).unwrap();
-    let (cert_file, key_file) = (dir.join(format!("{file}.crt")), dir.join(format!("{file}.key")));
-    std::fs::write(&cert_file, certificate.pem()).unwrap();
-    std::fs::write(&key_file, key.serialize_pem()).unwrap();
-    vec![
-        "--cert".to_owned(),
-        cert_file.display().to_string(),
-        "--key".to_owned(),
-        key_file.display().to_string(),
-    ]
+    write_certificate(dir, file, &certificate.pem(), &key.serialize_pem())
 }
 
 /// Issue 16: the API server decides who may read what, as for upstream's managers: tokens by
 /// TokenReview (cached), client certificates by `--client-ca-file`, paths by SubjectAccessReview;
 /// health is open to all. curl is the client.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate() {
-    let server = TestApiServer::start_with(test_apiserver::Config {
-        rbac: true,
-        tls: true,
-        ..test_apiserver::Config::default()
-    })
-    .await
-    .unwrap();
+async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate(backend: Backend) {
+    let plane = crate::migration::Plane::start_secure(backend).await;
+    let server = &plane.server;
     let dir = tempfile::tempdir().unwrap();
     let (_, cert_file, key_file) = serving_pair(dir.path());
     let (client_ca_pem, client_ca) = authority("client-ca");
@@ -554,16 +545,22 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
         .create(&Default::default(), &binding)
         .await
         .unwrap();
-    let prometheus = server.mint_token(test_apiserver::UserInfo::service_account(
-        "monitoring",
-        "prometheus",
-    ));
-    let stranger = server.mint_token(test_apiserver::UserInfo::service_account("default", "stranger"));
+    let token = |credentials: Credentials| credentials.token().expect("a token").to_owned();
+    let prometheus = token(
+        server
+            .mint(&UserInfo::service_account("monitoring", "prometheus"))
+            .await,
+    );
+    let stranger = token(
+        server
+            .mint(&UserInfo::service_account("default", "stranger"))
+            .await,
+    );
 
     let port = free_port();
     let manager = Manager::start(
         dir.path(),
-        &server,
+        server.kubeconfig_path(),
         &[
             "--bind-address=127.0.0.1",
             &format!("--secure-port={port}"),
@@ -681,36 +678,53 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
 /// Issue 16: without `--client-ca-file`, the client CA comes from the ConfigMap kube-apiserver publishes
 /// (`kube-system/extension-apiserver-authentication`), unless `--authentication-skip-lookup`; a lookup
 /// that is refused stops the start with the ConfigMap named, unless tolerated.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
-    let server = TestApiServer::start_with(test_apiserver::Config {
-        rbac: true,
-        tls: true,
-        ..test_apiserver::Config::default()
-    })
-    .await
-    .unwrap();
+async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream(backend: Backend) {
+    let plane = crate::migration::Plane::start_secure(backend).await;
+    let server = &plane.server;
     let dir = tempfile::tempdir().unwrap();
-    let client_ca = authority("client-ca");
-    let proxy_ca = authority("front-proxy-ca");
-    // As kube-apiserver publishes it: PEM, and lists as JSON.
-    let published: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
-        "data": {
-            "client-ca-file": client_ca.0,
-            "requestheader-client-ca-file": proxy_ca.0,
-            "requestheader-allowed-names": "[\"front-proxy-client\"]",
-            "requestheader-username-headers": "[\"X-Remote-User\"]",
-            "requestheader-group-headers": "[\"X-Remote-Group\"]",
-        },
-    }))
-    .unwrap();
-    kube::Api::namespaced(server.client(), "kube-system")
-        .create(&Default::default(), &published)
-        .await
-        .unwrap();
-    let masters = client_certificate(dir.path(), "masters", &client_ca.1, "ops", &["system:masters"]);
-    let mut proxied = client_certificate(dir.path(), "proxy", &proxy_ca.1, "front-proxy-client", &[]);
+    let (masters, mut proxied) = match server {
+        // kube-apiserver publishes its own: its cluster CA signs the client certificates, its front-proxy
+        // CA the proxy's.
+        ApiServer::Kube(kube) => {
+            let ops = UserInfo {
+                name: "ops".into(),
+                groups: vec!["system:masters".into()],
+            };
+            let Credentials::Certificate(masters) = server.mint(&ops).await else {
+                panic!("a certificate");
+            };
+            let proxy = kube.front_proxy_client();
+            (
+                write_certificate(dir.path(), "masters", &masters.cert_pem, &masters.key_pem),
+                write_certificate(dir.path(), "proxy", &proxy.cert_pem, &proxy.key_pem),
+            )
+        }
+        // As kube-apiserver publishes it: PEM, and lists as JSON.
+        ApiServer::Test(_) => {
+            let client_ca = authority("client-ca");
+            let proxy_ca = authority("front-proxy-ca");
+            let published: k8s_openapi::api::core::v1::ConfigMap =
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+                    "data": {
+                        "client-ca-file": client_ca.0,
+                        "requestheader-client-ca-file": proxy_ca.0,
+                        "requestheader-allowed-names": "[\"front-proxy-client\"]",
+                        "requestheader-username-headers": "[\"X-Remote-User\"]",
+                        "requestheader-group-headers": "[\"X-Remote-Group\"]",
+                    },
+                }))
+                .unwrap();
+            kube::Api::namespaced(server.client(), "kube-system")
+                .create(&Default::default(), &published)
+                .await
+                .unwrap();
+            (
+                client_certificate(dir.path(), "masters", &client_ca.1, "ops", &["system:masters"]),
+                client_certificate(dir.path(), "proxy", &proxy_ca.1, "front-proxy-client", &[]),
+            )
+        }
+    };
     proxied.extend([
         "--header".to_owned(),
         "X-Remote-User: ops".to_owned(),
@@ -728,7 +742,7 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
         }
         all.extend(flags.iter().map(|f| (*f).to_owned()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let manager = Manager::start(dir.path(), &server, &all, &[]);
+        let manager = Manager::start(dir.path(), server.kubeconfig_path(), &all, &[]);
         (manager, SocketAddr::from(([127, 0, 0, 1], port)))
     };
     // Served with a self-signed certificate made in memory: curl trusts any.
@@ -759,13 +773,14 @@ async fn the_client_ca_is_looked_up_in_the_cluster_as_upstream() {
     // An identity that may not read the ConfigMap.
     let nobody = dir.path().join("nobody.kubeconfig");
     server
-        .write_kubeconfig(
+        .kubeconfig_for(
             &nobody,
-            &server.mint_token(test_apiserver::UserInfo {
+            &UserInfo {
                 name: "nobody".to_owned(),
                 groups: vec!["system:authenticated".to_owned()],
-            }),
+            },
         )
+        .await
         .unwrap();
     let (mut refused, _) = start(&[], Some(&nobody));
     let deadline = Instant::now() + WAIT;
@@ -835,7 +850,7 @@ async fn traces_go_to_the_otlp_endpoint_when_one_is_set() {
     let (address, received) = collector().await;
     let mut manager = Manager::start(
         dir.path(),
-        &server,
+        server.kubeconfig_path(),
         &["--secure-port=0"],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{address}")),
@@ -888,3 +903,8 @@ fn help_groups_flags_like_upstream_and_version_prints() {
     assert!(version.status.success());
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("cloud-controller-manager "));
 }
+
+control_plane::on_both_backends!(
+    the_api_server_decides_who_reads_metrics_by_token_or_client_certificate,
+    the_client_ca_is_looked_up_in_the_cluster_as_upstream,
+);

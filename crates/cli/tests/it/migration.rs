@@ -1,12 +1,13 @@
 //! Leader migration across processes of the real binary, judged from the API server's records: its Lease
-//! history and request log, audited by `leadermigration::audit` (never from what the processes report).
+//! history and request log (a real kube-apiserver's audit log), audited by `leadermigration::audit`
+//! (never from what the processes report). Each test runs on the test API server and on kube-apiserver.
 
 use std::time::Duration;
 
+use control_plane::{ApiServer, Backend};
 use harness::{Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders};
 use leadermigration::audit::{AuditReport, audit};
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
-use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
 
 const KCM: &str = "kube-controller-manager";
@@ -15,26 +16,38 @@ const MIGRATION: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KCM, CCM, MIGRATION];
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A test API server, a fake cloud, and the environment replicas run in.
+/// An API server (the test one or kube-apiserver), a fake cloud, and the environment replicas run in.
 pub(crate) struct Plane {
-    pub(crate) server: TestApiServer,
+    pub(crate) server: ApiServer,
     pub(crate) cloud: FakeCloudServer,
     pub(crate) environment: Environment,
     _directory: tempfile::TempDir,
 }
 
 impl Plane {
-    pub(crate) async fn start() -> Plane {
-        Plane::start_with(test_apiserver::Config {
-            admin: true,
-            ..test_apiserver::Config::default()
-        })
-        .await
+    pub(crate) async fn start(backend: Backend) -> Plane {
+        Plane::on(ApiServer::for_test(backend).await).await
     }
 
-    /// With the API server configured as `config` (e.g. RBAC and TLS, as kubectl needs).
-    pub(crate) async fn start_with(config: test_apiserver::Config) -> Plane {
-        let server = TestApiServer::start_with(config).await.unwrap();
+    /// With RBAC enforced and TLS, as a real cluster serves kubectl (kube-apiserver always does both).
+    pub(crate) async fn start_secure(backend: Backend) -> Plane {
+        let server = match backend {
+            Backend::Test => ApiServer::Test(
+                test_apiserver::TestApiServer::start_with(test_apiserver::Config {
+                    admin: true,
+                    rbac: true,
+                    tls: true,
+                    ..test_apiserver::Config::default()
+                })
+                .await
+                .unwrap(),
+            ),
+            Backend::Kube => ApiServer::for_test(backend).await,
+        };
+        Plane::on(server).await
+    }
+
+    async fn on(server: ApiServer) -> Plane {
         let cloud = FakeCloudServer::start(
             FakeCloud::new(Vec::new(), Knobs::default()),
             ([127, 0, 0, 1], 0).into(),
@@ -79,9 +92,8 @@ impl Plane {
 
     /// The audit, after checking that the server refused none of the managers' writes as invalid.
     async fn audit(&self) -> AuditReport {
-        let admin = Admin::new(self.server.client());
-        let leases = admin.leases().await.unwrap();
-        let mut requests = admin.requests().await.unwrap();
+        let leases = self.server.lease_writes();
+        let mut requests = self.server.request_entries();
         let invalid = harness::refused_as_invalid(&requests);
         assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
         requests.extend(harness::cloud_writes(self.cloud.url()).await.unwrap());
@@ -124,9 +136,8 @@ fn identities(replicas: &mut [Replica]) -> Vec<String> {
     replicas.iter_mut().map(|r| r.identity(WAIT).unwrap()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolling_migration_from_three_kcm_to_three_ccm() {
-    let plane = Plane::start().await;
+async fn a_rolling_migration_from_three_kcm_to_three_ccm(backend: Backend) {
+    let plane = Plane::start(backend).await;
     let client = plane.server.client();
     let mut kcms: Vec<Replica> = (1..=3)
         .map(|i| plane.replica(&format!("kcm-{i}"), Side::Kcm))
@@ -205,7 +216,7 @@ async fn a_rolling_migration_from_three_kcm_to_three_ccm() {
         .assert_no_overlap(&ccms.iter().chain(&kcms).collect::<Vec<_>>())
         .await;
     // The migrated controller worked on both sides of the migration (so the audit had writes to judge).
-    let requests = Admin::new(plane.server.client()).requests().await.unwrap();
+    let requests = plane.server.request_entries();
     let service_writes = |ids: &[String]| {
         requests
             .iter()
@@ -266,9 +277,8 @@ async fn three_ccms(plane: &Plane) -> (Vec<Replica>, usize) {
     (ccms, leader)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_leader_fails_over_after_the_lease_duration() {
-    let plane = Plane::start().await;
+async fn sigkill_of_the_leader_fails_over_after_the_lease_duration(backend: Backend) {
+    let plane = Plane::start(backend).await;
     let (mut ccms, leader) = three_ccms(&plane).await;
     let (stop, churn) = plane.workload();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -299,9 +309,8 @@ async fn sigkill_of_the_leader_fails_over_after_the_lease_duration() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_of_the_leader_hands_over_at_once() {
-    let plane = Plane::start().await;
+async fn sigterm_of_the_leader_hands_over_at_once(backend: Backend) {
+    let plane = Plane::start(backend).await;
     let (mut ccms, leader) = three_ccms(&plane).await;
     let (stop, churn) = plane.workload();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -336,7 +345,8 @@ async fn sigterm_of_the_leader_hands_over_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_stops_before_it_is_replaced() {
-    let plane = Plane::start().await;
+    // A partition at the server: the test API server's fault (the chaos run cuts the network for real).
+    let plane = Plane::start(Backend::Test).await;
     let (mut ccms, leader) = three_ccms(&plane).await;
     let (stop, churn) = plane.workload();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -367,9 +377,8 @@ async fn a_partitioned_leader_stops_before_it_is_replaced() {
     plane.assert_no_overlap(&ccms.iter().collect::<Vec<_>>()).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_candidates_racing_for_free_locks_elect_one_leader_each() {
-    let plane = Plane::start().await;
+async fn many_candidates_racing_for_free_locks_elect_one_leader_each(backend: Backend) {
+    let plane = Plane::start(backend).await;
     let (stop, churn) = plane.workload();
     let mut ccms: Vec<Replica> = (1..=6)
         .map(|i| plane.replica(&format!("ccm-{i}"), Side::Ccm))
@@ -396,9 +405,10 @@ async fn many_candidates_racing_for_free_locks_elect_one_leader_each() {
 
 /// A negative control: the audit catches the real mistake of a manager left without migration enabled,
 /// which then runs the service controller under its own main lock next to the other side's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_audit_catches_a_manager_that_runs_a_migrated_controller_outside_the_migration_lock() {
-    let plane = Plane::start().await;
+async fn the_audit_catches_a_manager_that_runs_a_migrated_controller_outside_the_migration_lock(
+    backend: Backend,
+) {
+    let plane = Plane::start(backend).await;
     let mut kcm = Replica::start_with(
         &plane.environment,
         "kcm-no-migration",
@@ -444,3 +454,11 @@ async fn the_audit_catches_a_manager_that_runs_a_migrated_controller_outside_the
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+control_plane::on_both_backends!(
+    a_rolling_migration_from_three_kcm_to_three_ccm,
+    sigkill_of_the_leader_fails_over_after_the_lease_duration,
+    sigterm_of_the_leader_hands_over_at_once,
+    many_candidates_racing_for_free_locks_elect_one_leader_each,
+    the_audit_catches_a_manager_that_runs_a_migrated_controller_outside_the_migration_lock,
+);

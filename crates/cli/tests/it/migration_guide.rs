@@ -11,9 +11,9 @@
 use std::path::Path;
 use std::process::Command;
 
+use control_plane::{Backend, UserInfo};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use test_apiserver::UserInfo;
 
 use crate::deploy::kubeconfig_for;
 use crate::migration::Plane;
@@ -198,17 +198,10 @@ async fn run_stage(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_migration_guide_runs_as_written() {
+async fn the_migration_guide_runs_as_written(backend: Backend) {
     let guide = std::fs::read_to_string(repo_root().join(GUIDE)).unwrap();
     let blocks = blocks(&guide);
-    let plane = Plane::start_with(test_apiserver::Config {
-        rbac: true,
-        tls: true,
-        admin: true,
-        ..test_apiserver::Config::default()
-    })
-    .await;
+    let plane = Plane::start_secure(backend).await;
     let work = tempfile::tempdir().unwrap();
     for shared in ["examples", "deploy"] {
         std::os::unix::fs::symlink(repo_root().join(shared), work.path().join(shared)).unwrap();
@@ -224,7 +217,8 @@ async fn the_migration_guide_runs_as_written() {
             name: "system:cloud-controller-manager".into(),
             groups: vec!["system:authenticated".into()],
         },
-    );
+    )
+    .await;
     let env = [
         (
             "PATH",
@@ -285,10 +279,11 @@ async fn the_migration_guide_runs_as_written() {
     assert!(work.path().join("stale.yaml").exists());
 
     run("done").await;
-    // The migration RBAC is gone: kube-controller-manager may no longer touch the migration Lease.
+    // The migration RBAC is gone: cloud-controller-manager may no longer touch the migration Lease
+    // (kube-controller-manager's bootstrap Role still covers every Lease in kube-system).
     let review: k8s_openapi::api::authorization::v1::SubjectAccessReview = serde_json::from_value(json!({
         "spec": {
-            "user": "system:kube-controller-manager",
+            "user": "system:cloud-controller-manager",
             "resourceAttributes": {"namespace": "kube-system", "verb": "update", "group": "coordination.k8s.io", "resource": "leases", "name": MIGRATION},
         },
     }))
@@ -300,3 +295,5 @@ async fn the_migration_guide_runs_as_written() {
     assert_eq!(decided.status.map(|s| s.allowed), Some(false));
     stages.stop();
 }
+
+control_plane::on_both_backends!(the_migration_guide_runs_as_written);

@@ -311,12 +311,11 @@ fn scrape(port: u16) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_managers_expose_what_the_dashboard_and_alerts_read() {
+async fn live_managers_expose_what_the_dashboard_and_alerts_read(backend: control_plane::Backend) {
     if promtool().is_none() {
         return;
     }
-    let plane = Plane::start().await;
+    let plane = Plane::start(backend).await;
     let (server, environment) = (&plane.server, &plane.environment);
     // Mid-migration: kube-controller-manager (N) holds the migration Lease, cloud-controller-manager (N+1)
     // its own; between them every controller runs.
@@ -467,3 +466,5 @@ async fn live_managers_expose_what_the_dashboard_and_alerts_read() {
     }
     assert!(kcm.terminate().is_ok() && ccm.terminate().is_ok());
 }
+
+control_plane::on_both_backends!(live_managers_expose_what_the_dashboard_and_alerts_read);

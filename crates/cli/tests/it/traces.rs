@@ -132,7 +132,7 @@ async fn each_reconcile_is_a_span_with_its_cloud_calls_and_api_requests_beneath(
     let dir = tempfile::tempdir().unwrap();
     let mut manager = Manager::start(
         dir.path(),
-        &server,
+        server.kubeconfig_path(),
         &["--leader-elect=true", "--secure-port=0"],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{port}")),
