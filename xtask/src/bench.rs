@@ -24,6 +24,15 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         crate::tools::python()
             .map_err(|why| anyhow::anyhow!("cannot install moto for the aws benchmark: {why}"))?;
     }
+    let on_kube = args
+        .rest
+        .windows(2)
+        .any(|w| w[0] == "--apiserver" && w[1] == "kube")
+        || args.rest.iter().any(|a| a == "--apiserver=kube");
+    if on_kube {
+        // kube-apiserver and etcd from their Go modules (cached), never beside a cargo build.
+        crate::kube::build()?;
+    }
     // The manager as it ships (profile `dist`: fat LTO), and the benchmark and the API server optimised.
     exec(cargo().args([
         "build",

@@ -1,15 +1,17 @@
 //! `ccm-bench nodes`: how fast the cloud-node controller initialises a burst of new nodes, how many API
 //! writes each costs, and what the controller-manager's memory is with a large cluster cached.
 //!
-//! The test API server and the cloud-controller-manager run as their own processes; the fake cloud runs
+//! The API server (the test API server, or with `--apiserver kube` a real kube-apiserver on etcd whose
+//! audit log records every request's metadata) and the cloud-controller-manager run as their own
+//! processes; the fake cloud runs
 //! in this one, holding an instance for every node and answering each call after `--cloud-latency-ms`.
 //! The cluster first gets `--services` LoadBalancer services (owned by another load-balancer class, so
 //! they are cached but provision nothing: a load balancer fronting 10k nodes is not what this measures)
 //! and one warm-up node, initialised before the clock starts. Then `--nodes` kubelet-shaped nodes, each
 //! carrying the uninitialized taint, are created as fast as the API server takes them; the time runs from
 //! the first create to the last node seen without the taint. Writes are counted from the API server's
-//! request log (every write attempt by the controller-manager, failed ones included); memory is the
-//! controller-manager's resident set once every node is initialised.
+//! request log or audit log (every write attempt by the controller-manager, failed ones included); memory
+//! is the controller-manager's resident set once every node is initialised.
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +49,10 @@ pub(crate) struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_seconds: u64,
+    /// The API server: `test` (this repository's test API server, as a process) or `kube` (a real
+    /// kube-apiserver on etcd, built by `cargo xtask kube`; writes are counted from its audit log).
+    #[arg(long, default_value = "test", value_parser = ["test", "kube"])]
+    apiserver: String,
     #[command(flatten)]
     output: crate::Output,
 }
@@ -134,8 +140,70 @@ impl Drop for Manager {
     }
 }
 
+/// The API server the benchmark runs on.
+enum Server {
+    Test(ApiServer),
+    Kube(Box<control_plane::KubeApiServer>),
+}
+
+impl Server {
+    async fn start(kind: &str) -> Result<Server> {
+        if kind == "test" {
+            return Ok(Server::Test(ApiServer::start(&[])?));
+        }
+        let binaries = control_plane::KubeBinaries::find()
+            .context("--apiserver kube (`cargo xtask kube` builds kube-apiserver and etcd)")?;
+        let config = control_plane::KubeConfig {
+            audit_policy: Some(control_plane::LEAN_AUDIT_POLICY.to_owned()),
+            ..control_plane::KubeConfig::default()
+        };
+        Ok(Server::Kube(Box::new(
+            control_plane::KubeApiServer::start(&binaries, &config).await?,
+        )))
+    }
+
+    fn kubeconfig(&self) -> &std::path::Path {
+        match self {
+            Server::Test(server) => &server.kubeconfig,
+            Server::Kube(server) => server.kubeconfig_path(),
+        }
+    }
+
+    async fn client(&self) -> Result<kube::Client> {
+        match self {
+            Server::Test(server) => server.client().await,
+            Server::Kube(server) => Ok(server.client()),
+        }
+    }
+
+    /// Every request so far: the test API server's log, or kube-apiserver's audit log.
+    async fn requests(&self, client: &kube::Client) -> Result<Vec<leadermigration::audit::RequestEntry>> {
+        match self {
+            Server::Test(_) => harness::Admin::new(client.clone()).requests().await,
+            Server::Kube(server) => Ok(server.request_entries()),
+        }
+    }
+
+    /// What it is, and its memory now (MiB; etcd's and kube-apiserver's for the real one).
+    fn describe(&self) -> serde_json::Value {
+        match self {
+            Server::Test(server) => json!({"kind": "test", "rss_mb": server.rss_mib().map(round)}),
+            Server::Kube(server) => {
+                let (etcd, apiserver) = server.rss_mib();
+                json!({
+                    "kind": "kube-apiserver",
+                    "version": server.version(),
+                    "etcd": server.binaries().etcd_version,
+                    "rss_mb": round(apiserver),
+                    "etcd_rss_mb": round(etcd),
+                })
+            }
+        }
+    }
+}
+
 pub(crate) async fn run(args: Args) -> Result<()> {
-    let server = ApiServer::start(&[])?;
+    let server = Server::start(&args.apiserver).await?;
     let client = server.client().await?;
     let instances: Vec<FakeInstance> = std::iter::once(FakeInstance::running(WARM_UP, 0))
         .chain((0..args.nodes).map(|i| FakeInstance::running(&format!("node-{i}"), i + 1)))
@@ -192,7 +260,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         command
             .arg("--cloud-provider=fake")
             .arg(format!("--cloud-config={}", cloud_config.display()))
-            .arg(format!("--kubeconfig={}", server.kubeconfig.display()))
+            .arg(format!("--kubeconfig={}", server.kubeconfig().display()))
             .args([
                 "--leader-elect=false",
                 "--secure-port=0",
@@ -283,9 +351,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let peak = peak_rss_mib(pid).context("the controller-manager's peak memory")?;
     follower.abort();
 
-    let admin = harness::Admin::new(client.clone());
-    let writes = admin
-        .requests()
+    let writes = server
+        .requests(&client)
         .await?
         .iter()
         .filter(|r| {
@@ -305,6 +372,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         "api_writes_per_node": round(writes as f64 / initialised),
         "rss_mb": round(rss),
         "peak_rss_mb": round(peak),
+        "apiserver": server.describe(),
     });
     args.output.write(&result)
 }

@@ -17,7 +17,7 @@ mod pki;
 use std::path::Path;
 
 pub use binaries::{KubeBinaries, Unavailable};
-pub use kube_apiserver::{FRONT_PROXY_CLIENT, KubeApiServer, KubeConfig, StartError};
+pub use kube_apiserver::{FRONT_PROXY_CLIENT, KubeApiServer, KubeConfig, LEAN_AUDIT_POLICY, StartError};
 use leadermigration::audit::{LeaseWrite, RequestEntry};
 pub use pki::CertifiedKey;
 pub use test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};

@@ -216,6 +216,7 @@ async fn fields_it_does_not_own_survive(backend: Backend) {
                         // Its controller lists LeaseCandidates, a beta API off by default.
                         "--runtime-config=coordination.k8s.io/v1beta1=true".into(),
                     ],
+                    ..KubeConfig::default()
                 },
             )
             .await
