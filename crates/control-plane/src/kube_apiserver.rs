@@ -9,10 +9,8 @@
 //! are started under `setpriv --pdeathsig KILL` where it exists, so they die with the process that
 //! started them even when it is killed.
 
-use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -22,10 +20,12 @@ use test_apiserver::{LeaseRecord, RequestRecord};
 
 use crate::binaries::KubeBinaries;
 use crate::pki::{Authority, CertifiedKey, service_account_key};
+use crate::process::{Process, free_port, rss_mib, wait_for_etcd, wait_for_readyz};
+use crate::records::{format_us, record};
 use crate::{Credentials, UserInfo};
 
 /// How long start-up may take before it is an error.
-const START_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The front proxy's client certificate name that kube-apiserver trusts for request headers.
 pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
@@ -66,99 +66,6 @@ pub enum StartError {
         /// The log's last lines.
         tail: String,
     },
-}
-
-/// A running process; killed on drop.
-struct Process {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Process {
-    fn spawn(
-        name: &'static str,
-        binary: &Path,
-        args: &[String],
-        log: PathBuf,
-    ) -> Result<Process, StartError> {
-        let file = std::fs::File::create(&log).map_err(|source| StartError::Io {
-            path: log.clone(),
-            source,
-        })?;
-        let stderr = file.try_clone().map_err(|source| StartError::Io {
-            path: log.clone(),
-            source,
-        })?;
-        let mut command = if setpriv_available() {
-            let mut command = Command::new("setpriv");
-            command.args(["--pdeathsig", "KILL", "--"]).arg(binary);
-            command
-        } else {
-            Command::new(binary)
-        };
-        let child = command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|source| StartError::Spawn {
-                binary: binary.to_owned(),
-                source,
-            })?;
-        Ok(Process { name, child, log })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    fn tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-
-    fn not_ready(&self, reason: String) -> StartError {
-        StartError::NotReady {
-            what: self.name,
-            reason,
-            log: self.log.clone(),
-            tail: self.tail(8),
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn setpriv_available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        Command::new("setpriv")
-            .args(["--pdeathsig", "KILL", "--", "true"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-}
-
-fn free_port() -> Result<u16, StartError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|source| StartError::Io {
-            path: PathBuf::from("127.0.0.1:0"),
-            source,
-        })
 }
 
 /// How to start the control plane.
@@ -203,7 +110,24 @@ pub struct KubeApiServer {
 
 impl KubeApiServer {
     /// Starts etcd and kube-apiserver with `binaries`, and waits (at most 90 s) until `/readyz` says ok.
+    ///
+    /// A port is picked free and then handed to the process, so another process may take it in between:
+    /// a start that fails for a port in use is tried again (three times in all).
     pub async fn start(binaries: &KubeBinaries, config: &KubeConfig) -> Result<KubeApiServer, StartError> {
+        let mut attempt = 1;
+        loop {
+            match KubeApiServer::start_once(binaries, config).await {
+                Err(StartError::NotReady { tail, .. })
+                    if attempt < 3 && tail.contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(binaries: &KubeBinaries, config: &KubeConfig) -> Result<KubeApiServer, StartError> {
         let started = Instant::now();
         let dir = tempfile::Builder::new()
             .prefix("kube-apiserver-")
@@ -567,124 +491,5 @@ fn ignore_conflict<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error>
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(error) => Err(error),
-    }
-}
-
-fn record(seq: u64, audited: AuditedRequest) -> RequestRecord {
-    let event = audited.event;
-    let object = event.object_ref.unwrap_or_default();
-    let resource = (!object.resource.is_empty()).then(|| {
-        if object.api_group.is_empty() {
-            object.resource.clone()
-        } else {
-            format!("{}.{}", object.resource, object.api_group)
-        }
-    });
-    let query = event
-        .request_uri
-        .split_once('?')
-        .map(|(_, q)| q.to_owned())
-        .unwrap_or_default();
-    RequestRecord {
-        seq,
-        time: format_us(audited.entry.time_us),
-        time_us: audited.entry.time_us,
-        method: audited.entry.method,
-        path: audited.entry.path,
-        query,
-        user_agent: audited.entry.user_agent,
-        user: Some(event.user.username),
-        verb: audited.entry.verb,
-        resource,
-        subresource: object.subresource,
-        namespace: object.namespace,
-        name: object.name,
-        status: audited.entry.status,
-        latency_ms: (audited.entry.time_us - audited.received_us) as f64 / 1000.0,
-        resource_version: audited.entry.resource_version,
-    }
-}
-
-/// RFC 3339 with microseconds, as the test API server's records.
-fn format_us(us: i64) -> String {
-    jiff::Timestamp::from_microsecond(us)
-        .map(|t| format!("{t:.6}"))
-        .unwrap_or_default()
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
-/// Polls etcd's `/health` (plain HTTP) until it says `"health":"true"`.
-async fn wait_for_etcd(etcd: &mut Process, port: u16, deadline: Instant) -> Result<(), StartError> {
-    loop {
-        if let Some(status) = etcd.exited() {
-            return Err(etcd.not_ready(format!("exited with {status}")));
-        }
-        let healthy = tokio::task::spawn_blocking(move || {
-            let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-            stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-            stream
-                .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-                .ok()?;
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).ok()?;
-            Some(answer.contains("\"health\":\"true\""))
-        })
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false);
-        if healthy {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(etcd.not_ready(format!("/health not ok within {START_TIMEOUT:?}")));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Polls kube-apiserver's `/readyz` as the administrator until it answers `ok`.
-async fn wait_for_readyz(
-    apiserver: &mut Process,
-    url: &str,
-    ca: &Authority,
-    admin: &CertifiedKey,
-    deadline: Instant,
-) -> Result<(), StartError> {
-    let mut config = kube::Config::new(url.parse().expect("a URI"));
-    config.root_cert = Some(vec![ca.der()]);
-    let engine = base64::engine::general_purpose::STANDARD;
-    config.auth_info.client_certificate_data = Some(engine.encode(&admin.cert_pem));
-    config.auth_info.client_key_data = Some(engine.encode(&admin.key_pem).into());
-    config.read_timeout = Some(Duration::from_secs(5));
-    let client = kube::Client::try_from(config).expect("a client for the server's URL");
-    let mut last;
-    loop {
-        if let Some(status) = apiserver.exited() {
-            return Err(apiserver.not_ready(format!("exited with {status}")));
-        }
-        let request = http::Request::get("/readyz").body(Vec::new()).expect("a request");
-        match client.request_text(request).await {
-            Ok(text) if text.trim() == "ok" => return Ok(()),
-            Ok(text) => last = text,
-            Err(error) => last = error.to_string(),
-        }
-        if Instant::now() > deadline {
-            return Err(apiserver.not_ready(format!(
-                "/readyz not ok within {START_TIMEOUT:?}; last answer: {last}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -13,6 +13,8 @@
 mod binaries;
 mod kube_apiserver;
 mod pki;
+mod process;
+mod records;
 
 use std::path::Path;
 
