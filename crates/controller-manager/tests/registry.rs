@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, LeadingContext};
+use control_plane::{ApiServer, Backend, RequestRecord};
 use controller_manager::{
     ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings,
     LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
@@ -20,7 +21,6 @@ use leadermigration::audit::UserAgent;
 use leadermigration::scopes::LossPolicy;
 use leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig, Placement};
 use serde_json::json;
-use test_apiserver::{RequestRecord, TestApiServer};
 use tokio_util::sync::CancellationToken;
 
 const MIGRATION_LEASE: &str = "probe-migration";
@@ -104,7 +104,7 @@ fn migration(registry: &ControllerRegistry) -> MigrationConfig {
         .config
 }
 
-fn manager(server: &TestApiServer, registry: &ControllerRegistry, controllers: &[&str]) -> Manager {
+fn manager(server: &ApiServer, registry: &ControllerRegistry, controllers: &[&str]) -> Manager {
     let timings = LeaseTimings::new(
         Duration::from_secs(2),
         Duration::from_secs(1),
@@ -144,7 +144,7 @@ fn placement(manager: &Manager, name: &str) -> (Placement, Option<String>) {
 }
 
 /// Successful writes of `controller`, in the server's order.
-fn writes_by(server: &TestApiServer, controller: &str) -> Vec<RequestRecord> {
+fn writes_by(server: &ApiServer, controller: &str) -> Vec<RequestRecord> {
     server
         .requests()
         .into_iter()
@@ -165,7 +165,7 @@ async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 }
 
 /// A Lease held by someone else for an hour.
-async fn hold_elsewhere(server: &TestApiServer, name: &str) {
+async fn hold_elsewhere(server: &ApiServer, name: &str) {
     let lease: Lease = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "kube-system"},
         "spec": {
@@ -191,9 +191,8 @@ fn start(
     (shutdown.clone(), tokio::spawn(manager.run(shutdown)))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_providers_controller_runs_under_the_migration_lock_the_configuration_gives_it() {
-    let server = TestApiServer::start().await.unwrap();
+async fn a_providers_controller_runs_under_the_migration_lock_the_configuration_gives_it(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
     let registry = registry();
     let manager = manager(&server, &registry, &["*"]);
     assert_eq!(
@@ -277,9 +276,8 @@ async fn a_providers_controller_runs_under_the_migration_lock_the_configuration_
     task.await.unwrap().unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_migration_it_runs_under_the_main_lock_and_controllers_can_turn_it_off() {
-    let server = TestApiServer::start().await.unwrap();
+async fn without_migration_it_runs_under_the_main_lock_and_controllers_can_turn_it_off(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
     let registry = registry();
     // Turned off: planned as disabled, and never started.
     let off = manager(&server, &registry, &["*", "-probe"]);
@@ -364,7 +362,7 @@ fn another_providers_controller_is_skipped_with_a_reason() {
     );
 }
 
-fn plain_manager(server: &TestApiServer, identity: &str, provider: Arc<ProbeCloud>) -> Manager {
+fn plain_manager(server: &ApiServer, identity: &str, provider: Arc<ProbeCloud>) -> Manager {
     let timings = LeaseTimings::new(
         Duration::from_secs(2),
         Duration::from_secs(1),
@@ -393,9 +391,8 @@ fn plain_manager(server: &TestApiServer, identity: &str, provider: Arc<ProbeClou
     Manager::new(config, registry, provider)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when_that_ends() {
-    let server = TestApiServer::start().await.unwrap();
+async fn only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when_that_ends(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
     let leases: Api<Lease> = Api::namespaced(server.client(), "kube-system");
     let holder = || async {
         leases
@@ -446,3 +443,9 @@ async fn only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when
     second_stop.cancel();
     second_task.await.unwrap().unwrap();
 }
+
+control_plane::on_both_backends!(
+    a_providers_controller_runs_under_the_migration_lock_the_configuration_gives_it,
+    without_migration_it_runs_under_the_main_lock_and_controllers_can_turn_it_off,
+    only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when_that_ends,
+);
