@@ -123,6 +123,8 @@ fn service(index: u32) -> Result<Service> {
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerClass": "example.com/another-load-balancer",
+            // That controller targets pods: no node ports (a cluster has only 2,768 of them).
+            "allocateLoadBalancerNodePorts": false,
             "selector": {"app": format!("web-{index}")},
             "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
                       {"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"}],

@@ -226,6 +226,9 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
     if service_type == "LoadBalancer" {
         spec.entry("allocateLoadBalancerNodePorts").or_insert(json!(true));
     }
+    // As the real registry's `shouldAllocateNodePorts`: a load balancer may do without node ports.
+    let allocates_node_ports = service_type == "NodePort"
+        || (service_type == "LoadBalancer" && spec["allocateLoadBalancerNodePorts"] != json!(false));
     let old_ports = old_spec
         .get("ports")
         .and_then(Value::as_array)
@@ -237,7 +240,7 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
             if let Some(number) = port.get("port").cloned() {
                 port.entry("targetPort").or_insert(number);
             }
-            if exposes_node_ports && port.get("nodePort").is_none_or(|p| p.as_u64().unwrap_or(0) == 0) {
+            if allocates_node_ports && port.get("nodePort").is_none_or(|p| p.as_u64().unwrap_or(0) == 0) {
                 let previous = old_ports
                     .iter()
                     .find(|p| p.get("port") == port.get("port"))
@@ -296,6 +299,16 @@ mod tests {
             json!({"strategy": "OldestEmulationVersion"}),
             "kept where already set"
         );
+    }
+
+    #[test]
+    fn a_load_balancer_without_node_ports_gets_none() {
+        let services = &RESOURCES[find("", "v1", "services").unwrap()];
+        let mut allocations = Allocations::default();
+        let mut service = json!({"spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}});
+        apply(services, &mut service, None, &mut allocations);
+        assert_eq!(service["spec"]["ports"][0].get("nodePort"), None);
+        assert_eq!(service["spec"]["externalTrafficPolicy"], "Cluster");
     }
 
     #[test]

@@ -2,11 +2,20 @@
 //!
 //! It starts in milliseconds in-process and injects faults (latency, errors, partitions, compaction), so
 //! integration tests, benchmarks and the demo run against it by default. The end-to-end tests run on a
-//! real kube-apiserver on etcd as well (`crates/control-plane`, one parameter), which keeps this server
-//! honest: what the real one revealed was fixed here (the `not-ready` taint of new nodes; the Lease fields
-//! of coordinated leader election dropped, as with its feature gate off by default). It is faithful
-//! where leader election and the cloud controllers depend on it, and it is never on a production code
-//! path.
+//! real kube-apiserver 1.37 on etcd as well (`crates/control-plane`, one parameter), which keeps this
+//! server honest. It is faithful where leader election and the cloud controllers depend on it, and it is
+//! never on a production code path.
+//!
+//! **Checked against kube-apiserver; what it revealed was fixed here:** new nodes get the `not-ready`
+//! taint (`TaintNodesByCondition`); a Lease's `strategy` and `preferredHolder` are dropped, as with
+//! `CoordinatedLeaderElection` off (its default); `default/kubernetes` exists; kube-controller-manager's
+//! bootstrap Role `system::leader-locking-kube-controller-manager` covers every Lease in `kube-system`.
+//! A load balancer with `allocateLoadBalancerNodePorts: false` gets no node ports. **Still different, on
+//! purpose:** node ports are handed out in turn and never run out (the real server refuses a service once
+//! the 2,768 of 30000–32767 are taken, "failed to allocate a nodePort: range is full"); a pod is deleted at once (a real server waits for its kubelet unless
+//! the grace period is 0, as the tests ask); HTTP unless TLS is asked for, tokens rather than client
+//! certificates, and no priority and fairness (the fast path for tests and benchmarks); its request log
+//! and Lease history are what the real server's audit log gives (`leadermigration::audit::kube`).
 //!
 //! **Faithful:** the REST paths, JSON, and `Status` errors with the real reasons and codes; a global
 //! resourceVersion; `uid`, `creationTimestamp`, `generation` (objects with a `spec`), `managedFields`;
