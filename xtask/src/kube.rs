@@ -257,14 +257,16 @@ fn download(module: &Module) -> Result<()> {
         .context("cannot run go")?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let first = stderr
-            .lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("(no message)");
+        let problems: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let more = match problems.len() {
+            0 | 1 => String::new(),
+            n => format!(" ({} more line(s) from go)", n - 1),
+        };
         bail!(
-            "{}: `go mod download` failed (GOPROXY={}); the first problem: {first}\n{stderr}",
+            "{}: `go mod download` failed (GOPROXY={}): {}{more}",
             module.dir,
-            goproxy()
+            goproxy(),
+            problems.first().unwrap_or(&"(no message)")
         );
     }
     Ok(())

@@ -181,12 +181,13 @@ impl ApiServer {
 
     /// A client with these credentials and `User-Agent`.
     pub fn client_with(&self, credentials: &Credentials, user_agent: &str) -> kube::Client {
-        let mut config = self.config_with(credentials);
-        config.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_str(user_agent).expect("a valid User-Agent"),
-        ));
-        kube::Client::try_from(config).expect("a client for the server's URL")
+        match (self, credentials) {
+            (ApiServer::Test(server), Credentials::Token(token)) => server.client_with(token, user_agent),
+            (ApiServer::Test(_), Credentials::Certificate(_)) => {
+                panic!("the test API server takes no client certificates")
+            }
+            (ApiServer::Kube(server), credentials) => server.client_with(credentials, user_agent),
+        }
     }
 
     /// Credentials for `user`: a token from the test API server; from the real one, a TokenRequest token
