@@ -19,54 +19,16 @@ use leadermigration::audit::{LeaseWrite, RequestEntry};
 use test_apiserver::{LeaseRecord, RequestRecord};
 
 use crate::binaries::KubeBinaries;
+use crate::pki::Credentials;
 use crate::pki::{Authority, CertifiedKey, service_account_key};
-use crate::process::{Process, free_port, rss_mib, wait_for_etcd, wait_for_readyz};
+use crate::process::{
+    Process, START_TIMEOUT, StartError, free_port, rss_mib, wait_for_etcd, wait_for_readyz,
+};
 use crate::records::{format_us, record};
-use crate::{Credentials, UserInfo};
-
-/// How long start-up may take before it is an error.
-pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(90);
+use test_apiserver::UserInfo;
 
 /// The front proxy's client certificate name that kube-apiserver trusts for request headers.
 pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
-
-/// Why the control plane could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A file of the control plane could not be written.
-    #[error("cannot prepare {path}: {source}")]
-    Io {
-        /// Where.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A certificate could not be made.
-    #[error("cannot make the control plane's certificates: {0}")]
-    Certificates(#[from] rcgen::Error),
-    /// A process could not be started.
-    #[error("cannot start {binary}: {source}")]
-    Spawn {
-        /// The binary.
-        binary: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A process exited or did not become ready in time.
-    #[error("{what} did not become ready: {reason}\n--- the end of its log ({log}) ---\n{tail}")]
-    NotReady {
-        /// `etcd` or `kube-apiserver`.
-        what: &'static str,
-        /// Exited, or timed out.
-        reason: String,
-        /// Its log.
-        log: PathBuf,
-        /// The log's last lines.
-        tail: String,
-    },
-}
 
 /// How to start the control plane.
 #[derive(Debug, Clone, Default)]

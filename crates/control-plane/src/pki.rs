@@ -88,3 +88,22 @@ pub(crate) fn service_account_key() -> Result<(String, String), rcgen::Error> {
     let key = KeyPair::generate()?;
     Ok((key.serialize_pem(), key.public_key_pem()))
 }
+
+/// How a client proves who it is.
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    /// A bearer token.
+    Token(String),
+    /// A client certificate and its key.
+    Certificate(CertifiedKey),
+}
+
+impl Credentials {
+    /// The bearer token, when these are one.
+    pub fn token(&self) -> Option<&str> {
+        match self {
+            Credentials::Token(token) => Some(token),
+            Credentials::Certificate(_) => None,
+        }
+    }
+}

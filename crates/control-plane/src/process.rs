@@ -9,8 +9,48 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use crate::kube_apiserver::{START_TIMEOUT, StartError};
 use crate::pki::{Authority, CertifiedKey};
+
+/// How long start-up may take before it is an error.
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A file of the control plane could not be written.
+    #[error("cannot prepare {path}: {source}")]
+    Io {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A certificate could not be made.
+    #[error("cannot make the control plane's certificates: {0}")]
+    Certificates(#[from] rcgen::Error),
+    /// A process could not be started.
+    #[error("cannot start {binary}: {source}")]
+    Spawn {
+        /// The binary.
+        binary: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process exited or did not become ready in time.
+    #[error("{what} did not become ready: {reason}\n--- the end of its log ({log}) ---\n{tail}")]
+    NotReady {
+        /// `etcd` or `kube-apiserver`.
+        what: &'static str,
+        /// Exited, or timed out.
+        reason: String,
+        /// Its log.
+        log: PathBuf,
+        /// The log's last lines.
+        tail: String,
+    },
+}
 
 /// A running process; killed on drop.
 pub(crate) struct Process {
