@@ -12,7 +12,16 @@ use crate::{leader_migration, run, settings, telemetry};
 /// The whole command line; `registry` fills the help of `--cloud-provider` and `--controllers`.
 pub(crate) fn command(registry: &Registry) -> Command {
     let root = Command::new("cloud-controller-manager")
-        .version(env!("CARGO_PKG_VERSION"))
+        .disable_version_flag(true)
+        .arg(
+            clap::Arg::new("version")
+                .long("version")
+                .value_name("true|raw")
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .help("--version, --version=raw prints version information and quits: `Kubernetes vX.Y.Z` with this binary's version, as upstream's components print theirs. Upstream's --version=vX.Y.Z (report another version) is refused."),
+        )
         .about("A cloud-controller-manager with Kubernetes Leader Migration built in.\n\nWithout a subcommand it runs the manager: --cloud-provider is required.")
         .args_conflicts_with_subcommands(true)
         // Every flag's help under its name, as upstream prints it; column layout breaks on long names.
@@ -53,8 +62,29 @@ pub fn main(registry: Registry) -> ExitCode {
             Ok(args) => report(crate::demo::run(&args, registry.controllers())),
             Err(error) => error.exit(),
         },
-        _ => run_manager(&matches, &registry),
+        _ => {
+            match matches
+                .get_one::<String>("version")
+                .map(|v| crate::version::request(v))
+            {
+                Some(Ok(crate::version::Request::Print)) => return print(&crate::version::line()),
+                Some(Ok(crate::version::Request::Raw)) => return print(&crate::version::raw()),
+                Some(Err(problem)) => {
+                    eprintln!("error: {problem}");
+                    return ExitCode::from(2);
+                }
+                Some(Ok(crate::version::Request::Run)) | None => {}
+            }
+            run_manager(&matches, &registry)
+        }
     }
+}
+
+/// A command's whole answer, on stdout.
+#[allow(clippy::print_stdout)]
+fn print(text: &str) -> ExitCode {
+    println!("{text}");
+    ExitCode::SUCCESS
 }
 
 fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
@@ -133,7 +163,11 @@ fn run_manager(matches: &clap::ArgMatches, registry: &Registry) -> ExitCode {
     };
     let telemetry = {
         let _inside = runtime.enter();
-        telemetry::init(startup.settings.v, startup.settings.logging_format == "json")
+        telemetry::init(
+            startup.settings.v,
+            startup.settings.logging_format == "json",
+            startup.settings.log_text_split_stream,
+        )
     };
     let code = report(runtime.block_on(run::run(startup, registry)));
     telemetry.shutdown();

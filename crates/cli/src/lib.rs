@@ -15,7 +15,8 @@
 //!
 //! - [`main`] (`app`): the command line, the manager (`run`, `serve`, `telemetry`) and the
 //!   `leader-migration` tools.
-//! - `settings`: upstream's flags, each declared once, layered with a config file and the environment.
+//! - `settings`: upstream's flags, each declared once, layered with a config file and the environment;
+//!   `feature_gates`: `--feature-gates`, with upstream's gates.
 //! - `demo` (feature `demo`): a leader migration on this machine, with the test API server and the fake
 //!   cloud; a provider's own binary leaves it out with `default-features = false`.
 //!
@@ -28,6 +29,7 @@ mod chart;
 #[cfg(feature = "demo")]
 mod demo;
 mod duration;
+mod feature_gates;
 mod identity;
 mod leader_migration;
 mod lenient;
@@ -35,6 +37,7 @@ mod run;
 mod serve;
 mod settings;
 mod telemetry;
+mod version;
 
 pub use app::main;
 pub use duration::{DurationError, GoDuration};

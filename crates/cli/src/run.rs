@@ -16,6 +16,7 @@ use leadermigration::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::feature_gates::FeatureGates;
 use crate::serve::Serving;
 use crate::settings::Settings;
 
@@ -29,6 +30,57 @@ pub(crate) struct Startup {
     pub(crate) serving: Option<Serving>,
     /// The values of the controllers' own flags.
     pub(crate) flags: FlagValues,
+    /// `--feature-gates`, over the defaults.
+    pub(crate) feature_gates: FeatureGates,
+}
+
+/// A TLS minimum version flag: whether only TLS 1.3 is offered.
+fn tls13_only(flag: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "" | "VersionTLS12" => Ok(false),
+        "VersionTLS13" => Ok(true),
+        other => Err(format!(
+            "{flag}: {other:?} is not supported (VersionTLS12 or VersionTLS13)"
+        )),
+    }
+}
+
+/// The webhook server's TLS flags, checked as the serving flags are, though this binary serves no webhook
+/// yet: a value upstream would refuse is refused here too.
+fn webhook_tls_problems(settings: &Settings) -> Vec<String> {
+    let mut problems = Vec::new();
+    if settings.webhook_tls_cert_file.is_empty() != settings.webhook_tls_private_key_file.is_empty() {
+        problems.push(
+            "--webhook-tls-cert-file and --webhook-tls-private-key-file must be given together".to_owned(),
+        );
+    }
+    problems.extend(tls13_only("--webhook-tls-min-version", &settings.webhook_tls_min_version).err());
+    problems.extend(
+        crate::serve::cipher_suites("--webhook-tls-cipher-suites", &settings.webhook_tls_cipher_suites).err(),
+    );
+    problems.extend(
+        crate::serve::kx_groups(
+            "--webhook-tls-curve-preferences",
+            &settings.webhook_tls_curve_preferences,
+        )
+        .err(),
+    );
+    problems
+}
+
+/// A Kubernetes quantity as `--log-text-info-buffer-size` takes it: a decimal number with an optional SI
+/// (`k`/`K`, `M`, `G`, `T`, `P`, `E`) or binary (`Ki` … `Ei`) suffix.
+fn is_quantity(text: &str) -> bool {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits);
+    number.parse::<f64>().is_ok_and(|n| n >= 0.0)
+        && matches!(
+            suffix,
+            "" | "k" | "K" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+        )
 }
 
 /// Checks every setting; all problems are reported together, each naming its flag. Controller names
@@ -135,6 +187,10 @@ pub(crate) fn validate(
     for (flag, value) in [
         ("--concurrent-node-syncs", settings.concurrent_node_syncs),
         ("--concurrent-service-syncs", settings.concurrent_service_syncs),
+        (
+            "--concurrent-node-lifecycle-syncs",
+            settings.concurrent_node_lifecycle_syncs,
+        ),
     ] {
         if value == 0 {
             problems.push(format!("{flag} must be a positive number"));
@@ -236,18 +292,18 @@ pub(crate) fn validate(
         if files.0 != files.1 {
             problems.push("--tls-cert-file and --tls-private-key-file must be given together".to_owned());
         }
-        let tls13_only = match settings.tls_min_version.as_str() {
-            "" | "VersionTLS12" => false,
-            "VersionTLS13" => true,
-            other => {
-                problems.push(format!(
-                    "--tls-min-version: {other:?} is not supported (VersionTLS12 or VersionTLS13)"
-                ));
+        let tls13_only =
+            tls13_only("--tls-min-version", &settings.tls_min_version).unwrap_or_else(|problem| {
+                problems.push(problem);
                 false
-            }
-        };
-        let cipher_suites =
-            crate::serve::cipher_suites(&settings.tls_cipher_suites).unwrap_or_else(|problem| {
+            });
+        let cipher_suites = crate::serve::cipher_suites("--tls-cipher-suites", &settings.tls_cipher_suites)
+            .unwrap_or_else(|problem| {
+                problems.push(problem);
+                None
+            });
+        let kx_groups = crate::serve::kx_groups("--tls-curve-preferences", &settings.tls_curve_preferences)
+            .unwrap_or_else(|problem| {
                 problems.push(problem);
                 None
             });
@@ -260,13 +316,43 @@ pub(crate) fn validate(
             client_ca: None,
             front_proxy: None,
             cipher_suites,
+            kx_groups,
             reload_check: crate::serve::RELOAD_CHECK,
         })
     };
+    problems.extend(webhook_tls_problems(&settings));
+    let feature_gates = match FeatureGates::parse(&settings.feature_gates) {
+        Ok((gates, warnings)) => {
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
+            gates
+        }
+        Err(problem) => {
+            problems.push(problem);
+            FeatureGates::default()
+        }
+    };
+    // Upstream's text format keeps these behind LoggingAlphaOptions, and refuses them without it.
+    if !feature_gates.enabled("LoggingAlphaOptions") {
+        if settings.log_text_split_stream {
+            problems.push("--log-text-split-stream: Forbidden: Feature LoggingAlphaOptions is disabled (--feature-gates=LoggingAlphaOptions=true)".to_owned());
+        }
+        if settings.log_text_info_buffer_size.trim() != "0" {
+            problems.push("--log-text-info-buffer-size: Forbidden: Feature LoggingAlphaOptions is disabled (--feature-gates=LoggingAlphaOptions=true)".to_owned());
+        }
+    }
+    if !is_quantity(&settings.log_text_info_buffer_size) {
+        problems.push(format!(
+            "--log-text-info-buffer-size: {:?} is not a quantity (a number, or one with a suffix: 1K, 2Ki, 3M, 5Mi, …)",
+            settings.log_text_info_buffer_size
+        ));
+    }
     if !problems.is_empty() {
         return Err(problems);
     }
     Ok(Startup {
+        feature_gates,
         settings,
         selection,
         leader_election,
@@ -492,10 +578,11 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         cluster_cidrs,
         serving,
         flags,
+        feature_gates,
     } = startup;
     let identity = crate::identity::identity();
     let component = settings.leader_migration_component.clone();
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), %identity, %component, "starting");
+    tracing::info!(version = %crate::version::line(), %identity, %component, "starting");
 
     let cloud_config = if settings.cloud_config.is_empty() {
         None
@@ -557,6 +644,18 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         controllers,
     };
     let manager = Manager::new(config, registry.controllers().clone(), provider);
+    let metrics = manager.metrics();
+    metrics.set_build_info(&crate::version::build_info());
+    for (gate, enabled) in feature_gates.all() {
+        metrics.set_feature(gate.name, gate.stage.label(), enabled);
+    }
+    for (gate, enabled, why) in feature_gates.without_effect() {
+        tracing::warn!(
+            gate,
+            enabled,
+            "feature gate set, but it has no effect here: {why}"
+        );
+    }
     for planned in manager.plan() {
         let p = &planned.placement;
         tracing::info!(controller = %planned.controller, lock = p.lock_name(), lease = p.lease().unwrap_or(""), skipped = planned.skipped.as_deref().unwrap_or(""), "plan");

@@ -66,7 +66,10 @@ fn otlp() -> Result<SdkTracerProvider, String> {
 
 /// Sets up logging on stderr, and trace export when asked for. `RUST_LOG`, when set, overrides `-v`.
 /// Call it inside the tokio runtime.
-pub(crate) fn init(verbosity: u8, json: bool) -> Telemetry {
+///
+/// `split_stream` (`--log-text-split-stream`): errors to stderr, everything else to stdout, as upstream's
+/// text format splits them; otherwise one stream, stderr.
+pub(crate) fn init(verbosity: u8, json: bool, split_stream: bool) -> Telemetry {
     let level = match verbosity {
         0 | 1 => "info",
         2..=5 => "info,controller_manager=debug,leadermigration=debug,cloud_controller_manager=debug",
@@ -74,10 +77,21 @@ pub(crate) fn init(verbosity: u8, json: bool) -> Telemetry {
     };
     let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     use std::io::IsTerminal;
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let fmt = if json { fmt.json().boxed() } else { fmt.boxed() };
+    use tracing_subscriber::fmt::writer::MakeWriterExt as _;
+    let fmt = if split_stream {
+        let errors_apart = std::io::stderr
+            .with_max_level(tracing::Level::ERROR)
+            .or_else(std::io::stdout);
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_writer(errors_apart)
+            .with_ansi(false);
+        if json { fmt.json().boxed() } else { fmt.boxed() }
+    } else {
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal());
+        if json { fmt.json().boxed() } else { fmt.boxed() }
+    };
     let (traces, problem) = if otlp_requested() {
         match otlp() {
             Ok(provider) => (Some(provider), None),

@@ -49,6 +49,8 @@ pub fn metric_reference() -> String {
         })
         .set(0);
     metrics.reconciled("", false, 0.0);
+    metrics.set_build_info(&crate::BuildInfo::default());
+    metrics.set_feature("", "", false);
     metrics.api_request("", "", "", 0.0);
     metrics.rate_limited("", "", 0.0);
     metrics

@@ -44,7 +44,7 @@ pub use exposition::metric_reference;
 pub use flags::{ControllerFlag, FlagKind, FlagValue, FlagValues};
 pub use health::{Health, Verdict};
 pub use informers::Informer;
-pub use metrics::Metrics;
+pub use metrics::{BuildInfo, Metrics};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
     SettingsCheck,

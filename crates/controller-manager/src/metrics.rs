@@ -70,6 +70,36 @@ pub(crate) struct RestDurationLabels {
     pub(crate) host: String,
 }
 
+/// `{name, stage}`: component-base's `kubernetes_feature_enabled`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FeatureLabels {
+    pub(crate) name: String,
+    pub(crate) stage: String,
+}
+
+/// What a binary is, as component-base's `kubernetes_build_info` labels it.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfo {
+    /// Major version.
+    pub major: String,
+    /// Minor version.
+    pub minor: String,
+    /// `vX.Y.Z`.
+    pub git_version: String,
+    /// The commit it was built from (empty when not known).
+    pub git_commit: String,
+    /// `clean` or `dirty` (empty when not known).
+    pub git_tree_state: String,
+    /// When (RFC 3339; empty when not known).
+    pub build_date: String,
+    /// The compiler's version (upstream: Go's).
+    pub go_version: String,
+    /// The compiler.
+    pub compiler: String,
+    /// `os/arch`, as Go names them.
+    pub platform: String,
+}
+
 /// client-go's buckets for its request and rate-limiter latencies.
 const CLIENT_GO_BUCKETS: [f64; 12] = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0];
 
@@ -97,6 +127,8 @@ pub struct Metrics {
     pub(crate) nodesync_latency: Histogram,
     pub(crate) update_load_balancer_host_latency: Histogram,
     pub(crate) route_syncs: Counter,
+    build_info: Family<BuildInfo, Gauge>,
+    feature_enabled: Family<FeatureLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -228,6 +260,18 @@ impl Metrics {
             "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider",
             route_syncs.clone(),
         );
+        let build_info = Family::<BuildInfo, Gauge>::default();
+        registry.register(
+            "kubernetes_build_info",
+            "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+            build_info.clone(),
+        );
+        let feature_enabled = Family::<FeatureLabels, Gauge>::default();
+        registry.register(
+            "kubernetes_feature_enabled",
+            "[BETA] This metric records the data about the stage and enablement of a k8s feature.",
+            feature_enabled.clone(),
+        );
         let rest_client_requests = Family::<RestLabels, Counter>::default();
         registry.register(
             "rest_client_requests",
@@ -276,7 +320,25 @@ impl Metrics {
             nodesync_latency,
             update_load_balancer_host_latency,
             route_syncs,
+            build_info,
+            feature_enabled,
         }
+    }
+
+    /// `kubernetes_build_info`: 1, labelled with what this binary is.
+    pub fn set_build_info(&self, info: &BuildInfo) {
+        self.build_info.clear();
+        self.build_info.get_or_create(info).set(1);
+    }
+
+    /// `kubernetes_feature_enabled` of a feature gate (`stage`: `ALPHA`, `BETA`, `` for GA, `DEPRECATED`).
+    pub fn set_feature(&self, name: &str, stage: &str, enabled: bool) {
+        self.feature_enabled
+            .get_or_create(&FeatureLabels {
+                name: name.to_owned(),
+                stage: stage.to_owned(),
+            })
+            .set(i64::from(enabled));
     }
 
     /// Every metric, in OpenMetrics text.

@@ -31,7 +31,7 @@ mod tls;
 use self::auth::{Decision, Delegation};
 use self::connections::{Connection, Connections, accept_backoff};
 pub(crate) use self::connections::{Limits, raise_open_files_limit};
-pub(crate) use self::tls::{ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites};
+pub(crate) use self::tls::{ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites, kx_groups};
 use self::tls::{Peer, Verifiers, tls_config};
 
 /// Where and how to serve.
@@ -46,6 +46,8 @@ pub(crate) struct Serving {
     pub(crate) front_proxy: Option<FrontProxy>,
     /// The TLS 1.2 suites to offer (`None`: the defaults).
     pub(crate) cipher_suites: Option<Vec<SupportedCipherSuite>>,
+    /// The key exchange groups to offer (`None`: the defaults).
+    pub(crate) kx_groups: Option<Vec<&'static dyn rustls::crypto::SupportedKxGroup>>,
     /// How often the certificate files are looked at, at most.
     pub(crate) reload_check: Duration,
 }

@@ -30,6 +30,7 @@ fn serving(dir: &Path) -> Serving {
         client_ca: None,
         front_proxy: None,
         cipher_suites: None,
+        kx_groups: None,
         reload_check: RELOAD_CHECK,
     }
 }

@@ -122,9 +122,12 @@ impl Verifiers {
     }
 }
 
-/// `--tls-cipher-suites`, by Go's names: the TLS 1.2 suites to offer. TLS 1.3 names are accepted and, as
-/// in Go, change nothing. `None` for an empty list.
-pub(crate) fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCipherSuite>>, String> {
+/// `--tls-cipher-suites` (or `flag`, e.g. the webhook server's), by Go's names: the TLS 1.2 suites to
+/// offer. TLS 1.3 names are accepted and, as in Go, change nothing. `None` for an empty list.
+pub(crate) fn cipher_suites(
+    flag: &str,
+    names: &[String],
+) -> Result<Option<Vec<SupportedCipherSuite>>, String> {
     use rustls::crypto::ring::cipher_suite as suite;
     const TLS13: [&str; 3] = [
         "TLS_AES_128_GCM_SHA256",
@@ -151,12 +154,12 @@ pub(crate) fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCiph
             _ if TLS13.contains(&name) => continue,
             _ if name.starts_with("TLS_") && (name.contains("_WITH_") || name.contains("_RC4_")) => {
                 return Err(format!(
-                    "--tls-cipher-suites: {name} is not available here: only ECDHE suites with AES-GCM or ChaCha20-Poly1305 are (rustls implements no CBC, RC4, 3DES or RSA key-exchange suite)"
+                    "{flag}: {name} is not available here: only ECDHE suites with AES-GCM or ChaCha20-Poly1305 are (rustls implements no CBC, RC4, 3DES or RSA key-exchange suite)"
                 ));
             }
             _ => {
                 return Err(format!(
-                    "--tls-cipher-suites: cipher suite {name} not supported or doesn't exist"
+                    "{flag}: cipher suite {name} not supported or doesn't exist"
                 ));
             }
         };
@@ -165,6 +168,44 @@ pub(crate) fn cipher_suites(names: &[String]) -> Result<Option<Vec<SupportedCiph
         }
     }
     Ok(Some(chosen))
+}
+
+/// `--tls-curve-preferences` (or `flag`), by Go's numeric `crypto/tls` CurveIDs: the key exchange groups to
+/// offer, in this process's (ring's) order of preference. `None` for an empty list.
+pub(crate) fn kx_groups(
+    flag: &str,
+    ids: &[String],
+) -> Result<Option<Vec<&'static dyn rustls::crypto::SupportedKxGroup>>, String> {
+    use rustls::crypto::ring::kx_group;
+    let ids: Vec<&str> = ids.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let mut wanted = Vec::new();
+    for id in ids {
+        let number: u16 = id
+            .parse()
+            .map_err(|_| format!("{flag}: {id:?} is not a CurveID number (23 P-256, 24 P-384, 29 X25519)"))?;
+        let group: &'static dyn rustls::crypto::SupportedKxGroup = match number {
+            23 => kx_group::SECP256R1,
+            24 => kx_group::SECP384R1,
+            29 => kx_group::X25519,
+            25 | 4588 => {
+                return Err(format!(
+                    "{flag}: CurveID {number} ({}) is not available here: 23 (P-256), 24 (P-384) and 29 (X25519) are",
+                    if number == 25 { "P-521" } else { "X25519MLKEM768" }
+                ));
+            }
+            _ => return Err(format!("{flag}: {number} is not a known CurveID")),
+        };
+        wanted.push(group.name());
+    }
+    let groups: Vec<_> = rustls::crypto::ring::default_provider()
+        .kx_groups
+        .into_iter()
+        .filter(|g| wanted.contains(&g.name()))
+        .collect();
+    Ok(Some(groups))
 }
 
 /// The files' contents: what tells that a pair changed (a few kilobytes; modification times are too coarse
@@ -266,6 +307,9 @@ impl ResolvesServerCert for ReloadingCertificate {
 pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Verifiers)> {
     let mut provider = rustls::crypto::ring::default_provider();
     let mut tls13_only = serving.tls13_only;
+    if let Some(groups) = &serving.kx_groups {
+        provider.kx_groups = groups.clone();
+    }
     if let Some(chosen) = &serving.cipher_suites {
         provider
             .cipher_suites
@@ -349,33 +393,69 @@ mod tests {
     use super::*;
 
     #[test]
+    fn curves_by_their_go_ids() {
+        let ids = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(kx_groups("--tls-curve-preferences", &[]).unwrap().is_none());
+        let chosen = kx_groups("--tls-curve-preferences", &ids(&["23", " 29"]))
+            .unwrap()
+            .unwrap();
+        let names: Vec<_> = chosen.iter().map(|g| g.name()).collect();
+        assert_eq!(names, [rustls::NamedGroup::X25519, rustls::NamedGroup::secp256r1]);
+        for (id, error) in [
+            (
+                "25",
+                "--webhook-tls-curve-preferences: CurveID 25 (P-521) is not available here: 23 (P-256), 24 (P-384) and 29 (X25519) are",
+            ),
+            ("7", "--webhook-tls-curve-preferences: 7 is not a known CurveID"),
+            (
+                "x",
+                "--webhook-tls-curve-preferences: \"x\" is not a CurveID number (23 P-256, 24 P-384, 29 X25519)",
+            ),
+        ] {
+            assert_eq!(
+                kx_groups("--webhook-tls-curve-preferences", &ids(&[id]))
+                    .map(|_| ())
+                    .unwrap_err(),
+                error
+            );
+        }
+    }
+
+    #[test]
     fn cipher_suites_by_their_go_names() {
         use rustls::crypto::ring::cipher_suite as suite;
         let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
-        assert_eq!(cipher_suites(&[]), Ok(None));
+        assert_eq!(cipher_suites("--tls-cipher-suites", &[]), Ok(None));
         assert_eq!(
-            cipher_suites(&names(&[
-                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-                "TLS_AES_128_GCM_SHA256",
-                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-            ])),
+            cipher_suites(
+                "--tls-cipher-suites",
+                &names(&[
+                    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+                    "TLS_AES_128_GCM_SHA256",
+                    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                ])
+            ),
             Ok(Some(vec![
                 suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
                 suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
             ]))
         );
         assert_eq!(
-            cipher_suites(&names(&["TLS_CHACHA20_POLY1305_SHA256"])),
+            cipher_suites("--tls-cipher-suites", &names(&["TLS_CHACHA20_POLY1305_SHA256"])),
             Ok(Some(vec![]))
         );
-        let cbc = cipher_suites(&names(&["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"])).unwrap_err();
+        let cbc = cipher_suites(
+            "--tls-cipher-suites",
+            &names(&["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"]),
+        )
+        .unwrap_err();
         assert!(
             cbc.starts_with("--tls-cipher-suites: TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA is not available"),
             "{cbc}"
         );
         assert_eq!(
-            cipher_suites(&names(&["TLS_NOPE"])),
+            cipher_suites("--tls-cipher-suites", &names(&["TLS_NOPE"])),
             Err("--tls-cipher-suites: cipher suite TLS_NOPE not supported or doesn't exist".to_owned())
         );
     }

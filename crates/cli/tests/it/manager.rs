@@ -901,7 +901,97 @@ fn help_groups_flags_like_upstream_and_version_prints() {
     );
     let version = binary().arg("--version").output().unwrap();
     assert!(version.status.success());
-    assert!(String::from_utf8_lossy(&version.stdout).starts_with("cloud-controller-manager "));
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        format!("Kubernetes v{}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let raw = binary().arg("--version=raw").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&raw.stdout).starts_with("version.Info{Major:\"0\", Minor:\"1\""),
+        "{raw:?}"
+    );
+}
+
+/// `--log-text-split-stream` (behind LoggingAlphaOptions, as upstream): errors on stderr, the rest on
+/// stdout.
+#[test]
+fn split_stream_logs_put_errors_on_stderr_and_the_rest_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = binary()
+        .args([
+            "--cloud-provider=fake",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--feature-gates=LoggingAlphaOptions=true",
+            "--log-text-split-stream",
+        ])
+        .arg(format!("--kubeconfig={}", dir.path().join("missing").display()))
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&output.stdout), stderr(&output));
+    assert_eq!(output.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("INFO") && out.contains("starting"),
+        "info on stdout: {out}"
+    );
+    assert!(!err.contains("INFO"), "no info on stderr: {err}");
+    assert!(err.contains("--kubeconfig"), "the failure on stderr: {err}");
+}
+
+/// Every flag of upstream's cloud-controller-manager at Kubernetes v1.37.2 (its command's flag set, listed
+/// by the upstream binary itself) is one of ours, so an operator's manifest never fails on a flag.
+const UPSTREAM_FLAGS: &str = "allocate-node-cidrs allow-untagged-cloud authentication-kubeconfig authentication-skip-lookup \
+    authentication-token-webhook-cache-ttl authentication-tolerate-lookup-failure authorization-always-allow-paths \
+    authorization-kubeconfig authorization-webhook-cache-authorized-ttl authorization-webhook-cache-unauthorized-ttl \
+    bind-address cert-dir cidr-allocator-type client-ca-file cloud-config cloud-provider cluster-cidr cluster-name \
+    concurrent-node-lifecycle-syncs concurrent-node-status-updates concurrent-node-syncs concurrent-service-syncs \
+    configure-cloud-routes contention-profiling controller-start-interval controllers disable-http2-serving \
+    enable-leader-migration external-cloud-volume-plugin feature-gates help http2-max-streams-per-connection \
+    kube-api-burst kube-api-content-type kube-api-qps kubeconfig leader-elect leader-elect-lease-duration \
+    leader-elect-renew-deadline leader-elect-resource-lock leader-elect-resource-name leader-elect-resource-namespace \
+    leader-elect-retry-period leader-migration-config log-flush-frequency log-text-info-buffer-size \
+    log-text-split-stream logging-format master min-resync-period node-monitor-period node-status-update-frequency \
+    node-sync-period permit-address-sharing permit-port-sharing profiling requestheader-allowed-names \
+    requestheader-client-ca-file requestheader-extra-headers-prefix requestheader-group-headers \
+    requestheader-uid-headers requestheader-username-headers route-reconciliation-period secure-port tls-cert-file \
+    tls-cipher-suites tls-curve-preferences tls-min-version tls-private-key-file tls-sni-cert-key \
+    use-service-account-credentials v version vmodule webhook-bind-address webhook-cert-dir \
+    webhook-disable-http2-serving webhook-secure-port webhook-tls-cert-file webhook-tls-cipher-suites \
+    webhook-tls-curve-preferences webhook-tls-min-version webhook-tls-private-key-file webhook-tls-sni-cert-key webhooks";
+
+#[test]
+fn every_flag_of_upstreams_manager_is_accepted() {
+    let help = binary().arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&help.stdout).into_owned();
+    let missing: Vec<&str> = UPSTREAM_FLAGS
+        .split_whitespace()
+        .filter(|flag| {
+            !text.contains(&format!("--{flag} "))
+                && !text.contains(&format!("--{flag}["))
+                && !text.contains(&format!("--{flag}\n"))
+        })
+        .collect();
+    assert!(missing.is_empty(), "upstream's flags missing: {missing:?}");
+    assert_eq!(UPSTREAM_FLAGS.split_whitespace().count(), 85);
+    // And the new ones parse: a manifest with upstream's values starts (stopped at the first step that
+    // needs a cluster).
+    let output = binary()
+        .args([
+            "--cloud-provider=nope",
+            "--feature-gates=CloudControllerManagerWebhook=true,LoggingAlphaOptions=true",
+            "--log-text-split-stream",
+            "--log-text-info-buffer-size=2Ki",
+            "--tls-curve-preferences=23,29",
+            "--webhook-tls-min-version=VersionTLS12",
+            "--webhook-tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "--concurrent-node-lifecycle-syncs=4",
+        ])
+        .output()
+        .unwrap();
+    let errors = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{errors}");
+    assert_eq!(errors.lines().count(), 1, "only the unknown provider: {errors}");
+    assert!(errors.contains("nope"), "{errors}");
 }
 
 control_plane::on_both_backends!(

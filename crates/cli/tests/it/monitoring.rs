@@ -392,6 +392,8 @@ async fn live_managers_expose_what_the_dashboard_and_alerts_read(backend: contro
             "# TYPE cloudprovider_fake_api_request_errors_total counter",
             "# TYPE node_controller_oldest_uninitialized_node_age_seconds gauge",
             "rest_client_requests_total{",
+            "kubernetes_build_info{",
+            "kubernetes_feature_enabled{name=\"LoggingAlphaOptions\",stage=\"ALPHA\"} 0",
             "process_resident_memory_bytes ",
         ] {
             assert!(
