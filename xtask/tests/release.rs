@@ -201,7 +201,7 @@ fn dist_writes_verified_tarballs_and_a_bill_of_materials_reproducibly() {
 
     run("tar", &["--extract", "--gzip", "--file", &tarball], &first);
     let version = run(&format!("./{stem}/{BIN}"), &["--version"], &first);
-    assert_eq!(text(&version).trim(), format!("{BIN} 0.1.0"));
+    assert_eq!(text(&version).trim(), "Kubernetes v0.1.0");
     let license = std::fs::read_to_string(first.join(stem).join("LICENSE")).unwrap();
     assert!(license.contains("Apache License") && license.contains("Version 2.0"));
     check_sbom(&first.join(format!("{stem}.cdx.json")));
@@ -357,7 +357,7 @@ fn the_image_is_reproducible_inspectable_and_runs_as_non_root() {
             "{}",
             String::from_utf8_lossy(&version.stderr)
         );
-        assert_eq!(text(&version).trim(), format!("{BIN} 0.1.0"));
+        assert_eq!(text(&version).trim(), "Kubernetes v0.1.0");
         let examples = format!("/usr/share/doc/{BIN}/examples/leader-migration");
         let valid = chroot(&["leader-migration", "validate", &format!("{examples}/n.yaml")]);
         assert!(
@@ -469,7 +469,7 @@ fn the_image_is_reproducible_inspectable_and_runs_as_non_root() {
         ],
         out.path(),
     );
-    assert_eq!(text(&ran).trim(), format!("{BIN} 0.1.0"));
+    assert_eq!(text(&ran).trim(), "Kubernetes v0.1.0");
     let user = run(
         "docker",
         &[

@@ -422,7 +422,11 @@ async fn only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when
             .any(|r| r.user_agent.contains("second_1/leader-election"))
     })
     .await;
-    assert_eq!(first.leading.load(Ordering::SeqCst), 1);
+    // The Lease names it before the manager has told its provider: wait for that too.
+    eventually("the leader's provider hears it leads", || {
+        first.leading.load(Ordering::SeqCst) == 1
+    })
+    .await;
     assert_eq!(
         second.leading.load(Ordering::SeqCst),
         0,
