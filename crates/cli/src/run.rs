@@ -611,6 +611,11 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
         settings.kube_api_burst,
     )
     .with_request_timeout(settings.kube_api_request_timeout.0);
+    let clients = if settings.use_service_account_credentials {
+        clients.with_service_account_credentials()?
+    } else {
+        clients
+    };
     let serving = match serving {
         Some(mut serving) => {
             (serving.client_ca, serving.front_proxy) = authentication_sources(&settings, &clients).await?;

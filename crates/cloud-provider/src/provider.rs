@@ -89,6 +89,22 @@ pub trait CloudProvider: std::any::Any + Send + Sync {
             .is_some_and(|(scheme, _)| scheme == self.provider_name())
     }
 
+    /// Whether this provider can interpret `provider_id`, one it owns: `Err(why)` when it cannot. The
+    /// lifecycle controller never asks the cloud about a node whose provider ID the provider cannot
+    /// interpret, so such a node is never deleted nor treated as shut down (the look-up is an error: logged,
+    /// a Warning Event `ProviderIDNotInterpretable`, the gauge `node_lifecycle_uninterpretable_provider_ids`),
+    /// whatever the provider would have answered for it. By default an ID is interpretable when its scheme
+    /// is the provider's name and something other than slashes follows `://`; a provider whose IDs have a
+    /// stricter form says so here (AWS: an instance or Fargate ID; GCE: `gce://<project>/<zone>/<name>`).
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+        match provider_id.split_once("://") {
+            Some((scheme, rest)) if scheme == self.provider_name() && !rest.trim_matches('/').is_empty() => {
+                Ok(())
+            }
+            _ => Err(format!("not of the form {}://<instance>", self.provider_name())),
+        }
+    }
+
     /// Instance look-ups; required (or [`CloudProvider::instances`]) by the cloud-node and
     /// cloud-node-lifecycle controllers.
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
@@ -123,5 +139,38 @@ pub trait CloudProvider: std::any::Any + Send + Sync {
     /// Whether a cluster ID is required and set (checked at start-up unless `--allow-untagged-cloud`).
     fn has_cluster_id(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named;
+
+    impl CloudProvider for Named {
+        fn provider_name(&self) -> &str {
+            "fake"
+        }
+    }
+
+    #[test]
+    fn by_default_an_id_is_interpretable_when_it_names_something_under_the_providers_scheme() {
+        let check = |id: &str, ok: bool| {
+            assert_eq!(Named.check_provider_id(id).is_ok(), ok, "{id:?}");
+        };
+        check("fake://node-1", true);
+        check("fake:///zone/node-1", true);
+        check("fake://", false);
+        check("fake:///", false);
+        check("fake://///", false);
+        check("", false);
+        check("node-1", false);
+        check("gce://p/z/n", false);
+        check("fakes://node-1", false);
+        assert_eq!(
+            Named.check_provider_id("x").unwrap_err(),
+            "not of the form fake://<instance>"
+        );
     }
 }

@@ -17,6 +17,7 @@ use leadermigration::audit::UserAgent;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
+use crate::service_accounts::{AccountToken, ServiceAccountError, ServiceAccounts};
 use crate::transport::Fence;
 
 /// Settings every client shares.
@@ -30,6 +31,8 @@ pub struct ClientFactory {
     request_timeout: Duration,
     /// Where `rest_client_*` are counted (set by the [`crate::Manager`] that owns the factory).
     metrics: Option<Arc<crate::Metrics>>,
+    /// With `--use-service-account-credentials`: the controllers' accounts and their tokens.
+    accounts: Option<Arc<ServiceAccounts>>,
 }
 
 impl ClientFactory {
@@ -52,7 +55,47 @@ impl ClientFactory {
             burst: if burst == 0 { 10 } else { burst },
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
             metrics: None,
+            accounts: None,
         }
+    }
+
+    /// `--use-service-account-credentials`: controllers' clients ([`Self::controller_client`]) act as
+    /// their service accounts in `kube-system`, with tokens from the TokenRequest API asked for with this
+    /// factory's own credentials (see [`crate::service_accounts`]). Other clients (the elector, the
+    /// caches, serving) keep the manager's credentials, as upstream's.
+    pub fn with_service_account_credentials(mut self) -> Result<ClientFactory, ClientError> {
+        let root = self.client(SERVICE_ACCOUNTS_AGENT, None)?;
+        self.accounts = Some(Arc::new(ServiceAccounts::new(root)));
+        Ok(self)
+    }
+
+    /// Whether controllers act as their service accounts.
+    pub fn uses_service_accounts(&self) -> bool {
+        self.accounts.is_some()
+    }
+
+    /// Makes sure `account` can be acted as (with service-account credentials; nothing otherwise): the
+    /// account exists or was made, and a token was issued for it.
+    pub async fn prepare_account(&self, account: &str) -> Result<(), ClientError> {
+        if let Some(accounts) = &self.accounts {
+            accounts.token(account).await?;
+        }
+        Ok(())
+    }
+
+    /// The client of `controller`: as [`Self::client`], acting as service account `account` with
+    /// service-account credentials.
+    pub async fn controller_client(
+        &self,
+        controller: &str,
+        account: &str,
+        fence: Option<Fence>,
+    ) -> Result<kube::Client, ClientError> {
+        let token = match &self.accounts {
+            Some(accounts) => Some(accounts.token(account).await?),
+            None => None,
+        };
+        self.build(controller, fence, token)
     }
 
     /// Count every request of the clients made from now on in `metrics`.
@@ -87,7 +130,20 @@ impl ClientFactory {
     ///
     /// kube's own retry of 429/503/504 is off: controllers requeue, the elector decides within its deadline.
     pub fn client(&self, controller: &str, fence: Option<Fence>) -> Result<kube::Client, ClientError> {
+        self.build(controller, fence, None)
+    }
+
+    fn build(
+        &self,
+        controller: &str,
+        fence: Option<Fence>,
+        token: Option<Arc<AccountToken>>,
+    ) -> Result<kube::Client, ClientError> {
         let mut config = self.base.clone();
+        if token.is_some() {
+            // As rest.AnonymousClientConfig: none of the manager's credentials, only the account's token.
+            config.auth_info = kube::config::AuthInfo::default();
+        }
         config.default_retry = false;
         let user_agent = self.user_agent(controller);
         let user_agent =
@@ -102,7 +158,7 @@ impl ClientFactory {
             .map(ToString::to_string)
             .unwrap_or_default();
         // Innermost: latency as client-go measures it, without the rate limiter's wait.
-        let transport = crate::transport::transport(&config, fence.clone())?;
+        let transport = crate::transport::transport(&config, fence.clone(), token)?;
         Ok(
             kube::client::ClientBuilder::new(transport, config.default_namespace.clone())
                 .with_layer(&tower::util::option_layer(self.metrics.clone().map(|metrics| {
@@ -135,7 +191,13 @@ pub enum ClientError {
     /// kube refused the configuration.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    /// The controller cannot act as its service account.
+    #[error(transparent)]
+    ServiceAccount(#[from] ServiceAccountError),
 }
+
+/// The `User-Agent` of the requests that set up the controllers' service accounts.
+const SERVICE_ACCOUNTS_AGENT: &str = "service-accounts";
 
 /// A write refused because this process no longer holds the lock that governs it.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,6 @@ use std::time::Duration;
 use cloud_provider::{CallContext, CloudProvider};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use leadermigration::ControllerName;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -16,13 +15,11 @@ use tokio_util::sync::CancellationToken;
 use crate::cached_node::CachedNode;
 use crate::compact::Compact;
 use crate::config::ControllerSettings;
+use crate::events::{EventRecorder, EventType};
 use crate::informers::{Informer, Informers};
 use crate::metrics::Metrics;
 use crate::transport::Fence;
 use crate::workqueue::{WorkQueue, Working};
-
-/// The longest Event note the API server accepts.
-const MAX_NOTE_BYTES: usize = 1024;
 
 /// A running controller's world: its own client, the provider, the shared caches, its Event recorder,
 /// and the signals to start and stop by.
@@ -37,7 +34,7 @@ pub struct ControllerContext {
     pub(crate) informers: Arc<Informers>,
     pub(crate) settings: Arc<ControllerSettings>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) recorder: Arc<EventRecorder>,
     pub(crate) stop: CancellationToken,
     pub(crate) started: Arc<watch::Sender<bool>>,
     /// The lock the controller runs under (none without leader election).
@@ -150,45 +147,19 @@ impl ControllerContext {
             .reconciled(self.name.as_str(), ok, duration.as_secs_f64());
     }
 
-    /// Publishes an Event about `about`, reported by this controller and process. A note longer than the API
-    /// allows (1024 bytes) is cut. Failures are logged: an Event is never worth failing a sync.
+    /// Records an Event about `about`, reported by this controller (upstream's reporter name) and process,
+    /// in core/v1 as upstream's managers record them ([`crate::events`]). A message longer than 1024 bytes
+    /// is cut. Failures are logged: an Event is never worth failing a sync.
     pub async fn event(
         &self,
         about: &ObjectReference,
         kind: EventType,
         reason: &str,
         action: &str,
-        mut note: String,
+        note: String,
     ) {
-        if note.len() > MAX_NOTE_BYTES {
-            let mut end = MAX_NOTE_BYTES;
-            while !note.is_char_boundary(end) {
-                end -= 1;
-            }
-            note.truncate(end);
-        }
-        let event = Event {
-            type_: kind,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, about).await {
-            tracing::debug!(controller = %self.name, %error, reason, "cannot publish event");
-        }
+        self.recorder.record(about, kind, reason, action, note).await;
     }
-}
-
-/// The recorder of one controller: its Events name it (as upstream's reporter names) and this process.
-pub(crate) fn recorder(client: kube::Client, reporter: &str, identity: &str) -> Recorder {
-    Recorder::new(
-        client,
-        Reporter {
-            controller: reporter.to_owned(),
-            instance: Some(identity.to_owned()),
-        },
-    )
 }
 
 /// A reference to `object` for Events: without the resourceVersion, so that an Event repeated about an

@@ -21,6 +21,7 @@ mod compact;
 mod config;
 mod context;
 mod controllers;
+mod events;
 mod exposition;
 pub mod flags;
 mod health;
@@ -30,6 +31,7 @@ mod metrics;
 mod process_metrics;
 mod registry;
 mod runtime;
+pub mod service_accounts;
 mod transport;
 mod workqueue;
 

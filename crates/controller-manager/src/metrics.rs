@@ -120,6 +120,7 @@ pub struct Metrics {
     pub(crate) rest_client_rate_limiter_duration: Family<RestDurationLabels, Histogram>,
     pub(crate) taint_removal_delay: Histogram,
     pub(crate) uninitialized_nodes: Gauge,
+    pub(crate) uninterpretable_provider_ids: Gauge,
     pub(crate) oldest_uninitialized_node_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(crate) initial_node_sync_delay: Histogram,
     pub(crate) load_balancer_syncs: Counter,
@@ -217,6 +218,12 @@ impl Metrics {
             "Nodes that still carry the cloud provider's uninitialized taint, as the running cloud-node-controller sees them (0 where it does not run)",
             uninitialized_nodes.clone(),
         );
+        let uninterpretable_provider_ids = Gauge::default();
+        registry.register(
+            "node_lifecycle_uninterpretable_provider_ids",
+            "Not-ready nodes whose provider ID the cloud provider cannot interpret, in the cloud-node-lifecycle-controller's last round: never looked up, so never deleted or tainted (0 where it does not run)",
+            uninterpretable_provider_ids.clone(),
+        );
         let oldest_uninitialized_node_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "node_controller_oldest_uninitialized_node_age_seconds",
@@ -313,6 +320,7 @@ impl Metrics {
             queues,
             taint_removal_delay,
             uninitialized_nodes,
+            uninterpretable_provider_ids,
             oldest_uninitialized_node_age,
             initial_node_sync_delay,
             load_balancer_syncs,

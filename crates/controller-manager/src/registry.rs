@@ -80,6 +80,7 @@ pub struct ControllerDefinition {
     flags: &'static [ControllerFlag],
     flags_checks: Vec<FlagsCheck>,
     event_reporter: Option<&'static str>,
+    service_account: Option<&'static str>,
     run: Run,
 }
 
@@ -117,6 +118,7 @@ impl ControllerDefinition {
             flags: &[],
             flags_checks: Vec::new(),
             event_reporter: None,
+            service_account: None,
             run: Arc::new(move |context| Box::pin(run(context))),
         }
     }
@@ -177,6 +179,20 @@ impl ControllerDefinition {
     pub fn event_reporter(mut self, reporter: &'static str) -> ControllerDefinition {
         self.event_reporter = Some(reporter);
         self
+    }
+
+    /// With `--use-service-account-credentials` it acts as service account `account` in `kube-system`
+    /// instead of one named after it (upstream's cloud-node and cloud-node-lifecycle controllers both act as
+    /// `node-controller`, its service controller as `service-controller`), so the cluster's bootstrap role
+    /// `system:controller:<account>` applies.
+    pub fn service_account(mut self, account: &'static str) -> ControllerDefinition {
+        self.service_account = Some(account);
+        self
+    }
+
+    /// The service account it acts as with `--use-service-account-credentials`.
+    pub fn account(&self) -> &'static str {
+        self.service_account.unwrap_or(self.name)
     }
 
     /// The canonical name.

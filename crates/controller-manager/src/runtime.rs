@@ -6,11 +6,11 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::EventType;
 use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType};
 use leadermigration::audit::LEADER_ELECTION;
 use leadermigration::elector::{EVENT_REASON, LeaderState, Role, became_leader};
 use leadermigration::scopes::{
@@ -23,7 +23,8 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::client::ClientFactory;
 use crate::config::{ControllerSettings, LeaderElectionConfig, ManagerConfig};
-use crate::context::{ControllerContext, recorder};
+use crate::context::ControllerContext;
+use crate::events::EventRecorder;
 use crate::health::Health;
 use crate::informers::Informers;
 use crate::lock;
@@ -197,13 +198,26 @@ impl Manager {
                 .as_ref()
                 .map_or(Duration::ZERO, |e| e.timings.lease_duration()),
         });
-        let running = planned
+        let running: Vec<Planned> = planned
             .into_iter()
             .filter(PlannedController::runs)
             .map(|p| Planned {
                 controller: p.controller,
                 placement: p.placement,
-            });
+            })
+            .collect();
+        // With service-account credentials, every account this process may act as is made ready now, so
+        // a missing account or a refused TokenRequest stops the start with one error naming it, before
+        // any Lease is contended for.
+        for planned in &running {
+            if let Some(definition) = self.controllers.get(planned.controller) {
+                clients
+                    .prepare_account(definition.account())
+                    .await
+                    .map_err(ManagerError::Client)?;
+            }
+        }
+        let running = running.into_iter();
 
         let Some(election) = &self.config.leader_election else {
             let controllers: Vec<ControllerName> = running.map(|p| p.controller).collect();
@@ -312,19 +326,12 @@ impl Runner {
             name: Some(lease.to_owned()),
             ..ObjectReference::default()
         };
-        let event = Event {
-            type_: EventType::Normal,
-            reason: EVENT_REASON.to_owned(),
-            note: Some(became_leader(self.clients.identity())),
-            action: "Lead".to_owned(),
-            secondary: None,
-        };
-        let recorder = recorder(client, &self.component, self.clients.identity());
-        let lease = lease.to_owned();
+        let recorder = EventRecorder::new(client, &self.component, self.clients.identity()).with_event_time();
+        let message = became_leader(self.clients.identity());
         tokio::spawn(async move {
-            if let Err(error) = recorder.publish(&event, &about).await {
-                tracing::warn!(%error, lease, "cannot record the leader-election event");
-            }
+            recorder
+                .record(&about, EventType::Normal, EVENT_REASON, "Lead", message)
+                .await;
         });
     }
 
@@ -344,7 +351,11 @@ impl Runner {
             let Some(definition) = self.controllers.get(name) else {
                 continue;
             };
-            let client = match self.clients.client(name.as_str(), fence.clone()) {
+            let client = match self
+                .clients
+                .controller_client(name.as_str(), definition.account(), fence.clone())
+                .await
+            {
                 Ok(client) => client,
                 Err(error) => {
                     tracing::error!(controller = %name, %error, "cannot build the controller's client; not starting it");
@@ -361,7 +372,11 @@ impl Runner {
                 informers: self.informers.clone(),
                 settings: self.settings.clone(),
                 metrics: self.metrics.clone(),
-                recorder: Arc::new(recorder(client, definition.reporter(), self.clients.identity())),
+                recorder: Arc::new(EventRecorder::new(
+                    client,
+                    definition.reporter(),
+                    self.clients.identity(),
+                )),
                 stop: stop.child_token(),
                 started: Arc::new(started_sender),
                 fence: fence.clone(),

@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -60,7 +61,13 @@ impl cloud_provider::LockValidity for Fence {
 }
 
 /// The stack for `config`; with a fence, its connections carry bytes only while the fence's lock is valid.
-pub(crate) fn transport(config: &kube::Config, fence: Option<Fence>) -> Result<Transport, kube::Error> {
+/// With `token`, every request carries that service account's current token (and `config` none of its
+/// own credentials).
+pub(crate) fn transport(
+    config: &kube::Config,
+    fence: Option<Fence>,
+    token: Option<Arc<crate::service_accounts::AccountToken>>,
+) -> Result<Transport, kube::Error> {
     if let Some(proxy) = &config.proxy_url {
         return Err(kube::Error::ProxyProtocolUnsupported {
             proxy_url: Box::new(proxy.clone()),
@@ -79,6 +86,14 @@ pub(crate) fn transport(config: &kube::Config, fence: Option<Fence>) -> Result<T
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
+        .option_layer(token.map(|token| {
+            tower::util::MapRequestLayer::new(move |mut request: http::Request<Body>| {
+                if let Ok(value) = http::HeaderValue::from_str(&format!("Bearer {}", token.current())) {
+                    request.headers_mut().insert(http::header::AUTHORIZATION, value);
+                }
+                request
+            })
+        }))
         .layer(config.extra_headers_layer()?)
         .layer(
             tower_http::trace::TraceLayer::new_for_http()

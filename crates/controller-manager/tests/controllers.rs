@@ -146,14 +146,14 @@ async fn a_node_without_a_provider_id_stays_tainted_with_an_event(backend: Backe
     let event = &events(&cluster, "ProviderIDMissing").await[0];
     assert!(
         event
-            .note
+            .message
             .as_deref()
             .unwrap()
             .contains("does not set a provider ID for node n1"),
         "{event:?}"
     );
     assert_eq!(
-        event.reporting_controller.as_deref(),
+        event.reporting_component.as_deref(),
         Some("cloud-node-controller")
     );
     assert!(
@@ -200,13 +200,44 @@ async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones(backend: Backend
         serde_json::from_value(json!({"taints": [{"key": TAINT_SHUTDOWN, "effect": "NoSchedule"}]})).unwrap(),
     );
     nodes.create(&PostParams::default(), &back).await.unwrap();
-    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+    // Provider IDs the provider cannot interpret: the fake cloud would answer "no such instance" for them
+    // (it has none), so without the framework's check they would be deleted with `gone`.
+    for (name, id) in [("blank-id", "fake://"), ("slashes-id", "fake:///")] {
+        let mut odd = node(name, ready("Unknown"));
+        odd.spec = Some(serde_json::from_value(json!({"providerID": id})).unwrap());
+        nodes.create(&PostParams::default(), &odd).await.unwrap();
+    }
+    let manager = manager(&cluster, cluster.cloud_config(), settings());
+    let metrics = manager.metrics();
+    let running = start(manager);
 
     eventually("the node of the terminated instance to be deleted", || async {
         nodes.get_opt("gone").await.unwrap().is_none()
     })
     .await;
     assert!(!events(&cluster, "DeletingNode").await.is_empty());
+    let refused = events(&cluster, "ProviderIDNotInterpretable").await;
+    for name in ["blank-id", "slashes-id"] {
+        assert!(
+            nodes.get_opt(name).await.unwrap().is_some(),
+            "{name}: a node whose provider ID cannot be interpreted is never deleted"
+        );
+        assert!(
+            refused
+                .iter()
+                .any(|e| e.involved_object.name.as_deref() == Some(name)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reporting_component.as_deref() == Some("cloud-node-lifecycle-controller")),
+            "{name}: a Warning Event says why: {refused:?}"
+        );
+    }
+    assert!(
+        metrics
+            .exposition("text/plain")
+            .1
+            .contains("node_lifecycle_uninterpretable_provider_ids 2"),
+        "the gauge counts them"
+    );
     eventually("the shutdown taint on the stopped node", || async {
         taint_keys(&nodes, "stopped")
             .await

@@ -107,7 +107,7 @@ async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_
         let about = |name: &str| {
             warnings
                 .iter()
-                .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .any(|e| e.involved_object.name.as_deref() == Some(name))
         };
         about("wrong") && about("silent")
     })
@@ -115,7 +115,7 @@ async fn dual_stack_node_ips_keep_both_addresses_and_a_pair_that_does_not_match_
     let notes: Vec<String> = events(&cluster, "ProvidedNodeIPNotFound")
         .await
         .into_iter()
-        .filter_map(|e| e.note)
+        .filter_map(|e| e.message)
         .collect();
     assert!(
         notes
@@ -271,7 +271,7 @@ async fn load_balancers_are_cleaned_up_as_upstream(backend: Backend) {
     assert!(
         ensured
             .iter()
-            .all(|e| e.reporting_controller.as_deref() == Some("service-controller"))
+            .all(|e| e.reporting_component.as_deref() == Some("service-controller"))
     );
 
     // No load balancer in the cloud: a change of type deletes nothing, says it deleted, and lets go.
@@ -306,11 +306,10 @@ async fn load_balancers_are_cleaned_up_as_upstream(backend: Backend) {
     .await;
     assert!(!events(&cluster, "DeletedLoadBalancer").await.is_empty());
     assert!(
-        events(&cluster, "DeletingLoadBalancer").await.iter().all(|e| e
-            .regarding
-            .as_ref()
-            .and_then(|r| r.name.as_deref())
-            != Some("web")),
+        events(&cluster, "DeletingLoadBalancer")
+            .await
+            .iter()
+            .all(|e| e.involved_object.name.as_deref() != Some("web")),
         "nothing to delete, nothing said about deleting"
     );
     running.stop().await;
@@ -616,7 +615,7 @@ async fn routes_as_upstream_and_outside_the_cluster_cidr_none(backend: Backend) 
     assert!(
         route_events
             .iter()
-            .all(|e| e.reporting_controller.as_deref() == Some("route_controller"))
+            .all(|e| e.reporting_component.as_deref() == Some("route_controller"))
     );
     running.stop().await;
 }

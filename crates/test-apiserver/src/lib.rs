@@ -27,8 +27,9 @@
 //! for the fields controllers touch; node taints are replaced, as on the real server), server-side apply
 //! (field managers, conflicts, `force`, removal of fields no longer applied), delete (finalizers set
 //! `deletionTimestamp` and the object goes with its last finalizer; uid and resourceVersion
-//! preconditions), the status subresource, `dryRun=All`, defaulting (services: cluster IP, node ports,
-//! ingress IP mode, fields a new type no longer needs; bindings' API groups), and RBAC authorisation from
+//! preconditions), the status subresource (a status write keeps the spec and takes status and metadata, as
+//! the real registries do: the service controller moves its finalizer through it), `dryRun=All`, defaulting
+//! (services: cluster IP, node ports, ingress IP mode, fields a new type no longer needs; bindings' API groups), and RBAC authorisation from
 //! stored roles and bindings.
 //!
 //! **Validated as the real server (1.34 messages):** every body is decoded as its kind (`k8s-openapi`'s

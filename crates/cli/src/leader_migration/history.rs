@@ -6,15 +6,15 @@
 //! each acquisition lasts until the next acquisition by another process; the current holder's until now
 //! (or its last renewal, when stale); a released Lease's until its release.
 //!
-//! Each acquisition by this binary is an Event of its own. client-go's recorder may merge a process's
-//! repeated Event into one (a count, and the last time): then only its latest acquisition is known.
+//! Both this binary and client-go record core/v1 Events, and both merge a process's repeated Event into one
+//! (a count, and the last time): then only its latest acquisition is known.
 //!
 //! The time axis starts at the earliest Event (an hour back when there is none): a holder that has led for
 //! weeks would otherwise squeeze the hour the Events cover into a few pixels. Labels are clock times.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::Api;
 use leadermigration::elector::{EVENT_REASON, who_became_leader};
 use leadermigration::status::{Condition, LeaseObservation, Observation, Status, component_of};
@@ -49,23 +49,31 @@ fn acquisition(event: &Event, leases: &[&str]) -> Option<Acquisition> {
     if event.reason.as_deref() != Some(EVENT_REASON) {
         return None;
     }
-    let regarding = event.regarding.as_ref()?;
-    let lease = regarding.name.as_deref()?;
-    if regarding.kind.as_deref() != Some("Lease") || !leases.contains(&lease) {
+    let about = &event.involved_object;
+    let lease = about.name.as_deref()?;
+    if about.kind.as_deref() != Some("Lease") || !leases.contains(&lease) {
         return None;
     }
-    let identity = who_became_leader(event.note.as_deref()?)?;
-    let at = event
-        .series
-        .as_ref()
-        .map(|s| s.last_observed_time.0)
-        .or(event.event_time.as_ref().map(|t| t.0))
-        .or(event.deprecated_last_timestamp.as_ref().map(|t| t.0))
-        .or(event.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
+    let identity = who_became_leader(event.message.as_deref()?)?;
+    // This binary's Events carry an eventTime (microseconds); client-go's only whole seconds. A repeat
+    // moves only lastTimestamp: the later of the two is the latest acquisition.
+    let at = [
+        event.event_time.as_ref().map(|t| t.0),
+        event.last_timestamp.as_ref().map(|t| t.0),
+        event
+            .series
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref())
+            .map(|t| t.0),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .or(event.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
     let component = event
-        .reporting_controller
+        .reporting_component
         .clone()
-        .or_else(|| event.deprecated_source.as_ref().and_then(|s| s.component.clone()))
+        .or_else(|| event.source.as_ref().and_then(|s| s.component.clone()))
         .filter(|c| !c.is_empty());
     Some(Acquisition {
         lease: lease.to_owned(),

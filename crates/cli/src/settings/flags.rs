@@ -68,7 +68,7 @@ settings! {
     external_cloud_volume_plugin: String = ("external-cloud-volume-plugin", GENERIC, "",
         "Accepted for compatibility; no effect."),
     use_service_account_credentials: bool = ("use-service-account-credentials", GENERIC, "false",
-        "Accepted for compatibility; controllers use the manager's credentials, with their own User-Agent."),
+        "If true, use individual service account credentials for each controller: each acts as its service account in kube-system (node-controller, service-controller, route-controller, or its own), with tokens from the TokenRequest API, made if missing with the manager's credentials."),
     allow_untagged_cloud: bool = ("allow-untagged-cloud", GENERIC, "false",
         "Allow the cluster to run without the cluster-id on cloud instances (deprecated)."),
     route_reconciliation_period: GoDuration = ("route-reconciliation-period", GENERIC, "10s",

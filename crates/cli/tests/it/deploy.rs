@@ -40,7 +40,7 @@ metadata: {name: "test:kube-controller-manager-cloud-controllers"}
 rules:
   - {apiGroups: [""], resources: [nodes, services], verbs: [list, watch, patch, delete]}
   - {apiGroups: [""], resources: [nodes/status, services/status], verbs: [patch]}
-  - {apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}
+  - {apiGroups: [""], resources: [events], verbs: [create, patch]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -732,7 +732,7 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more(backend: Backend
                 r.user.as_deref() == Some(SERVICE_ACCOUNT)
                     && r.user_agent.ends_with("/cloud-node-controller")
                     && r.verb.as_deref() == Some(verb)
-                    && r.resource.as_deref() == Some("events.events.k8s.io")
+                    && r.resource.as_deref() == Some("events")
                     && (200..300).contains(&r.status)
             })
             .count()

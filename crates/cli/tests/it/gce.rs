@@ -326,7 +326,7 @@ async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_repor
     );
 
     // node-b has no alias range: no pod CIDR, and upstream's Event, reported as upstream's allocator.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(server.client(), "default");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(server.client(), "default");
     let event = eventually("node-b got no CIDRNotAvailable Event", &log, || async {
         events
             .list(&Default::default())
@@ -336,15 +336,15 @@ async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_repor
             .into_iter()
             .find(|e| {
                 e.reason.as_deref() == Some("CIDRNotAvailable")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("node-b")
+                    && e.involved_object.name.as_deref() == Some("node-b")
             })
     })
     .await;
     assert_eq!(
-        event.note.as_deref(),
+        event.message.as_deref(),
         Some("Node node-b status is now: CIDRNotAvailable")
     );
-    assert_eq!(event.reporting_controller.as_deref(), Some("cidrAllocator"));
+    assert_eq!(event.reporting_component.as_deref(), Some("cidrAllocator"));
     let node_b = nodes.get("node-b").await.unwrap();
     assert_eq!(node_b.spec.unwrap().pod_cidr, None);
 

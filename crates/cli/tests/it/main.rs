@@ -14,3 +14,4 @@ mod migration_status;
 mod monitoring;
 mod support;
 mod traces;
+mod upstream_rbac;

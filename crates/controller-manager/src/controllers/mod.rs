@@ -43,19 +43,24 @@ impl Default for ControllerRegistry {
 /// The four controllers of upstream's cloud-controller-manager, in start order.
 fn builtin() -> Vec<ControllerDefinition> {
     vec![
-        ControllerDefinition::new("cloud-node-controller", node::run).requires(Capability::Instances),
+        ControllerDefinition::new("cloud-node-controller", node::run)
+            .requires(Capability::Instances)
+            .service_account("node-controller"),
         ControllerDefinition::new("cloud-node-lifecycle-controller", node_lifecycle::run)
             .requires(Capability::Instances)
-            .migrated_by_default(),
+            .migrated_by_default()
+            .service_account("node-controller"),
         ControllerDefinition::new("service-lb-controller", service::run)
             .requires(Capability::LoadBalancers)
             .migrated_by_default()
-            .event_reporter("service-controller"),
+            .event_reporter("service-controller")
+            .service_account("service-controller"),
         ControllerDefinition::new("node-route-controller", route::run)
             .requires_settings(routes_configured)
             .requires(Capability::Routes)
             .migrated_by_default()
-            .event_reporter("route_controller"),
+            .event_reporter("route_controller")
+            .service_account("route-controller"),
     ]
 }
 

@@ -8,7 +8,11 @@
 //!   an answer deletes a node.
 //!
 //! Beyond upstream: a node whose provider ID belongs to another provider (`CloudProvider::owns_provider_id`)
-//! is never looked up, so never deleted; and the delete is conditional on the node's UID, so a node
+//! is never looked up, so never deleted; nor is one whose provider ID its own provider cannot interpret
+//! (`CloudProvider::check_provider_id`): that is an error (logged, a Warning Event
+//! `ProviderIDNotInterpretable`, the gauge `node_lifecycle_uninterpretable_provider_ids`), as upstream's
+//! AWS provider errors for such an ID, so a provider that would answer "not found" for an ID it cannot
+//! parse never has a node deleted for it; and the delete is conditional on the node's UID, so a node
 //! re-created under the same name is not deleted in its predecessor's place.
 //!
 //! Cloud look-ups for all not-ready nodes of a round are one batch call each (exists, then shutdown). A
@@ -82,12 +86,44 @@ async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), 
         .into_iter()
         .filter(|n| n.provider_id().is_none_or(|id| provider.owns_provider_id(id)));
     let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) = nodes.partition(|n| n.is_ready());
+    // Only what the provider can interpret is asked about: an answer about anything else proves nothing.
+    let (not_ready, uninterpretable): (Vec<_>, Vec<_>) = not_ready.into_iter().partition(|n| {
+        n.provider_id()
+            .filter(|id| !id.is_empty())
+            .is_none_or(|id| provider.check_provider_id(id).is_ok())
+    });
+    controller
+        .metrics
+        .uninterpretable_provider_ids
+        .set(i64::try_from(uninterpretable.len()).unwrap_or(i64::MAX));
+    for node in &uninterpretable {
+        failures += 1;
+        let id = node.provider_id().unwrap_or_default();
+        let why = provider.check_provider_id(id).err().unwrap_or_default();
+        tracing::error!(node = node.name(), provider_id = id, %why, "the provider cannot interpret the node's provider ID: the node is not looked up, and never deleted");
+        controller
+            .event(
+                &event_reference(node.as_ref()),
+                EventType::Warning,
+                "ProviderIDNotInterpretable",
+                "CheckInstance",
+                format!(
+                    "Cannot tell whether node {} exists in the cloud provider: its provider ID {id:?} is {why}",
+                    node.name()
+                ),
+            )
+            .await;
+    }
 
     for node in ready.iter().filter(|n| n.has_taint(TAINT_SHUTDOWN)) {
         failures += usize::from(!set_shutdown_taint(api, node, false).await);
     }
     if not_ready.is_empty() {
-        return Ok(());
+        return if failures == 0 {
+            Ok(())
+        } else {
+            Err(RoundFailed { failures })
+        };
     }
     // Only the few NotReady nodes are materialised for the provider.
     let materialized: Vec<Arc<Node>> = not_ready.iter().map(|n| Arc::new(n.to_node())).collect();

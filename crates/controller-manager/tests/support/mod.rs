@@ -13,8 +13,8 @@ pub use control_plane::{ApiServer, Backend};
 use controller_manager::{
     Cidr, ClientFactory, ControllerRegistry, ControllerSettings, Manager, ManagerConfig, ManagerError,
 };
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use leadermigration::ControllerSelection;
 use leadermigration::audit::UserAgent;

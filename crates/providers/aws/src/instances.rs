@@ -1,7 +1,12 @@
 //! Instances: node → EC2 instance, answered for many nodes with one `DescribeInstances` per 200 nodes.
 //!
 //! - Provider IDs as upstream: `aws:///<az>/<i-id>`, `aws:////<i-id>` and a bare `i-…` are accepted;
-//!   `aws:///<az>/<i-id>` is given.
+//!   `aws:///<az>/<i-id>` is given. Fargate nodes (`aws:///<az>/<…>/fargate-<ip>`, the IP also written
+//!   `fargate-ip-10-0-0-1.<domain>`) are looked up by their network interface, as upstream: one
+//!   `DescribeNetworkInterfaces` per 200 of them (attached, in the configured VPC, by private IP); they exist
+//!   while it does and, as upstream answers, count as shut down then too; no instance type.
+//! - A provider ID of any other form cannot be interpreted: every look-up of its node is an error, never
+//!   "not found" (upstream's provider errors too), so its node is never deleted for it.
 //! - A node without a provider ID is found by its name: `i-…` (resource-based names, with or without a
 //!   domain) directly, else by `private-dns-name` among this cluster's instances (tagged
 //!   `kubernetes.io/cluster/<id>` or the legacy `KubernetesCluster=<id>`).
@@ -16,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, NetworkInterfaceStatus};
+use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, NetworkInterface, NetworkInterfaceStatus};
 use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
@@ -39,6 +44,39 @@ pub enum InstanceKey {
     PrivateDns(String),
 }
 
+/// What runs a node: an EC2 instance, or a Fargate task known by its network interface's private IP.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NodeKey {
+    /// An EC2 instance.
+    Instance(InstanceKey),
+    /// A Fargate node: the private IP of its network interface.
+    Fargate(std::net::IpAddr),
+}
+
+/// The private IP of a Fargate provider ID (last segment `fargate-<ip>` or `fargate-ip-a-b-c-d[.domain]`);
+/// `None` when it is not one, or its IP is not an IP.
+pub fn fargate_ip_of(provider_id: &str) -> Option<std::net::IpAddr> {
+    let rest = provider_id.strip_prefix("aws://")?;
+    let last = rest.rsplit('/').next()?;
+    let ip = last.strip_prefix("fargate-")?;
+    match ip.strip_prefix("ip-") {
+        Some(name) => name.split('.').next()?.replace('-', ".").parse().ok(),
+        None => ip.parse().ok(),
+    }
+}
+
+/// Whether this provider can interpret `provider_id`: an instance's or a Fargate node's; why not otherwise.
+pub fn check_provider_id(provider_id: &str) -> Result<(), String> {
+    if instance_id_of(provider_id).is_some() || fargate_ip_of(provider_id).is_some() {
+        Ok(())
+    } else {
+        Err(
+            "not an AWS instance's (aws:///<zone>/i-…, aws:////i-… or i-…) nor a Fargate node's (aws:///<zone>/…/fargate-<ip>)"
+                .to_owned(),
+        )
+    }
+}
+
 /// An instance's provider ID, `aws:///<az>/<i-id>`.
 pub(crate) fn provider_id(instance: &Instance) -> String {
     let zone = instance
@@ -59,22 +97,45 @@ pub fn instance_id_of(provider_id: &str) -> Option<&str> {
     (id.starts_with("i-") && id.len() > 2).then_some(id)
 }
 
-/// The key to look `node` up by.
-pub fn key_of(node: &Node) -> Option<InstanceKey> {
+/// The key to look `node` up by; why not, when its provider ID cannot be interpreted.
+pub fn key_of(node: &Node) -> Result<NodeKey, String> {
     let provider_id = node
         .spec
         .as_ref()
         .and_then(|s| s.provider_id.as_deref())
         .filter(|p| !p.is_empty());
     if let Some(provider_id) = provider_id {
-        return instance_id_of(provider_id).map(|id| InstanceKey::Id(id.to_owned()));
+        if let Some(id) = instance_id_of(provider_id) {
+            return Ok(NodeKey::Instance(InstanceKey::Id(id.to_owned())));
+        }
+        if let Some(ip) = fargate_ip_of(provider_id) {
+            return Ok(NodeKey::Fargate(ip));
+        }
+        return Err(format!(
+            "provider ID {provider_id:?} cannot be interpreted: {}",
+            check_provider_id(provider_id).err().unwrap_or_default()
+        ));
     }
-    let name = node.metadata.name.as_deref()?;
+    let name = node.metadata.name.as_deref().unwrap_or_default();
     let first = name.split('.').next().unwrap_or(name);
     if first.starts_with("i-") {
-        return Some(InstanceKey::Id(first.to_owned()));
+        return Ok(NodeKey::Instance(InstanceKey::Id(first.to_owned())));
     }
-    Some(InstanceKey::PrivateDns(name.to_owned()))
+    Ok(NodeKey::Instance(InstanceKey::PrivateDns(name.to_owned())))
+}
+
+/// The EC2 instance key of `node`, if an instance runs it (not a Fargate node, nor an uninterpretable ID).
+pub fn instance_key_of(node: &Node) -> Option<InstanceKey> {
+    match key_of(node) {
+        Ok(NodeKey::Instance(key)) => Some(key),
+        _ => None,
+    }
+}
+
+/// What a look-up found for a node.
+enum Found {
+    Instance(Box<Instance>),
+    Fargate(Box<NetworkInterface>),
 }
 
 impl AwsProvider {
@@ -143,19 +204,132 @@ impl AwsProvider {
         }
     }
 
-    /// Looks up `nodes` in one pass; each node's instance, or `None` when EC2 has none for it.
-    async fn lookup(
+    /// Looks up `nodes` in one pass: each node's instance or Fargate interface, `None` when EC2 positively
+    /// has none, an error when its provider ID cannot be interpreted or a request failed.
+    async fn lookup(&self, cx: &CallContext, nodes: &[Arc<Node>]) -> Vec<Result<Option<Found>, CloudError>> {
+        let keys: Vec<Result<NodeKey, String>> = nodes.iter().map(|n| key_of(n)).collect();
+        let wanted: Vec<InstanceKey> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Ok(NodeKey::Instance(key)) => Some(key.clone()),
+                _ => None,
+            })
+            .collect();
+        let ips: BTreeSet<std::net::IpAddr> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Ok(NodeKey::Fargate(ip)) => Some(*ip),
+                _ => None,
+            })
+            .collect();
+        let instances = if wanted.is_empty() {
+            Ok(HashMap::new())
+        } else {
+            cx.call("DescribeInstances", self.describe(&wanted)).await
+        };
+        let interfaces = if ips.is_empty() {
+            Ok(HashMap::new())
+        } else {
+            cx.call("DescribeNetworkInterfaces", self.fargate_interfaces(&ips))
+                .await
+        };
+        keys.into_iter()
+            .map(|key| match key {
+                Err(why) => Err(CloudError::provider(why)),
+                Ok(NodeKey::Instance(key)) => match &instances {
+                    Ok(found) => Ok(found.get(&key).cloned().map(|i| Found::Instance(Box::new(i)))),
+                    Err(error) => Err(copy(error)),
+                },
+                Ok(NodeKey::Fargate(ip)) => match &interfaces {
+                    Ok(found) => match found.get(&ip).map(Vec::as_slice) {
+                        None | Some([]) => Ok(None),
+                        Some([interface]) => Ok(Some(Found::Fargate(Box::new(interface.clone())))),
+                        Some(_) => Err(CloudError::provider(format!(
+                            "more than one attached network interface has the Fargate node's IP {ip} (set VPC in the cloud-config)"
+                        ))),
+                    },
+                    Err(error) => Err(copy(error)),
+                },
+            })
+            .collect()
+    }
+
+    /// The attached network interfaces with `ips` as their private IP, in the configured VPC (any without
+    /// one), by IP: one `DescribeNetworkInterfaces` per 200 IPs.
+    async fn fargate_interfaces(
         &self,
-        cx: &CallContext,
-        nodes: &[Arc<Node>],
-    ) -> Result<Vec<Option<Instance>>, CloudError> {
-        let keys: Vec<Option<InstanceKey>> = nodes.iter().map(|n| key_of(n)).collect();
-        let wanted: Vec<InstanceKey> = keys.iter().flatten().cloned().collect();
-        let found = cx.call("DescribeInstances", self.describe(&wanted)).await?;
-        Ok(keys
-            .into_iter()
-            .map(|key| key.and_then(|k| found.get(&k).cloned()))
-            .collect())
+        ips: &BTreeSet<std::net::IpAddr>,
+    ) -> Result<HashMap<std::net::IpAddr, Vec<NetworkInterface>>, CloudError> {
+        let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+        let mut found: HashMap<std::net::IpAddr, Vec<NetworkInterface>> = HashMap::new();
+        for chunk in ips.chunks(FILTER_VALUES) {
+            let mut filters = vec![
+                filter("private-ip-address", chunk),
+                filter("attachment.status", &["attached".to_owned()]),
+            ];
+            if !self.config.vpc.is_empty() {
+                filters.push(filter("vpc-id", std::slice::from_ref(&self.config.vpc)));
+            }
+            let mut pages = self
+                .ec2
+                .describe_network_interfaces()
+                .set_filters(Some(filters))
+                .max_results(1000)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(aws_error)?;
+                for interface in page.network_interfaces() {
+                    if let Some(ip) = interface.private_ip_address().and_then(|ip| ip.parse().ok()) {
+                        found.entry(ip).or_default().push(interface.clone());
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// A Fargate node's metadata, from its network interface (as upstream: no instance type).
+    fn fargate_metadata(
+        &self,
+        provider_id: &str,
+        interface: &NetworkInterface,
+        zone_id: Option<String>,
+    ) -> InstanceMetadata {
+        let mut node_addresses = Vec::new();
+        let address = |kind: &str, value: &str| NodeAddress {
+            type_: kind.to_owned(),
+            address: value.to_owned(),
+        };
+        for family in &self.config.node_ip_families {
+            match family {
+                IpFamily::V4 => {
+                    if let Some(ip) = interface.private_ip_address() {
+                        node_addresses.push(address("InternalIP", ip));
+                    }
+                    if let Some(name) = interface.private_dns_name().filter(|n| !n.is_empty()) {
+                        node_addresses.push(address("InternalDNS", name));
+                    }
+                }
+                IpFamily::V6 => {
+                    if let Some(ip) = interface.ipv6_addresses().first().and_then(|a| a.ipv6_address()) {
+                        node_addresses.push(address("InternalIP", ip));
+                    }
+                }
+            }
+        }
+        let mut additional_labels = BTreeMap::new();
+        if let Some(zone_id) = zone_id {
+            additional_labels.insert(ZONE_ID_LABEL.to_owned(), zone_id);
+        }
+        InstanceMetadata {
+            provider_id: provider_id.to_owned(),
+            instance_type: String::new(),
+            node_addresses,
+            region: self.region.clone(),
+            zone: interface.availability_zone().unwrap_or_default().to_owned(),
+            additional_labels,
+        }
     }
 }
 
@@ -334,17 +508,19 @@ impl InstancesV2 for AwsProvider {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        match self.lookup(cx, nodes).await {
-            Ok(found) => found
-                .into_iter()
-                .map(|i| {
-                    Ok(i.as_ref()
-                        .and_then(state)
-                        .is_some_and(|s| *s != InstanceStateName::Terminated))
+        self.lookup(cx, nodes)
+            .await
+            .into_iter()
+            .map(|found| {
+                Ok(match found? {
+                    None => false,
+                    Some(Found::Instance(i)) => {
+                        state(&i).is_some_and(|s| *s != InstanceStateName::Terminated)
+                    }
+                    Some(Found::Fargate(_)) => true,
                 })
-                .collect(),
-            Err(error) => copies(&error, nodes.len()),
-        }
+            })
+            .collect()
     }
 
     async fn instance_shutdown_batch(
@@ -352,13 +528,18 @@ impl InstancesV2 for AwsProvider {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        match self.lookup(cx, nodes).await {
-            Ok(found) => found
-                .into_iter()
-                .map(|i| Ok(i.as_ref().and_then(state) == Some(&InstanceStateName::Stopped)))
-                .collect(),
-            Err(error) => copies(&error, nodes.len()),
-        }
+        self.lookup(cx, nodes)
+            .await
+            .into_iter()
+            .map(|found| {
+                Ok(match found? {
+                    None => false,
+                    Some(Found::Instance(i)) => state(&i) == Some(&InstanceStateName::Stopped),
+                    // As upstream's Fargate variant answers: shut down whenever its interface exists.
+                    Some(Found::Fargate(_)) => true,
+                })
+            })
+            .collect()
     }
 
     async fn instance_metadata_batch(
@@ -366,45 +547,61 @@ impl InstancesV2 for AwsProvider {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
-        let found = match self.lookup(cx, nodes).await {
-            Ok(found) => found,
-            Err(error) => return copies(&error, nodes.len()),
-        };
+        let found = self.lookup(cx, nodes).await;
         let mut out = Vec::with_capacity(nodes.len());
-        for instance in found {
-            out.push(match instance {
-                None => Err(CloudError::InstanceNotFound),
-                Some(instance) => {
-                    let zone = instance
-                        .placement()
-                        .and_then(|p| p.availability_zone())
-                        .unwrap_or_default();
-                    match cx.call("DescribeAvailabilityZones", self.zone_id(zone)).await {
-                        Ok(zone_id) => Ok(self.metadata(&instance, zone_id)),
-                        Err(error) => Err(error),
-                    }
+        for (node, found) in nodes.iter().zip(found) {
+            let found = match found {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    out.push(Err(CloudError::InstanceNotFound));
+                    continue;
                 }
-            });
+                Err(error) => {
+                    out.push(Err(error));
+                    continue;
+                }
+            };
+            let zone = match &found {
+                Found::Instance(instance) => instance
+                    .placement()
+                    .and_then(|p| p.availability_zone())
+                    .unwrap_or_default(),
+                Found::Fargate(interface) => interface.availability_zone().unwrap_or_default(),
+            };
+            let zone_id = match cx.call("DescribeAvailabilityZones", self.zone_id(zone)).await {
+                Ok(zone_id) => zone_id,
+                Err(error) => {
+                    out.push(Err(error));
+                    continue;
+                }
+            };
+            out.push(Ok(match &found {
+                Found::Instance(instance) => self.metadata(instance, zone_id),
+                Found::Fargate(interface) => {
+                    let provider_id = node
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.provider_id.as_deref())
+                        .unwrap_or_default();
+                    self.fargate_metadata(provider_id, interface, zone_id)
+                }
+            }));
         }
         out
     }
 }
 
-/// The same failure for every node of a batch.
-fn copies<T>(error: &CloudError, n: usize) -> Vec<Result<T, CloudError>> {
-    (0..n)
-        .map(|_| {
-            Err(match error {
-                CloudError::Retry { after, message } => CloudError::Retry {
-                    after: *after,
-                    message: message.clone(),
-                },
-                CloudError::Timeout => CloudError::Timeout,
-                CloudError::Cancelled => CloudError::Cancelled,
-                other => CloudError::provider(other.to_string()),
-            })
-        })
-        .collect()
+/// One failure, again (for each node it concerns).
+fn copy(error: &CloudError) -> CloudError {
+    match error {
+        CloudError::Retry { after, message } => CloudError::Retry {
+            after: *after,
+            message: message.clone(),
+        },
+        CloudError::Timeout => CloudError::Timeout,
+        CloudError::Cancelled => CloudError::Cancelled,
+        other => CloudError::provider(other.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -425,18 +622,74 @@ mod tests {
         assert_eq!(instance_id_of("i-0abc"), Some("i-0abc"));
         assert_eq!(instance_id_of("aws:///us-east-1a/fargate-10.0.0.1"), None);
         assert_eq!(instance_id_of("gce://p/z/n"), None);
-        assert_eq!(
-            key_of(&node("x", Some("aws:///us-east-1a/i-1"))),
-            Some(InstanceKey::Id("i-1".into()))
-        );
+        let instance = |id: &str| Ok(NodeKey::Instance(InstanceKey::Id(id.into())));
+        assert_eq!(key_of(&node("x", Some("aws:///us-east-1a/i-1"))), instance("i-1"));
         assert_eq!(
             key_of(&node("i-2.us-west-2.compute.internal", None)),
-            Some(InstanceKey::Id("i-2".into()))
+            instance("i-2")
         );
         assert_eq!(
             key_of(&node("ip-10-0-0-1.ec2.internal", None)),
-            Some(InstanceKey::PrivateDns("ip-10-0-0-1.ec2.internal".into()))
+            Ok(NodeKey::Instance(InstanceKey::PrivateDns(
+                "ip-10-0-0-1.ec2.internal".into()
+            )))
         );
-        assert_eq!(key_of(&node("n", Some("gce://p/z/n"))), None);
+        assert!(key_of(&node("n", Some("gce://p/z/n"))).is_err());
+        assert!(key_of(&node("n", Some("aws:///us-east-1a/vol-1"))).is_err());
+    }
+
+    #[test]
+    fn fargate_provider_ids_name_their_interface_ip_as_upstream() {
+        let check = |id: &str, ip: Option<&str>| {
+            assert_eq!(fargate_ip_of(id), ip.map(|ip| ip.parse().unwrap()), "{id}");
+        };
+        check(
+            "aws:///us-west-2c/1abc-2def/fargate-192.168.164.88",
+            Some("192.168.164.88"),
+        );
+        check(
+            "aws:///us-west-2c/1abc-2def/fargate-ip-192-168-164-88.us-west-2.compute.internal",
+            Some("192.168.164.88"),
+        );
+        check("aws:///us-west-2c/fargate-10.0.0.1", Some("10.0.0.1"));
+        check("aws:///us-west-2c/x/fargate-", None);
+        check("aws:///us-west-2c/x/fargate-ip-not-an-ip", None);
+        check("aws:///us-west-2c/x/fargate-10.0.0", None);
+        check("fargate-10.0.0.1", None);
+        assert_eq!(
+            key_of(&node("f", Some("aws:///us-west-2c/1abc/fargate-10.0.0.1"))),
+            Ok(NodeKey::Fargate("10.0.0.1".parse().unwrap()))
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the provider ID, a node is either looked up by a well-formed key or its look-up is an
+        /// error: it never falls through to "no instance", which would delete its node.
+        #[test]
+        fn every_provider_id_is_a_well_formed_key_or_an_error(
+            id in proptest::prop_oneof![
+                proptest::string::string_regex(".{0,40}").unwrap(),
+                proptest::string::string_regex("(aws://)?/{0,4}[a-z0-9-]{0,12}/{0,2}(i-|fargate-|fargate-ip-|vol-)?[a-z0-9.-]{0,16}").unwrap(),
+                proptest::string::string_regex("(gce|azure|fake)://[a-z0-9/-]{0,20}").unwrap(),
+            ]
+        ) {
+            let named = node("some-node", Some(&id));
+            match key_of(&named) {
+                _ if id.is_empty() => {}
+                Ok(NodeKey::Instance(InstanceKey::Id(instance))) => {
+                    proptest::prop_assert!(instance.starts_with("i-") && instance.len() > 2 && !instance.contains('/'));
+                    proptest::prop_assert!(check_provider_id(&id).is_ok());
+                }
+                Ok(NodeKey::Instance(InstanceKey::PrivateDns(_))) => {
+                    proptest::prop_assert!(false, "a provider ID {:?} was taken for a name", id);
+                }
+                Ok(NodeKey::Fargate(_)) => proptest::prop_assert!(check_provider_id(&id).is_ok()),
+                Err(why) => {
+                    proptest::prop_assert!(check_provider_id(&id).is_err());
+                    let quoted = format!("{id:?}");
+                    proptest::prop_assert!(why.contains(&quoted));
+                }
+            }
+        }
     }
 }

@@ -111,6 +111,10 @@ impl CloudProvider for AwsProvider {
         PROVIDER_NAME
     }
 
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+        instances::check_provider_id(provider_id)
+    }
+
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
         Some(self)
     }

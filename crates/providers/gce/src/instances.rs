@@ -376,6 +376,35 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Every provider ID either names a project, zone and instance, each non-empty and without a slash,
+        /// or is refused: it never reaches a look-up that could answer "not found" for a misread name.
+        #[test]
+        fn every_provider_id_names_an_instance_or_is_refused(
+            id in proptest::prop_oneof![
+                proptest::string::string_regex(".{0,40}").unwrap(),
+                proptest::string::string_regex("(gce://)?/{0,2}[a-z0-9-]{0,8}/{0,2}[a-z0-9-]{0,8}/{0,2}[a-z0-9.-]{0,8}/{0,2}").unwrap(),
+                proptest::string::string_regex("(aws|fake|azure)://[a-z0-9/-]{0,20}").unwrap(),
+            ]
+        ) {
+            match parse_provider_id(&id) {
+                Some((project, zone, name)) => {
+                    for part in [project, zone, name] {
+                        proptest::prop_assert!(!part.is_empty() && !part.contains('/'));
+                    }
+                    proptest::prop_assert_eq!(format!("gce://{project}/{zone}/{name}"), id);
+                }
+                None => {
+                    let parts: Option<Vec<&str>> = id.strip_prefix("gce://").map(|rest| rest.split('/').collect());
+                    proptest::prop_assert!(
+                        parts.is_none_or(|parts| parts.len() != 3 || parts.iter().any(|p| p.is_empty())),
+                        "{id:?} has the form but was refused"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn compute_names() {
         assert!(is_compute_name("node-1"));

@@ -82,6 +82,8 @@ pub fn definition() -> ControllerDefinition {
         .flags(FLAGS)
         .validated_by(no_gke_features)
         .event_reporter("cidrAllocator")
+        // Upstream's node-IPAM controller acts as node-controller.
+        .service_account("node-controller")
 }
 
 /// Upstream's node-IPAM flags (the GCP manager's).

@@ -184,6 +184,12 @@ impl CloudProvider for GceProvider {
         PROVIDER_NAME
     }
 
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+        instances::parse_provider_id(provider_id)
+            .map(drop)
+            .ok_or_else(|| "not of the form gce://<project>/<zone>/<instance>".to_owned())
+    }
+
     /// Reads (or makes) the cluster ID the load balancers' shared names carry. A failure is logged, not
     /// fatal: the nodes and routes need no cluster ID, and load balancers try again when they need it.
     async fn start_leading(&self, context: LeadingContext) -> Result<(), CloudError> {

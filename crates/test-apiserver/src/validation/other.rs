@@ -61,18 +61,22 @@ struct EventFields {
     involved_namespace: &'static str,
     message: &'static str,
     event_time: &'static str,
+    /// The reporting controller's JSON pointer and its name in errors (`reportingComponent` in core/v1).
+    reporting_controller: (&'static str, &'static str),
 }
 
 const CORE_EVENT: EventFields = EventFields {
     involved_namespace: "/involvedObject/namespace",
     message: "/message",
     event_time: "/eventTime",
+    reporting_controller: ("/reportingComponent", "reportingComponent"),
 };
 
 const EVENTS_V1: EventFields = EventFields {
     involved_namespace: "/regarding/namespace",
     message: "/note",
     event_time: "/eventTime",
+    reporting_controller: ("/reportingController", "reportingController"),
 };
 
 fn at_most(errors: &mut Errors, path: &str, value: &str, max: usize) {
@@ -107,15 +111,12 @@ pub(crate) fn event(event: &Value, events_v1: bool, errors: &mut Errors) {
         );
     }
     if new_style {
-        let controller = text(event, "/reportingController");
+        let (pointer, field) = fields.reporting_controller;
+        let controller = text(event, pointer);
         if controller.is_empty() {
-            errors.required(Path::root("reportingController"), "");
+            errors.required(Path::root(field), "");
         }
-        errors.invalid_each(
-            &Path::root("reportingController"),
-            controller,
-            qualified_name(controller),
-        );
+        errors.invalid_each(&Path::root(field), controller, qualified_name(controller));
         for (field, pointer) in [
             ("reportingInstance", "/reportingInstance"),
             ("action", "/action"),

@@ -181,10 +181,15 @@ pub(super) fn prepare_update(
         )));
     }
     let mut new = match target.scope() {
-        // A status write changes only `.status`; everything else is the stored object's.
+        // A status write changes `.status` and metadata (the real registries reset only the spec: upstream's
+        // service controller adds and removes its finalizer through `services/status`); the spec is the
+        // stored object's.
         Scope::Status => {
             let mut new = current.clone();
             set_or_remove(&mut new, "status", proposed.get("status"));
+            if let Some(metadata) = proposed.get("metadata").filter(|m| m.is_object()) {
+                new["metadata"] = metadata.clone();
+            }
             new
         }
         // A main-resource write cannot change `.status` of a type with a status subresource.

@@ -101,7 +101,10 @@ impl Target<'_> {
         }
     }
 
-    /// Adds our finalizer, conditional on the version read.
+    /// Adds our finalizer, conditional on the version read. Through the status subresource, as upstream's
+    /// `PatchService` (a status write keeps the spec but takes metadata), so the bootstrap role
+    /// `system:controller:service-controller`, which grants `services/status` but not `services` patch,
+    /// is enough.
     pub(super) async fn add_finalizer(&self, service: Arc<Service>) -> Result<Arc<Service>, ServiceError> {
         if has_finalizer(&service) {
             return Ok(service);
@@ -110,13 +113,14 @@ impl Target<'_> {
         finalizers.push(FINALIZER_LOAD_BALANCER_CLEANUP.to_owned());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": service.metadata.resource_version}});
         self.api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(Arc::new)
             .map_err(ServiceError::AddFinalizer)
     }
 
-    /// Removes our finalizer only: the patch fails if the list changed at that position.
+    /// Removes our finalizer only: the patch fails if the list changed at that position. Through the status
+    /// subresource, as [`Self::add_finalizer`].
     async fn remove_finalizer(&self, service: &Service) -> Result<(), ServiceError> {
         let finalizers = service.metadata.finalizers.clone().unwrap_or_default();
         let Some(index) = finalizers
@@ -132,7 +136,7 @@ impl Target<'_> {
         .expect("a valid JSON patch");
         match self
             .api
-            .patch(&self.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch_status(&self.name, &PatchParams::default(), &Patch::<()>::Json(patch))
             .await
         {
             Ok(_) => Ok(()),

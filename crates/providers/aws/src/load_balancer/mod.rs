@@ -22,7 +22,7 @@ use aws_sdk_ec2::types::Filter;
 use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
-use crate::instances::key_of;
+use crate::instances::instance_key_of;
 use crate::{AwsProvider, aws_error};
 
 pub mod classic;
@@ -210,7 +210,7 @@ impl AwsProvider {
         &self,
         nodes: &[Arc<Node>],
     ) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
-        let keys: Vec<_> = nodes.iter().filter_map(|n| key_of(n)).collect();
+        let keys: Vec<_> = nodes.iter().filter_map(|n| instance_key_of(n)).collect();
         let found = self.describe(&keys).await?;
         let mut instances: Vec<_> = keys.iter().filter_map(|k| found.get(k).cloned()).collect();
         instances.sort_by(|a, b| a.instance_id().cmp(&b.instance_id()));

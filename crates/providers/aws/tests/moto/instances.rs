@@ -225,3 +225,90 @@ async fn an_unreachable_endpoint_fails_each_node_without_deleting_it() {
     );
     assert!(provider.has_cluster_id());
 }
+
+#[tokio::test]
+async fn fargate_nodes_are_found_by_their_attached_interface_and_uninterpretable_ids_are_errors() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let started = run_instances(&ec2, 1, true).await;
+    // A Fargate task's interface is attached; this instance's primary one stands in for it.
+    let attached = started[0].private_ip_address().unwrap().to_owned();
+    let subnet = started[0].subnet_id().unwrap().to_owned();
+    let detached = ec2
+        .create_network_interface()
+        .subnet_id(&subnet)
+        .send()
+        .await
+        .unwrap()
+        .network_interface()
+        .unwrap()
+        .private_ip_address()
+        .unwrap()
+        .to_owned();
+    let provider = moto.provider("");
+    let instances = provider.instances_v2().unwrap();
+    let dashed = attached.replace('.', "-");
+    let nodes = vec![
+        node(
+            "fargate-a",
+            Some(&format!("aws:///us-east-1a/1abc/fargate-{attached}")),
+        ),
+        node(
+            "fargate-b",
+            Some(&format!(
+                "aws:///us-east-1a/1abc/fargate-ip-{dashed}.ec2.internal"
+            )),
+        ),
+        node(
+            "fargate-detached",
+            Some(&format!("aws:///us-east-1a/1abc/fargate-{detached}")),
+        ),
+        node(
+            "fargate-nobody",
+            Some("aws:///us-east-1a/1abc/fargate-10.255.255.254"),
+        ),
+        node("garbage", Some("aws:///us-east-1a/vol-0abc")),
+        node("mangled-fargate", Some("aws:///us-east-1a/1abc/fargate-ip-nope")),
+        node("empty-aws", Some("aws:///")),
+    ];
+    let exists = instances.instance_exists_batch(&cx(), &nodes).await;
+    let answers: Vec<Option<bool>> = exists.iter().map(|r| r.as_ref().ok().copied()).collect();
+    assert_eq!(
+        answers,
+        [Some(true), Some(true), Some(false), Some(false), None, None, None],
+        "{exists:?}"
+    );
+    for (index, result) in exists.iter().enumerate().skip(4) {
+        let error = result.as_ref().unwrap_err().to_string();
+        assert!(error.contains("cannot be interpreted"), "{index}: {error}");
+    }
+    assert_eq!(
+        provider
+            .requests()
+            .snapshot()
+            .get("EC2:DescribeNetworkInterfaces"),
+        Some(&1),
+        "one request for the batch's Fargate nodes"
+    );
+    // As upstream's Fargate variant: a node whose interface exists counts as shut down.
+    let shutdown = instances.instance_shutdown_batch(&cx(), &nodes[..4]).await;
+    let shutdown: Vec<bool> = shutdown.into_iter().map(Result::unwrap).collect();
+    assert_eq!(shutdown, [true, true, false, false]);
+
+    let metadata = instances.instance_metadata(&cx(), &nodes[0]).await.unwrap();
+    assert_eq!(
+        metadata.provider_id,
+        format!("aws:///us-east-1a/1abc/fargate-{attached}")
+    );
+    assert_eq!(metadata.instance_type, "", "Fargate nodes have no instance type");
+    assert_eq!(
+        metadata.zone,
+        started[0].placement().unwrap().availability_zone().unwrap()
+    );
+    assert_eq!(metadata.node_addresses[0].type_, "InternalIP");
+    assert_eq!(metadata.node_addresses[0].address, attached);
+    assert!(matches!(
+        instances.instance_metadata(&cx(), &nodes[4]).await,
+        Err(CloudError::Provider(_))
+    ));
+}

@@ -1,0 +1,549 @@
+//! Events as upstream's managers record them: core/v1 `events` (the group upstream's published roles grant),
+//! written the way client-go's legacy recorder writes them, so an operator's existing RBAC, dashboards and
+//! `kubectl get events` see the same objects.
+//!
+//! - A new Event is named `<object>.<hex nanoseconds>`, lives in the object's namespace (`default` for a
+//!   cluster-scoped object such as a Node), and carries `source.component` and `reportingComponent` (the
+//!   controller's upstream reporter name, e.g. `cloud-node-controller`, `service-controller`), `count` 1 and
+//!   `firstTimestamp` = `lastTimestamp`. Beyond upstream, `source.host` and `reportingInstance` name this
+//!   process (upstream leaves them empty), so an Event says which replica wrote it.
+//! - A repeat (same source, object, type, reason and message) is the same Event with `count` + 1: a
+//!   strategic-merge patch of `count`, `lastTimestamp` and `message`; a patch that finds the Event gone
+//!   creates it again under its name.
+//! - After ten different messages of one reason about one object within ten minutes, further ones are
+//!   combined into one Event, `(combined from similar events): <message>`.
+//! - A token bucket per source, object and type (burst 25, one more every five minutes) drops the rest,
+//!   as client-go's spam filter.
+//! - The three caches keep at most 4,096 keys each (the oldest go first), as client-go's.
+//!
+//! A message longer than 1,024 bytes is cut to that (the API server checks the length only of Events with
+//! an `eventTime`, which these lack, but an Event is no place for a page of text). Recording never fails a
+//! caller: a refused write is logged at debug level.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::time::Instant;
+
+pub(crate) use kube::runtime::events::EventType;
+
+use crate::lock;
+
+/// The longest message recorded; longer ones are cut at a character boundary.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
+/// Entries each cache keeps (client-go's `maxLruCacheEntries`).
+const CACHE_ENTRIES: usize = 4096;
+/// Different messages of one reason about one object before they are combined.
+const AGGREGATE_AFTER: usize = 10;
+/// The window in which those messages count.
+const AGGREGATE_WINDOW: Duration = Duration::from_secs(600);
+/// The spam filter's burst, and the time to earn one more Event.
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(300);
+/// The prefix of a combined Event's message (client-go's).
+const COMBINED: &str = "(combined from similar events): ";
+
+/// One controller's (or the leader elector's) Event recorder.
+pub(crate) struct EventRecorder {
+    client: kube::Client,
+    source: EventSource,
+    /// Whether Events carry an `eventTime` (microseconds) beside the whole-second timestamps.
+    event_time: bool,
+    state: Mutex<State>,
+}
+
+/// What an Event is about, as the caches key it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Subject {
+    kind: String,
+    namespace: String,
+    name: String,
+    uid: String,
+    api_version: String,
+}
+
+impl Subject {
+    fn of(about: &ObjectReference) -> Subject {
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        Subject {
+            kind: text(&about.kind),
+            namespace: text(&about.namespace),
+            name: text(&about.name),
+            uid: text(&about.uid),
+            api_version: text(&about.api_version),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SimilarKey {
+    subject: Subject,
+    field_path: String,
+    type_: &'static str,
+    reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct EventKey {
+    similar: SimilarKey,
+    message: String,
+}
+
+/// The Event a key was last written as.
+#[derive(Debug, Clone)]
+struct Written {
+    namespace: String,
+    name: String,
+    count: i32,
+    first: Time,
+}
+
+/// The messages seen for one [`SimilarKey`], and when the last of them came.
+#[derive(Debug, Default)]
+struct Similar {
+    messages: std::collections::HashSet<String>,
+    last: Option<Instant>,
+}
+
+/// A token bucket.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    written: Bounded<EventKey, Written>,
+    similar: Bounded<SimilarKey, Similar>,
+    spam: Bounded<(Subject, &'static str), Bucket>,
+}
+
+/// A map that forgets its oldest keys past [`CACHE_ENTRIES`].
+struct Bounded<K, V> {
+    entries: HashMap<K, V>,
+    order: VecDeque<K>,
+}
+
+impl<K, V> Default for Bounded<K, V> {
+    fn default() -> Self {
+        Bounded {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash, V> Bounded<K, V> {
+    fn get_or_insert_with(&mut self, key: &K, make: impl FnOnce() -> V) -> &mut V {
+        if !self.entries.contains_key(key) {
+            self.evict();
+            self.order.push_back(key.clone());
+            self.entries.insert(key.clone(), make());
+        }
+        self.entries.get_mut(key).expect("inserted above")
+    }
+
+    fn get(&self, key: &K) -> Option<&V> {
+        self.entries.get(key)
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        if let Some(slot) = self.entries.get_mut(&key) {
+            *slot = value;
+            return;
+        }
+        self.evict();
+        self.order.push_back(key.clone());
+        self.entries.insert(key, value);
+    }
+
+    /// Makes room for one more key.
+    fn evict(&mut self) {
+        while self.entries.len() >= CACHE_ENTRIES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+    }
+}
+
+/// What to write for one recorded Event.
+#[derive(Debug, PartialEq)]
+enum Write {
+    Create(Event),
+    /// Count + 1 of an Event already written (created again if it is gone).
+    Bump(Event),
+    /// Dropped by the spam filter.
+    Drop,
+}
+
+impl EventRecorder {
+    /// A recorder whose Events are reported by `component` (upstream's reporter name) from `host` (this
+    /// process's identity).
+    pub(crate) fn new(client: kube::Client, component: &str, host: &str) -> EventRecorder {
+        EventRecorder {
+            client,
+            source: EventSource {
+                component: Some(component.to_owned()),
+                host: (!host.is_empty()).then(|| host.to_owned()),
+            },
+            event_time: false,
+            state: Mutex::default(),
+        }
+    }
+
+    /// Events that also carry an `eventTime` with microseconds (client-go's legacy recorder sets none, and
+    /// its timestamps are whole seconds): for the leader-election Events, from which `leader-migration
+    /// status --report` orders hand-offs a few milliseconds apart. The API server then checks them as
+    /// new-style Events: a reason, an action, a reporting component and instance are required.
+    pub(crate) fn with_event_time(mut self) -> EventRecorder {
+        self.event_time = true;
+        self
+    }
+
+    /// Records an Event about `about`. `action` is kept in the Event's `action` field (upstream's legacy
+    /// recorder sets none). Never fails: a refused write is logged.
+    pub(crate) async fn record(
+        &self,
+        about: &ObjectReference,
+        kind: EventType,
+        reason: &str,
+        action: &str,
+        message: String,
+    ) {
+        let write = self.correlate(about, kind, reason, action, message, (Instant::now(), now()));
+        let namespace = match &write {
+            Write::Drop => {
+                tracing::debug!(reason, "event dropped by the spam filter");
+                return;
+            }
+            Write::Create(event) | Write::Bump(event) => event.metadata.namespace.clone().unwrap_or_default(),
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let result = match write {
+            Write::Drop => return,
+            Write::Create(event) => api.create(&PostParams::default(), &event).await.map(drop),
+            Write::Bump(event) => {
+                let name = event.metadata.name.clone().unwrap_or_default();
+                let patch = serde_json::json!({
+                    "count": event.count,
+                    "lastTimestamp": event.last_timestamp,
+                    "message": event.message,
+                });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await
+                {
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        api.create(&PostParams::default(), &event).await.map(drop)
+                    }
+                    other => other.map(drop),
+                }
+            }
+        };
+        if let Err(error) = result {
+            tracing::debug!(%error, reason, component = self.source.component.as_deref(), "cannot record event");
+        }
+    }
+
+    /// What recording this Event now writes, with the caches updated (pure but for the caches).
+    fn correlate(
+        &self,
+        about: &ObjectReference,
+        kind: EventType,
+        reason: &str,
+        action: &str,
+        mut message: String,
+        (instant, wall): (Instant, Time),
+    ) -> Write {
+        truncate(&mut message);
+        let type_ = match kind {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let subject = Subject::of(about);
+        let similar_key = SimilarKey {
+            subject: subject.clone(),
+            field_path: about.field_path.clone().unwrap_or_default(),
+            type_,
+            reason: reason.to_owned(),
+        };
+        let mut state = lock(&self.state);
+        // The aggregator: past ten different messages in the window, one combined Event.
+        let similar = state.similar.get_or_insert_with(&similar_key, Similar::default);
+        if similar
+            .last
+            .is_some_and(|last| instant.duration_since(last) > AGGREGATE_WINDOW)
+        {
+            similar.messages.clear();
+        }
+        similar.last = Some(instant);
+        similar.messages.insert(message.clone());
+        let (key, message) = if similar.messages.len() >= AGGREGATE_AFTER {
+            let key = EventKey {
+                similar: similar_key,
+                message: String::new(),
+            };
+            let mut combined = format!("{COMBINED}{message}");
+            truncate(&mut combined);
+            (key, combined)
+        } else {
+            (
+                EventKey {
+                    similar: similar_key,
+                    message: message.clone(),
+                },
+                message,
+            )
+        };
+        // The event logger: a repeat is the same Event, counted.
+        let written = state.written.get(&key).cloned();
+        let (event, repeat) = match written {
+            Some(written) => {
+                let event = Event {
+                    metadata: ObjectMeta {
+                        name: Some(written.name.clone()),
+                        namespace: Some(written.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    count: Some(written.count + 1),
+                    first_timestamp: Some(written.first.clone()),
+                    ..self.event(about, type_, reason, action, &message, &wall)
+                };
+                (event, true)
+            }
+            None => (self.event(about, type_, reason, action, &message, &wall), false),
+        };
+        state.written.insert(
+            key,
+            Written {
+                namespace: event.metadata.namespace.clone().unwrap_or_default(),
+                name: event.metadata.name.clone().unwrap_or_default(),
+                count: event.count.unwrap_or(1),
+                first: event.first_timestamp.clone().unwrap_or_else(|| wall.clone()),
+            },
+        );
+        // The spam filter, after counting (as client-go: a dropped repeat still counts).
+        let bucket = state.spam.get_or_insert_with(&(subject, type_), || Bucket {
+            tokens: SPAM_BURST,
+            at: instant,
+        });
+        let earned = instant.duration_since(bucket.at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        bucket.tokens = (bucket.tokens + earned).min(SPAM_BURST);
+        bucket.at = instant;
+        if bucket.tokens < 1.0 {
+            return Write::Drop;
+        }
+        bucket.tokens -= 1.0;
+        if repeat {
+            Write::Bump(event)
+        } else {
+            Write::Create(event)
+        }
+    }
+
+    /// A new Event, as client-go's `makeEvent`.
+    fn event(
+        &self,
+        about: &ObjectReference,
+        type_: &str,
+        reason: &str,
+        action: &str,
+        message: &str,
+        wall: &Time,
+    ) -> Event {
+        let object = about.name.clone().unwrap_or_default();
+        let namespace = about
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_owned());
+        let nanos = wall.0.as_nanosecond();
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{object}.{nanos:x}")),
+                namespace: Some(namespace),
+                ..ObjectMeta::default()
+            },
+            involved_object: about.clone(),
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            first_timestamp: Some(wall.clone()),
+            last_timestamp: Some(wall.clone()),
+            count: Some(1),
+            type_: Some(type_.to_owned()),
+            action: (!action.is_empty()).then(|| action.to_owned()),
+            event_time: self.event_time.then_some(MicroTime(wall.0)),
+            source: Some(self.source.clone()),
+            reporting_component: self.source.component.clone(),
+            reporting_instance: self.source.host.clone(),
+            ..Event::default()
+        }
+    }
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
+}
+
+/// Cuts `message` to [`MAX_MESSAGE_BYTES`] at a character boundary.
+fn truncate(message: &mut String) {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorder() -> EventRecorder {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        EventRecorder::new(
+            kube::Client::try_from(config).unwrap(),
+            "cloud-node-controller",
+            "host-1_abc",
+        )
+    }
+
+    fn node(name: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectReference::default()
+        }
+    }
+
+    fn at(seconds: i64) -> Time {
+        Time(jiff::Timestamp::from_second(1_700_000_000 + seconds).unwrap())
+    }
+
+    fn record(recorder: &EventRecorder, about: &str, reason: &str, message: &str, seconds: i64) -> Write {
+        recorder.correlate(
+            &node(about),
+            EventType::Normal,
+            reason,
+            "Sync",
+            message.to_owned(),
+            (Instant::now(), at(seconds)),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_event_is_written_as_client_gos_legacy_recorder_writes_it() {
+        let Write::Create(event) = record(&recorder(), "n1", "Synced", "Node synced successfully", 0) else {
+            panic!("a first event is created");
+        };
+        let name = event.metadata.name.unwrap();
+        let (object, nanos) = name.split_once('.').unwrap();
+        assert_eq!(object, "n1");
+        assert_eq!(i128::from_str_radix(nanos, 16).unwrap(), at(0).0.as_nanosecond());
+        assert_eq!(
+            event.metadata.namespace.as_deref(),
+            Some("default"),
+            "cluster-scoped: default"
+        );
+        assert_eq!(event.count, Some(1));
+        assert_eq!(event.first_timestamp, Some(at(0)));
+        assert_eq!(event.last_timestamp, Some(at(0)));
+        assert_eq!(event.type_.as_deref(), Some("Normal"));
+        assert_eq!(
+            event.reporting_component.as_deref(),
+            Some("cloud-node-controller")
+        );
+        assert_eq!(event.reporting_instance.as_deref(), Some("host-1_abc"));
+        let source = event.source.unwrap();
+        assert_eq!(source.component.as_deref(), Some("cloud-node-controller"));
+        assert_eq!(event.event_time, None, "legacy Events carry no eventTime");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeat_counts_on_the_same_event_and_another_message_is_another_event() {
+        let recorder = recorder();
+        let Write::Create(first) = record(&recorder, "n1", "Synced", "m", 0) else {
+            panic!()
+        };
+        let Write::Bump(again) = record(&recorder, "n1", "Synced", "m", 5) else {
+            panic!("a repeat bumps the count")
+        };
+        assert_eq!(again.metadata.name, first.metadata.name);
+        assert_eq!(again.count, Some(2));
+        assert_eq!(again.first_timestamp, Some(at(0)));
+        assert_eq!(again.last_timestamp, Some(at(5)));
+        assert!(matches!(
+            record(&recorder, "n1", "Synced", "other", 6),
+            Write::Create(_)
+        ));
+        assert!(matches!(
+            record(&recorder, "n2", "Synced", "m", 7),
+            Write::Create(_)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ten_different_messages_of_one_reason_are_combined() {
+        let recorder = recorder();
+        for i in 0..9 {
+            assert!(matches!(
+                record(&recorder, "n1", "Failed", &format!("m{i}"), i),
+                Write::Create(_)
+            ));
+        }
+        let Write::Create(combined) = record(&recorder, "n1", "Failed", "m9", 9) else {
+            panic!("the tenth is a new, combined Event")
+        };
+        assert_eq!(
+            combined.message.as_deref(),
+            Some("(combined from similar events): m9")
+        );
+        let Write::Bump(more) = record(&recorder, "n1", "Failed", "m10", 10) else {
+            panic!("later ones count on the combined Event")
+        };
+        assert_eq!(more.metadata.name, combined.metadata.name);
+        assert_eq!(
+            more.message.as_deref(),
+            Some("(combined from similar events): m10")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_spam_filter_lets_25_through_then_one_per_five_minutes() {
+        let recorder = recorder();
+        let written = (0..30)
+            .filter(|i| !matches!(record(&recorder, "n1", "Synced", "m", *i), Write::Drop))
+            .count();
+        assert_eq!(written, 25);
+        tokio::time::advance(SPAM_REFILL).await;
+        assert!(!matches!(
+            record(&recorder, "n1", "Synced", "m", 400),
+            Write::Drop
+        ));
+        assert!(matches!(record(&recorder, "n1", "Synced", "m", 401), Write::Drop));
+        assert!(
+            !matches!(record(&recorder, "n2", "Synced", "m", 402), Write::Drop),
+            "per object"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn long_messages_are_cut_at_a_character_boundary() {
+        let Write::Create(event) = record(&recorder(), "n1", "Synced", &"é".repeat(600), 0) else {
+            panic!()
+        };
+        let message = event.message.unwrap();
+        assert_eq!(message.len(), MAX_MESSAGE_BYTES);
+        assert!(message.chars().all(|c| c == 'é'));
+    }
+}
