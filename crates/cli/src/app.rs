@@ -169,7 +169,7 @@ fn run_manager(matches: &clap::ArgMatches, registry: &Registry) -> ExitCode {
             startup.settings.log_text_split_stream,
         )
     };
-    let code = report(runtime.block_on(run::run(startup, registry)));
+    let code = report(runtime.block_on(run::run(startup, registry, telemetry.verbosity())));
     telemetry.shutdown();
     code
 }

@@ -569,8 +569,17 @@ async fn authentication_sources(
     Ok((client_ca, front_proxy))
 }
 
+/// `/configz`: the effective settings by flag name, under upstream's configuration group.
+fn configz(settings: &Settings) -> String {
+    serde_json::json!({ "cloudcontrollermanager.config.k8s.io": settings }).to_string()
+}
+
 /// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
-pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCode> {
+pub(crate) async fn run(
+    startup: Startup,
+    registry: &Registry,
+    set_verbosity: crate::serve::SetVerbosity,
+) -> Result<ExitCode> {
     let Startup {
         settings,
         selection,
@@ -676,10 +685,15 @@ pub(crate) async fn run(startup: Startup, registry: &Registry) -> Result<ExitCod
             delegation,
             manager.health(),
             manager.metrics(),
+            crate::serve::Debug {
+                profiling: settings.profiling,
+                configz: configz(&settings).into(),
+                set_verbosity,
+            },
             shutdown.clone(),
         )
         .await?;
-        tracing::info!(%address, open_files, max_connections = limits.max_connections, "serving healthz, livez, readyz and metrics over HTTPS");
+        tracing::info!(%address, open_files, max_connections = limits.max_connections, "serving healthz, livez, readyz, metrics and configz (and, with --profiling, debug/pprof and debug/flags/v) over HTTPS");
     }
     let signals = shutdown.clone();
     tokio::spawn(async move {

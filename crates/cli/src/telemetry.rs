@@ -11,14 +11,26 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
+use tracing_subscriber::{EnvFilter, Layer as _, Registry, reload};
 
-/// What must be flushed at exit.
+/// What must be flushed at exit, and the log verbosity's handle.
 pub(crate) struct Telemetry {
     traces: Option<SdkTracerProvider>,
+    verbosity: Option<reload::Handle<EnvFilter, Registry>>,
 }
 
 impl Telemetry {
+    /// Sets the log verbosity as `-v` would (`/debug/flags/v`); it then overrides `RUST_LOG` too.
+    pub(crate) fn verbosity(&self) -> crate::serve::SetVerbosity {
+        let handle = self.verbosity.clone();
+        std::sync::Arc::new(move |v| match &handle {
+            Some(handle) => handle
+                .reload(EnvFilter::new(level(v)))
+                .map_err(|error| format!("cannot change the log verbosity: {error}")),
+            None => Err("logging was set up elsewhere in this process".to_owned()),
+        })
+    }
+
     /// Exports the spans still buffered. Call it outside the runtime's `block_on`, with the runtime alive.
     pub(crate) fn shutdown(self) {
         if let Some(provider) = self.traces
@@ -70,12 +82,7 @@ fn otlp() -> Result<SdkTracerProvider, String> {
 /// `split_stream` (`--log-text-split-stream`): errors to stderr, everything else to stdout, as upstream's
 /// text format splits them; otherwise one stream, stderr.
 pub(crate) fn init(verbosity: u8, json: bool, split_stream: bool) -> Telemetry {
-    let level = match verbosity {
-        0 | 1 => "info",
-        2..=5 => "info,controller_manager=debug,leadermigration=debug,cloud_controller_manager=debug",
-        _ => "debug,controller_manager=trace,leadermigration=trace",
-    };
-    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level(verbosity)));
     use std::io::IsTerminal;
     use tracing_subscriber::fmt::writer::MakeWriterExt as _;
     let fmt = if split_stream {
@@ -113,13 +120,27 @@ pub(crate) fn init(verbosity: u8, json: bool, split_stream: bool) -> Telemetry {
                 ),
             )
     });
-    // A second initialisation (tests) is harmless.
-    let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(filter()))
+    let (logs, handle) = reload::Layer::new(filter());
+    // A second initialisation (tests) is harmless; its handle then reaches nothing.
+    let installed = tracing_subscriber::registry()
+        .with(fmt.with_filter(logs))
         .with(otel)
-        .try_init();
+        .try_init()
+        .is_ok();
     if let Some(error) = problem {
         tracing::warn!(%error, "OTEL_EXPORTER_OTLP_ENDPOINT is set but traces cannot be exported");
     }
-    Telemetry { traces }
+    Telemetry {
+        traces,
+        verbosity: installed.then_some(handle),
+    }
+}
+
+/// The log filter for `-v` (`RUST_LOG`, when set at start, overrides it).
+fn level(verbosity: u8) -> &'static str {
+    match verbosity {
+        0 | 1 => "info",
+        2..=5 => "info,controller_manager=debug,leadermigration=debug,cloud_controller_manager=debug",
+        _ => "debug,controller_manager=trace,leadermigration=trace",
+    }
 }

@@ -111,7 +111,7 @@ pub(crate) struct Delegation {
     /// Asks SubjectAccessReviews; `None`: only always-allowed paths and `system:masters` are served.
     authorization: Option<kube::Client>,
     tokens: Cache<String, Option<User>>,
-    access: Cache<(User, String), bool>,
+    access: Cache<(User, String, String), bool>,
 }
 
 impl Delegation {
@@ -129,11 +129,13 @@ impl Delegation {
         })
     }
 
-    /// Decides a `GET`/`HEAD` of `path` by the caller: `established` by the connection (a front proxy's
-    /// headers, a client certificate), else the bearer token in `authorization` (the header), else anonymous.
+    /// Decides a request of `path` with `verb` (`get` for `GET`/`HEAD`, `put`) by the caller: `established`
+    /// by the connection (a front proxy's headers, a client certificate), else the bearer token in
+    /// `authorization` (the header), else anonymous.
     pub(crate) async fn decide(
         &self,
         path: &str,
+        verb: &str,
         authorization: Option<&str>,
         established: Option<&User>,
     ) -> Decision {
@@ -155,10 +157,10 @@ impl Delegation {
         if self.always_allowed(path) || user.groups.iter().any(|g| g == "system:masters") {
             return Decision::Allow;
         }
-        match self.review_access(&user, path).await {
+        match self.review_access(&user, path, verb).await {
             Ok(true) => Decision::Allow,
             Ok(false) => Decision::Forbidden(format!(
-                "forbidden: User {:?} cannot get path {path:?}",
+                "forbidden: User {:?} cannot {verb} path {path:?}",
                 user.name
             )),
             Err(error) => Decision::Failed(format!("cannot authorize the request: {error}")),
@@ -206,8 +208,8 @@ impl Delegation {
         Ok(user)
     }
 
-    async fn review_access(&self, user: &User, path: &str) -> Result<bool, String> {
-        let key = (user.clone(), path.to_owned());
+    async fn review_access(&self, user: &User, path: &str, verb: &str) -> Result<bool, String> {
+        let key = (user.clone(), path.to_owned(), verb.to_owned());
         if let Some(allowed) = self.access.get(&key) {
             return Ok(allowed);
         }
@@ -220,7 +222,7 @@ impl Delegation {
                 groups: Some(user.groups.clone()),
                 non_resource_attributes: Some(NonResourceAttributes {
                     path: Some(path.to_owned()),
-                    verb: Some("get".to_owned()),
+                    verb: Some(verb.to_owned()),
                 }),
                 ..SubjectAccessReviewSpec::default()
             },
@@ -279,20 +281,25 @@ mod tests {
     #[tokio::test]
     async fn without_an_api_server_only_always_allowed_paths_and_masters_are_served() {
         let delegation = delegation(&["/healthz", "/debug/*"]);
-        assert_eq!(delegation.decide("/healthz", None, None).await, Decision::Allow);
         assert_eq!(
-            delegation.decide("/debug/flags/v", None, None).await,
+            delegation.decide("/healthz", "get", None, None).await,
             Decision::Allow
         );
         assert_eq!(
-            delegation.decide("/metrics", None, None).await,
+            delegation.decide("/debug/flags/v", "put", None, None).await,
+            Decision::Allow
+        );
+        assert_eq!(
+            delegation.decide("/metrics", "get", None, None).await,
             Decision::Forbidden(
                 r#"forbidden: User "system:anonymous" cannot get path "/metrics""#.to_owned()
             )
         );
         // A token nobody can check is refused, even on an always-allowed path (as upstream's filters).
         assert_eq!(
-            delegation.decide("/healthz", Some("Bearer abc"), None).await,
+            delegation
+                .decide("/healthz", "get", Some("Bearer abc"), None)
+                .await,
             Decision::Unauthenticated
         );
         let master = User {
@@ -300,7 +307,7 @@ mod tests {
             groups: vec!["system:masters".to_owned()],
         };
         assert_eq!(
-            delegation.decide("/metrics", None, Some(&master)).await,
+            delegation.decide("/metrics", "get", None, Some(&master)).await,
             Decision::Allow
         );
     }

@@ -1,4 +1,5 @@
-//! `/healthz`, `/livez`, `/readyz` (with `/<check>` and `?verbose`) and `/metrics` over HTTPS.
+//! `/healthz`, `/livez`, `/readyz` (with `/<check>` and `?verbose`), `/metrics`, `/configz` and, with
+//! `--profiling`, `/debug/pprof/` and `/debug/flags/v` (`debug.rs`) over HTTPS.
 //!
 //! TLS from `--tls-cert-file`/`--tls-private-key-file`, or an in-memory self-signed certificate; client
 //! certificates verified against `--client-ca-file` when one is given. Who may read what is decided by the
@@ -26,11 +27,14 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) mod auth;
 mod connections;
+mod debug;
+mod pprof;
 mod tls;
 
 use self::auth::{Decision, Delegation};
 use self::connections::{Connection, Connections, accept_backoff};
 pub(crate) use self::connections::{Limits, raise_open_files_limit};
+pub(crate) use self::debug::{Debug, SetVerbosity};
 pub(crate) use self::tls::{ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites, kx_groups};
 use self::tls::{Peer, Verifiers, tls_config};
 
@@ -59,6 +63,7 @@ pub(crate) async fn start(
     delegation: Arc<Delegation>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    debug: Debug,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr> {
     let (config, verifiers) = tls_config(&serving)?;
@@ -105,6 +110,7 @@ pub(crate) async fn start(
                 delegation: delegation.clone(),
                 health: health.clone(),
                 metrics: metrics.clone(),
+                debug: debug.clone(),
             };
             tokio::spawn(async move {
                 let close = admitted.connection.close.clone();
@@ -126,7 +132,11 @@ struct Endpoints {
     delegation: Arc<Delegation>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    debug: Debug,
 }
+
+/// The longest request body read (`PUT /debug/flags/v`).
+const MAX_BODY: usize = 1024;
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
@@ -158,7 +168,11 @@ async fn serve_connection(
 }
 
 fn respond(status: u16, content_type: &'static str, body: String) -> http::Response<Full<Bytes>> {
-    let mut response = http::Response::new(Full::new(Bytes::from(body)));
+    respond_bytes(status, content_type, Bytes::from(body))
+}
+
+fn respond_bytes(status: u16, content_type: &'static str, body: Bytes) -> http::Response<Full<Bytes>> {
+    let mut response = http::Response::new(Full::new(body));
     *response.status_mut() =
         http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(
@@ -218,22 +232,27 @@ async fn handle(
     peer: &Peer,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     const TEXT: &str = "text/plain; charset=utf-8";
-    if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
-        return Ok(respond(405, TEXT, "method not allowed\n".to_owned()));
-    }
+    let (request, body) = request.into_parts();
+    let method = request.method.clone();
+    let verb = match method {
+        http::Method::GET | http::Method::HEAD => "get",
+        // Only `/debug/flags/v` takes a PUT.
+        http::Method::PUT if request.uri.path() == "/debug/flags/v" => "put",
+        _ => return Ok(respond(405, TEXT, "method not allowed\n".to_owned())),
+    };
     let authorization = request
-        .headers()
+        .headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     // As upstream's authenticators, in order: a front proxy's headers, a client certificate, then a token.
     let established = peer
         .front_proxy
         .as_ref()
-        .and_then(|proxy| proxy.user(request.headers()))
+        .and_then(|proxy| proxy.user(&request.headers))
         .or_else(|| peer.certificate_user.clone());
     match endpoints
         .delegation
-        .decide(request.uri().path(), authorization, established.as_ref())
+        .decide(request.uri.path(), verb, authorization, established.as_ref())
         .await
     {
         Decision::Allow => {}
@@ -249,7 +268,7 @@ async fn handle(
         }
     }
     let (health, metrics) = (&endpoints.health, &endpoints.metrics);
-    let query = request.uri().query().unwrap_or_default();
+    let query = request.uri.query().unwrap_or_default();
     let verbose = query
         .split('&')
         .any(|p| p == "verbose" || p.starts_with("verbose="));
@@ -258,9 +277,28 @@ async fn handle(
         .split('&')
         .filter_map(|p| p.strip_prefix("exclude="))
         .collect();
-    let path = request.uri().path().trim_end_matches('/');
+    let path = request.uri.path().trim_end_matches('/');
     let mut segments = path.trim_start_matches('/').splitn(2, '/');
     let (endpoint, only) = (segments.next().unwrap_or_default(), segments.next());
+    let accept = request
+        .headers
+        .get(hyper::header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    let debug_path = path.trim_start_matches('/').to_owned();
+    let body = if method == http::Method::PUT {
+        match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => return Ok(respond(413, TEXT, format!("the body is over {MAX_BODY} bytes\n"))),
+        }
+    } else {
+        Bytes::new()
+    };
+    if let Some((status, content_type, bytes)) =
+        endpoints.debug.answer(&method, &debug_path, query, &body).await
+    {
+        return Ok(respond_bytes(status, content_type, Bytes::from(bytes)));
+    }
     let response = match endpoint {
         "healthz" | "livez" => {
             let (status, body) = checks(endpoint, &health.health().excluding(&excluded), only, verbose);
@@ -271,11 +309,6 @@ async fn handle(
             respond(status, TEXT, body)
         }
         "metrics" if only.is_none() => {
-            let accept = request
-                .headers()
-                .get(hyper::header::ACCEPT)
-                .and_then(|value| value.to_str().ok())
-                .unwrap_or_default();
             let (content_type, body) = metrics.exposition(accept);
             respond(200, content_type, body)
         }

@@ -56,6 +56,11 @@ async fn start_serving(serving: Serving, limits: Limits) -> SocketAddr {
         ),
         Arc::new(Health::default()),
         Arc::new(Metrics::new()),
+        Debug {
+            profiling: true,
+            configz: "{}".into(),
+            set_verbosity: Arc::new(|_| Ok(())),
+        },
         CancellationToken::new(),
     )
     .await

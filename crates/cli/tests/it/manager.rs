@@ -994,7 +994,187 @@ fn every_flag_of_upstreams_manager_is_accepted() {
     assert!(errors.contains("nope"), "{errors}");
 }
 
+/// `go`, when this machine has it; `None` (said loudly) where it does not, never under CI.
+fn go_tool() -> Option<()> {
+    let found = std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "go is not on PATH: the CPU profile cannot be read with go tool pprof"
+        );
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("SKIPPED: reading the CPU profile with go tool pprof: go is not on PATH");
+        }
+        return None;
+    }
+    Some(())
+}
+
+/// Issue 32: a production process is debugged without a restart, behind the API server's decision as
+/// `/metrics` is: its configuration, a CPU profile the real `go tool pprof` reads, and its log verbosity.
+async fn debugging_endpoints_answer_whom_the_api_server_allows(backend: Backend) {
+    let plane = crate::migration::Plane::start_secure(backend).await;
+    let server = &plane.server;
+    let dir = tempfile::tempdir().unwrap();
+    let admin = server.client();
+    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "debugger"},
+        "rules": [{"nonResourceURLs": ["/configz", "/debug/*"], "verbs": ["get", "put"]}],
+    }))
+    .unwrap();
+    kube::Api::all(admin.clone())
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "debugger"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "debugger"},
+        "subjects": [{"kind": "ServiceAccount", "name": "debugger", "namespace": "default"}],
+    }))
+    .unwrap();
+    kube::Api::all(admin)
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    let token = |credentials: Credentials| credentials.token().expect("a token").to_owned();
+    let debugger = token(
+        server
+            .mint(&UserInfo::service_account("default", "debugger"))
+            .await,
+    );
+    let stranger = token(
+        server
+            .mint(&UserInfo::service_account("default", "stranger"))
+            .await,
+    );
+    let port = free_port();
+    let manager = Manager::start(
+        dir.path(),
+        server.kubeconfig_path(),
+        &[
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+            "--v=0",
+        ],
+        &[("RUST_LOG", String::new())],
+    );
+    let address: SocketAddr = ([127, 0, 0, 1], port).into();
+    let as_user = |token: &str, path: &str, extra: &[&str]| {
+        let header = format!("Authorization: Bearer {token}");
+        let mut all = vec!["--header", header.as_str()];
+        all.extend(extra);
+        curl(address, None, path, &all)
+    };
+    let deadline = Instant::now() + WAIT;
+    while curl(address, None, "/healthz", &[]).is_none_or(|(code, _)| code != 200) {
+        assert!(Instant::now() < deadline, "never served:\n{}", manager.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The effective configuration.
+    let (code, body) = as_user(&debugger, "/configz", &[]).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let configz: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let settings = &configz["cloudcontrollermanager.config.k8s.io"];
+    assert_eq!(settings["secure-port"], serde_json::json!(port), "{body}");
+    assert_eq!(settings["cloud-provider"], "fake", "{body}");
+    let (code, body) = as_user(&stranger, "/configz", &[]).unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(curl(address, None, "/configz", &[]).map(|r| r.0), Some(403));
+
+    // The log verbosity, changed at run time: debug lines appear.
+    assert!(!manager.log().contains(" DEBUG "), "{}", manager.log());
+    let (code, body) = as_user(&stranger, "/debug/flags/v", &["-X", "PUT", "--data", "6"]).unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("cannot put path"), "{body}");
+    let (code, body) = as_user(&debugger, "/debug/flags/v", &["-X", "PUT", "--data", "6"]).unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "successfully set klog.logging.verbosity to 6\n")
+    );
+    let (code, _) = as_user(&debugger, "/debug/flags/v", &["-X", "PUT", "--data", "six"]).unwrap();
+    assert_eq!(code, 400);
+    let deadline = Instant::now() + WAIT;
+    while !manager.log().contains(" DEBUG ") {
+        assert!(
+            Instant::now() < deadline,
+            "no debug line after -v 6:\n{}",
+            manager.log()
+        );
+        // Scrapes make the manager log at debug level.
+        as_user(&debugger, "/configz", &[]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A CPU profile of two seconds while the process works (scraped over TLS meanwhile), read by pprof.
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let load = {
+        let busy = busy.clone();
+        let debugger = debugger.clone();
+        std::thread::spawn(move || {
+            while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                let header = format!("Authorization: Bearer {debugger}");
+                curl(address, None, "/metrics", &["--header", &header]);
+            }
+        })
+    };
+    let profile = dir.path().join("cpu.pprof");
+    let header = format!("Authorization: Bearer {debugger}");
+    let output = dir.path().join("curl.out");
+    let fetched = std::process::Command::new("curl")
+        .args([
+            "--silent",
+            "--insecure",
+            "--max-time",
+            "120",
+            "--write-out",
+            "%{http_code}",
+        ])
+        .args(["--header", &header, "--output"])
+        .arg(&profile)
+        .arg(format!("https://127.0.0.1:{port}/debug/pprof/profile?seconds=2"))
+        .output()
+        .unwrap();
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    std::fs::write(&output, &fetched.stdout).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&fetched.stdout),
+        "200",
+        "{}",
+        std::fs::read_to_string(&profile).unwrap_or_default()
+    );
+    if go_tool().is_some() {
+        let read = |args: &[&str]| {
+            let output = std::process::Command::new("go")
+                .args(["tool", "pprof"])
+                .args(args)
+                .arg(&profile)
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "go tool pprof {args:?}: {}",
+                stderr(&output)
+            );
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        let raw = read(&["-raw"]);
+        assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
+        assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
+        assert!(raw.contains("Locations"), "a busy process was sampled: {raw}");
+        let top = read(&["-top"]);
+        assert!(top.contains("Type: cpu"), "{top}");
+    }
+    drop(manager);
+}
+
 control_plane::on_both_backends!(
+    debugging_endpoints_answer_whom_the_api_server_allows,
     the_api_server_decides_who_reads_metrics_by_token_or_client_certificate,
     the_client_ca_is_looked_up_in_the_cluster_as_upstream,
 );
