@@ -7,7 +7,7 @@ use controller_manager::Registry;
 
 #[cfg(feature = "demo")]
 use crate::demo;
-use crate::{leader_migration, run, settings, telemetry};
+use crate::{leader_migration, settings, startup, telemetry};
 
 /// The whole command line; `registry` fills the help of `--cloud-provider` and `--controllers`.
 pub(crate) fn command(registry: &Registry) -> Command {
@@ -139,7 +139,7 @@ fn run_manager(matches: &clap::ArgMatches, registry: &Registry) -> ExitCode {
     limit_malloc_arenas();
     let startup = match settings::layered_with(matches, registry)
         .map_err(|e| vec![e.to_string()])
-        .and_then(|(settings, flags)| run::validate(settings, flags, registry.controllers()))
+        .and_then(|(settings, flags)| startup::validate(settings, flags, registry.controllers()))
         .and_then(
             |startup| match registry.providers().check(&startup.settings.cloud_provider) {
                 Ok(()) => Ok(startup),
@@ -169,7 +169,7 @@ fn run_manager(matches: &clap::ArgMatches, registry: &Registry) -> ExitCode {
             startup.settings.log_text_split_stream,
         )
     };
-    let code = report(runtime.block_on(run::run(startup, registry, telemetry.verbosity())));
+    let code = report(runtime.block_on(startup::run(startup, registry, telemetry.verbosity())));
     telemetry.shutdown();
     code
 }

@@ -13,7 +13,7 @@
 //! }
 //! ```
 //!
-//! - [`main`] (`app`): the command line, the manager (`run`, `serve`, `telemetry`) and the
+//! - [`main`] (`app`): the command line, the manager (`startup`, `serve`, `telemetry`) and the
 //!   `leader-migration` tools.
 //! - `settings`: upstream's flags, each declared once, layered with a config file and the environment;
 //!   `feature_gates`: `--feature-gates`, with upstream's gates.
@@ -33,9 +33,9 @@ mod feature_gates;
 mod identity;
 mod leader_migration;
 mod lenient;
-mod run;
 mod serve;
 mod settings;
+mod startup;
 mod telemetry;
 mod version;
 

@@ -68,7 +68,7 @@ pub(crate) struct ClusterArgs {
 impl ClusterArgs {
     pub(crate) async fn client(&self) -> Result<kube::Client> {
         let config = match &self.kubeconfig {
-            Some(path) => crate::run::kubeconfig_file("kubeconfig", &path.display().to_string()).await?,
+            Some(path) => crate::startup::kubeconfig_file("kubeconfig", &path.display().to_string()).await?,
             None => kube::Config::infer().await.context(
                 "no --kubeconfig, and neither in-cluster configuration nor a default kubeconfig was found",
             )?,
