@@ -496,15 +496,17 @@ fn stop_gracefully(replica: &mut Replica) {
 
 /// Requests by the shipped identities that the API server refused.
 fn refusals(server: &ApiServer) -> Vec<String> {
+    refused(server, |u| {
+        u == SERVICE_ACCOUNT || u == STATIC_POD_USER || u == KCM_USER
+    })
+}
+
+/// Requests by the users `who` picks that the API server refused, one line each.
+pub(crate) fn refused(server: &ApiServer, who: impl Fn(&str) -> bool) -> Vec<String> {
     server
         .requests()
         .iter()
-        .filter(|r| {
-            r.status == 403
-                && r.user
-                    .as_deref()
-                    .is_some_and(|u| u == SERVICE_ACCOUNT || u == STATIC_POD_USER || u == KCM_USER)
-        })
+        .filter(|r| r.status == 403 && r.user.as_deref().is_some_and(&who))
         .map(|r| {
             format!(
                 "{} {} {}?{} ({})",

@@ -522,29 +522,16 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     std::fs::write(dir.path().join("front-proxy-ca.crt"), proxy_ca_pem).unwrap();
 
     // A metrics reader, as the shipped monitoring role would grant it.
-    let admin = server.client();
-    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "metrics-reader"},
-        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
-    }))
-    .unwrap();
-    kube::Api::all(admin.clone())
-        .create(&Default::default(), &role)
-        .await
-        .unwrap();
-    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "metrics-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
-        "subjects": [
+    grant(
+        server,
+        "metrics-reader",
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+        serde_json::json!([
             {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"},
             {"kind": "User", "name": "scraper"},
-        ],
-    }))
-    .unwrap();
-    kube::Api::all(admin)
-        .create(&Default::default(), &binding)
-        .await
-        .unwrap();
+        ]),
+    )
+    .await;
     let token = |credentials: Credentials| credentials.token().expect("a token").to_owned();
     let prometheus = token(
         server
@@ -994,6 +981,27 @@ fn every_flag_of_upstreams_manager_is_accepted() {
     assert!(errors.contains("nope"), "{errors}");
 }
 
+/// A ClusterRole `name` with `rules`, bound to `subjects`.
+async fn grant(server: &ApiServer, name: &str, rules: serde_json::Value, subjects: serde_json::Value) {
+    let admin = server.client();
+    let role: k8s_openapi::api::rbac::v1::ClusterRole =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "rules": rules})).unwrap();
+    kube::Api::all(admin.clone())
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": subjects,
+    }))
+    .unwrap();
+    kube::Api::all(admin)
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+}
+
 /// `go`, when this machine has it; `None` (said loudly) where it does not, never under CI.
 fn go_tool() -> Option<()> {
     let found = std::process::Command::new("go")
@@ -1020,26 +1028,13 @@ async fn debugging_endpoints_answer_whom_the_api_server_allows(backend: Backend)
     let plane = crate::migration::Plane::start_secure(backend).await;
     let server = &plane.server;
     let dir = tempfile::tempdir().unwrap();
-    let admin = server.client();
-    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "debugger"},
-        "rules": [{"nonResourceURLs": ["/configz", "/debug/*"], "verbs": ["get", "put"]}],
-    }))
-    .unwrap();
-    kube::Api::all(admin.clone())
-        .create(&Default::default(), &role)
-        .await
-        .unwrap();
-    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "debugger"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "debugger"},
-        "subjects": [{"kind": "ServiceAccount", "name": "debugger", "namespace": "default"}],
-    }))
-    .unwrap();
-    kube::Api::all(admin)
-        .create(&Default::default(), &binding)
-        .await
-        .unwrap();
+    grant(
+        server,
+        "debugger",
+        serde_json::json!([{"nonResourceURLs": ["/configz", "/debug/*"], "verbs": ["get", "put"]}]),
+        serde_json::json!([{"kind": "ServiceAccount", "name": "debugger", "namespace": "default"}]),
+    )
+    .await;
     let token = |credentials: Credentials| credentials.token().expect("a token").to_owned();
     let debugger = token(
         server

@@ -15,7 +15,7 @@ use harness::{Environment, Replica, Side, Timings, Workload, has_ingress, initia
 use k8s_openapi::api::core::v1::{Event, Service};
 use kube::api::{Api, DeleteParams};
 
-use crate::deploy::{kubeconfig_for, kubectl};
+use crate::deploy::{kubeconfig_for, kubectl, refused};
 use crate::support::free_port;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -286,26 +286,7 @@ async fn run(rbac: &str, upstream_args: &[&str]) {
 
 /// Requests of the manager's accounts that the API server refused.
 fn refusals(server: &ApiServer) -> Vec<String> {
-    server
-        .requests()
-        .iter()
-        .filter(|r| {
-            r.status == 403
-                && r.user
-                    .as_deref()
-                    .is_some_and(|u| u.starts_with("system:serviceaccount:kube-system:"))
-        })
-        .map(|r| {
-            format!(
-                "{} {} {}?{} ({})",
-                r.user.as_deref().unwrap_or_default(),
-                r.method,
-                r.path,
-                r.query,
-                r.user_agent
-            )
-        })
-        .collect()
+    refused(server, |u| u.starts_with("system:serviceaccount:kube-system:"))
 }
 
 /// Waits for `condition`; a timeout (or the manager's exit) names what was refused and the manager's log.
