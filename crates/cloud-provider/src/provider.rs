@@ -173,4 +173,21 @@ mod tests {
             "not of the form fake://<instance>"
         );
     }
+
+    proptest::proptest! {
+        /// An ID the default check lets through names something under the provider's scheme; anything
+        /// else (empty, another provider's, garbage) is refused, so the lifecycle controller never asks
+        /// about it and never deletes its node.
+        #[test]
+        fn the_default_check_lets_through_only_ids_under_the_providers_scheme(
+            id in proptest::prop_oneof![
+                proptest::string::string_regex(".{0,30}").unwrap(),
+                proptest::string::string_regex("(fake|gce|aws|fakes)?:?/{0,4}[a-z0-9/-]{0,12}").unwrap(),
+            ]
+        ) {
+            let rest = id.strip_prefix("fake://");
+            let names_something = rest.is_some_and(|rest| rest.chars().any(|c| c != '/'));
+            proptest::prop_assert_eq!(Named.check_provider_id(&id).is_ok(), names_something);
+        }
+    }
 }

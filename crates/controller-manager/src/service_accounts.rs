@@ -196,15 +196,25 @@ async fn renew(
     root: kube::Client,
     account: String,
     token: std::sync::Weak<AccountToken>,
-    mut renew_in: Duration,
+    renew_in: Duration,
 ) {
+    let ask = || request_token(&root, &account);
+    renew_with(ask, token, renew_in).await;
+}
+
+/// [`renew`]'s schedule, with `ask` for a new token and when to renew it.
+async fn renew_with<F, Fut>(ask: F, token: std::sync::Weak<AccountToken>, mut renew_in: Duration)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(Arc<str>, Duration), ServiceAccountError>>,
+{
     let mut retry = Duration::from_secs(1);
     loop {
         tokio::time::sleep(renew_in).await;
         let Some(token) = token.upgrade() else {
             return;
         };
-        match request_token(&root, &account).await {
+        match ask().await {
             Ok((value, next)) => {
                 *token
                     .value
@@ -212,7 +222,7 @@ async fn renew(
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
                 renew_in = next;
                 retry = Duration::from_secs(1);
-                tracing::debug!(account, "renewed the service account's token");
+                tracing::debug!("renewed a service account's token");
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot renew the service account's token; trying again");
@@ -228,5 +238,70 @@ fn describe(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Answers `ask` with these results in turn, noting when (since the start) each was asked for.
+    struct Script {
+        answers: Mutex<Vec<Result<&'static str, &'static str>>>,
+        asked_at: Mutex<Vec<Duration>>,
+        start: tokio::time::Instant,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_is_renewed_with_a_fifth_of_its_life_left_and_a_failure_retried_with_back_off() {
+        let script = Arc::new(Script {
+            answers: Mutex::new(vec![Ok("second"), Err("refused"), Err("refused"), Ok("third")]),
+            asked_at: Mutex::default(),
+            start: tokio::time::Instant::now(),
+        });
+        let token = Arc::new(AccountToken {
+            value: RwLock::new(Arc::from("first")),
+            renewal: std::sync::Mutex::default(),
+        });
+        let life = LIFETIME.mul_f64(1.0 - RENEW_WHEN_LEFT);
+        let asking = script.clone();
+        let ask = move || {
+            let script = asking.clone();
+            async move {
+                crate::lock(&script.asked_at).push(script.start.elapsed());
+                let answer = crate::lock(&script.answers).remove(0);
+                answer
+                    .map(|value| (Arc::from(value), life))
+                    .map_err(|message| ServiceAccountError::Token {
+                        account: "node-controller".into(),
+                        message: message.into(),
+                    })
+            }
+        };
+        let renewal = tokio::spawn(renew_with(ask, Arc::downgrade(&token), life));
+        tokio::time::sleep(life + Duration::from_millis(1)).await;
+        assert_eq!(&*token.current(), "second", "renewed after 48 minutes");
+        tokio::time::sleep(life + Duration::from_secs(4)).await;
+        assert_eq!(
+            &*token.current(),
+            "third",
+            "the old token served while renewal was retried"
+        );
+        let asked = crate::lock(&script.asked_at).clone();
+        assert_eq!(
+            asked,
+            [
+                life,
+                life * 2,
+                life * 2 + Duration::from_secs(1),
+                life * 2 + Duration::from_secs(3)
+            ],
+            "after 48 minutes, then 1 s and 2 s after each failure"
+        );
+        drop(token);
+        tokio::time::sleep(life * 2).await;
+        assert!(renewal.is_finished(), "renewal ends with the last client");
     }
 }

@@ -307,3 +307,84 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[test]
+fn an_account_that_cannot_be_made_stops_the_start_naming_it() {
+    if KubeBinaries::for_test("an_account_that_cannot_be_made_stops_the_start_naming_it").is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let plane = crate::migration::Plane::start_secure(Backend::Kube).await;
+        let server = &plane.server;
+        let directory = tempfile::tempdir().unwrap();
+        // A manager's identity that may take its Lease but not read or make service accounts.
+        let role = directory.path().join("role.yaml");
+        std::fs::write(
+            &role,
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "test:leases-only"}
+rules:
+  - {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [create, get, list, watch, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "test:leases-only"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "test:leases-only"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: limited}]
+"#,
+        )
+        .unwrap();
+        kubectl(
+            Some(server.kubeconfig_path()),
+            &["apply", "--server-side", "-f", role.to_str().unwrap()],
+        );
+        let limited = kubeconfig_for(
+            server,
+            directory.path(),
+            "limited.kubeconfig",
+            UserInfo {
+                name: "limited".to_owned(),
+                groups: vec!["system:authenticated".to_owned()],
+            },
+        )
+        .await;
+        let environment = Environment::prepare(
+            directory.path(),
+            env!("CARGO_BIN_EXE_cloud-controller-manager").into(),
+            limited.clone(),
+            plane.cloud.url(),
+            Timings::fast(),
+        )
+        .unwrap();
+        let args: Vec<String> = vec![
+            "--cloud-provider=fake".to_owned(),
+            format!("--cloud-config={}", environment.cloud_config.display()),
+            format!("--kubeconfig={}", limited.display()),
+            "--secure-port=0".to_owned(),
+            "--use-service-account-credentials=true".to_owned(),
+        ];
+        let mut replica = Replica::spawn(&environment, "no-accounts", Side::Ccm, &args).unwrap();
+        let status = replica.wait(WAIT).unwrap();
+        let log = replica.log_tail();
+        assert_eq!(status.code(), Some(1), "{log}");
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+        assert_eq!(errors.len(), 1, "one error: {log}");
+        assert!(
+            errors[0].contains("--use-service-account-credentials: service account kube-system/node-controller cannot be read or created")
+                && errors[0].contains("forbidden"),
+            "{log}"
+        );
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(server.client(), "kube-system");
+        assert!(
+            leases.get_opt("cloud-controller-manager").await.unwrap().is_none(),
+            "no Lease was contended for"
+        );
+    });
+}
