@@ -56,7 +56,14 @@ fn modules() -> [Module; 2] {
     [
         Module {
             dir: "tools/kube",
-            binaries: &["kube-apiserver", "kube-controller-manager"],
+            // go-cloud-controller-manager: upstream's CCM (k8s.io/cloud-provider's app package, in the same
+            // module, at the same release) with a provider acting on this repository's fake cloud: the Go peer
+            // of the interoperability tests and benchmarks.
+            binaries: &[
+                "kube-apiserver",
+                "kube-controller-manager",
+                "go-cloud-controller-manager",
+            ],
             ldflags: format!("-s -w {version}"),
         },
         Module {

@@ -13,6 +13,9 @@ pub struct KubeBinaries {
     pub kube_apiserver: PathBuf,
     /// `kube-controller-manager`.
     pub kube_controller_manager: PathBuf,
+    /// `go-cloud-controller-manager`: upstream's cloud-controller-manager (`k8s.io/cloud-provider`'s app
+    /// package, same release) with a `fake` provider acting on this repository's fake cloud over HTTP.
+    pub go_cloud_controller_manager: PathBuf,
     /// `etcd`.
     pub etcd: PathBuf,
     /// The Kubernetes release (`v1.37.2`).
@@ -94,6 +97,7 @@ impl KubeBinaries {
         Ok(KubeBinaries {
             kube_apiserver: binary("kube-apiserver")?,
             kube_controller_manager: binary("kube-controller-manager")?,
+            go_cloud_controller_manager: binary("go-cloud-controller-manager")?,
             etcd: binary("etcd")?,
             kubernetes_version: manifest.kubernetes,
             etcd_version: manifest.etcd,

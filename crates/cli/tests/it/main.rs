@@ -6,6 +6,7 @@ mod aws_iam;
 mod demo;
 mod deploy;
 mod gce;
+mod go_peer;
 mod leader_migration_cli;
 mod manager;
 mod migration;
