@@ -121,6 +121,11 @@ fn leader_election(
         }
     })
     .ok();
+    if settings.leader_elect
+        && let Some(warning) = timings.as_ref().and_then(client_go_margin)
+    {
+        tracing::warn!("{warning}");
+    }
     let on_loss = match settings.on_lost_leadership.as_str() {
         "exit" => LossPolicy::Exit,
         "recontend" => LossPolicy::Recontend,
@@ -171,6 +176,21 @@ fn leader_election(
         }
         _ => None,
     }
+}
+
+/// client-go's electors (kube-controller-manager, upstream cloud-controller-managers sharing a Lease with
+/// this process) read a Lease's `renewTime` in whole seconds, so one may take the Lease up to a second
+/// sooner than a lease duration after this process's last renewal; this process stops acting a renew
+/// deadline after it. A warning when the two leave a second or less between them.
+fn client_go_margin(timings: &LeaseTimings) -> Option<String> {
+    let margin = timings.lease_duration().saturating_sub(timings.renew_deadline());
+    (margin <= Duration::from_secs(1)).then(|| {
+        format!(
+            "--leader-elect-renew-deadline ({:?}) is within a second of --leader-elect-lease-duration ({:?}): client-go's electors (kube-controller-manager, upstream cloud-controller-managers) read renewals in whole seconds and may take a Lease up to a second early, before this process has stopped acting; leave more than a second between them (upstream's defaults leave 5s)",
+            timings.renew_deadline(),
+            timings.lease_duration()
+        )
+    })
 }
 
 /// The workers' counts, every period and timeout, and the client's rate.
@@ -401,4 +421,30 @@ fn is_quantity(text: &str) -> bool {
             suffix,
             "" | "k" | "K" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renew_deadline_within_a_second_of_the_lease_duration_is_warned_about() {
+        let check = |lease: u64, renew_ms: u64, warned: bool| {
+            let timings = LeaseTimings::new(
+                Duration::from_secs(lease),
+                Duration::from_millis(renew_ms),
+                Duration::from_millis(100),
+            )
+            .unwrap();
+            assert_eq!(
+                client_go_margin(&timings).is_some(),
+                warned,
+                "{lease}s/{renew_ms}ms"
+            );
+        };
+        check(15, 10_000, false);
+        check(2, 900, false);
+        check(2, 1_000, true);
+        check(15, 14_500, true);
+    }
 }
