@@ -69,11 +69,6 @@ impl ClientFactory {
         Ok(self)
     }
 
-    /// Whether controllers act as their service accounts.
-    pub fn uses_service_accounts(&self) -> bool {
-        self.accounts.is_some()
-    }
-
     /// Makes sure `account` can be acted as (with service-account credentials; nothing otherwise): the
     /// account exists or was made, and a token was issued for it.
     pub async fn prepare_account(&self, account: &str) -> Result<(), ClientError> {

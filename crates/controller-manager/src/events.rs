@@ -219,34 +219,37 @@ impl EventRecorder {
         message: String,
     ) {
         let write = self.correlate(about, kind, reason, action, message, (Instant::now(), now()));
-        let namespace = match &write {
+        let (event, bump) = match write {
             Write::Drop => {
                 tracing::debug!(reason, "event dropped by the spam filter");
                 return;
             }
-            Write::Create(event) | Write::Bump(event) => event.metadata.namespace.clone().unwrap_or_default(),
+            Write::Create(event) => (event, false),
+            Write::Bump(event) => (event, true),
         };
+        let namespace = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let result = match write {
-            Write::Drop => return,
-            Write::Create(event) => api.create(&PostParams::default(), &event).await.map(drop),
-            Write::Bump(event) => {
-                let name = event.metadata.name.clone().unwrap_or_default();
-                let patch = serde_json::json!({
-                    "count": event.count,
-                    "lastTimestamp": event.last_timestamp,
-                    "message": event.message,
-                });
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                    .await
-                {
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        api.create(&PostParams::default(), &event).await.map(drop)
-                    }
-                    other => other.map(drop),
-                }
+        let patched = if bump {
+            let name = event.metadata.name.clone().unwrap_or_default();
+            let patch = serde_json::json!({
+                "count": event.count,
+                "lastTimestamp": event.last_timestamp,
+                "message": event.message,
+            });
+            // Gone meanwhile (expired, deleted): created again under its name, as client-go does.
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Err(kube::Error::Api(status)) if status.code == 404 => None,
+                other => Some(other.map(drop)),
             }
+        } else {
+            None
+        };
+        let result = match patched {
+            Some(result) => result,
+            None => api.create(&PostParams::default(), &event).await.map(drop),
         };
         if let Err(error) = result {
             tracing::debug!(%error, reason, component = self.source.component.as_deref(), "cannot record event");

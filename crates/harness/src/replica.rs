@@ -42,6 +42,19 @@ pub struct Timings {
 }
 
 impl Timings {
+    /// `--leader-elect-lease-duration`, `--leader-elect-renew-deadline`, `--leader-elect-retry-period` (the
+    /// Rust manager's and upstream's alike).
+    pub fn flags(self) -> [String; 3] {
+        [
+            format!("--leader-elect-lease-duration={}s", self.lease_duration.as_secs()),
+            format!(
+                "--leader-elect-renew-deadline={}ms",
+                self.renew_deadline.as_millis()
+            ),
+            format!("--leader-elect-retry-period={}ms", self.retry_period.as_millis()),
+        ]
+    }
+
     /// 2 s / 1 s / 200 ms.
     pub fn fast() -> Timings {
         Timings {
@@ -128,21 +141,7 @@ impl Environment {
 
     /// The election-timing flags of every replica.
     pub fn timing_flags(&self) -> [String; 3] {
-        let timings = self.timings;
-        [
-            format!(
-                "--leader-elect-lease-duration={}s",
-                timings.lease_duration.as_secs()
-            ),
-            format!(
-                "--leader-elect-renew-deadline={}ms",
-                timings.renew_deadline.as_millis()
-            ),
-            format!(
-                "--leader-elect-retry-period={}ms",
-                timings.retry_period.as_millis()
-            ),
-        ]
+        self.timings.flags()
     }
 
     /// Who runs which controller under which Lease, as the audit must judge it (the replicas run the

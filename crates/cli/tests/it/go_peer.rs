@@ -68,7 +68,6 @@ async fn run(binaries: KubeBinaries) {
     let directory = tempfile::tempdir().unwrap();
     let cloud_config = directory.path().join("cloud.yaml");
     std::fs::write(&cloud_config, format!("endpoint: {}\n", plane.cloud.url())).unwrap();
-    let timings = Timings::fast();
     let mut args = vec![
         "--cloud-provider=fake".to_owned(),
         format!("--cloud-config={}", cloud_config.display()),
@@ -78,20 +77,7 @@ async fn run(binaries: KubeBinaries) {
         "--concurrent-service-syncs=2".to_owned(),
         "--node-monitor-period=1s".to_owned(),
     ];
-    args.extend([
-        format!(
-            "--leader-elect-lease-duration={}s",
-            timings.lease_duration.as_secs()
-        ),
-        format!(
-            "--leader-elect-renew-deadline={}ms",
-            timings.renew_deadline.as_millis()
-        ),
-        format!(
-            "--leader-elect-retry-period={}ms",
-            timings.retry_period.as_millis()
-        ),
-    ]);
+    args.extend(Timings::fast().flags());
     let peer = GoPeer::start(&binaries.go_cloud_controller_manager, directory.path(), &args);
 
     let client = server.client();

@@ -87,19 +87,30 @@ async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), 
         .filter(|n| n.provider_id().is_none_or(|id| provider.owns_provider_id(id)));
     let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) = nodes.partition(|n| n.is_ready());
     // Only what the provider can interpret is asked about: an answer about anything else proves nothing.
-    let (not_ready, uninterpretable): (Vec<_>, Vec<_>) = not_ready.into_iter().partition(|n| {
-        n.provider_id()
-            .filter(|id| !id.is_empty())
-            .is_none_or(|id| provider.check_provider_id(id).is_ok())
-    });
+    let mut uninterpretable = Vec::new();
+    let not_ready: Vec<Arc<CachedNode>> = not_ready
+        .into_iter()
+        .filter(|node| {
+            let refused = node
+                .provider_id()
+                .filter(|id| !id.is_empty())
+                .and_then(|id| provider.check_provider_id(id).err());
+            match refused {
+                Some(why) => {
+                    uninterpretable.push((node.clone(), why));
+                    false
+                }
+                None => true,
+            }
+        })
+        .collect();
     controller
         .metrics
         .uninterpretable_provider_ids
         .set(i64::try_from(uninterpretable.len()).unwrap_or(i64::MAX));
-    for node in &uninterpretable {
+    for (node, why) in &uninterpretable {
         failures += 1;
         let id = node.provider_id().unwrap_or_default();
-        let why = provider.check_provider_id(id).err().unwrap_or_default();
         tracing::error!(node = node.name(), provider_id = id, %why, "the provider cannot interpret the node's provider ID: the node is not looked up, and never deleted");
         controller
             .event(
