@@ -31,8 +31,9 @@ pub struct ClientFactory {
     request_timeout: Duration,
     /// Where `rest_client_*` are counted (set by the [`crate::Manager`] that owns the factory).
     metrics: Option<Arc<crate::Metrics>>,
-    /// With `--use-service-account-credentials`: the controllers' accounts and their tokens.
-    accounts: Option<Arc<ServiceAccounts>>,
+    /// With `--use-service-account-credentials`: the controllers' accounts and their tokens
+    /// (`service_accounts.rs` adds the methods that use them).
+    pub(crate) accounts: Option<Arc<ServiceAccounts>>,
 }
 
 impl ClientFactory {
@@ -57,40 +58,6 @@ impl ClientFactory {
             metrics: None,
             accounts: None,
         }
-    }
-
-    /// `--use-service-account-credentials`: controllers' clients ([`Self::controller_client`]) act as
-    /// their service accounts in `kube-system`, with tokens from the TokenRequest API asked for with this
-    /// factory's own credentials (see [`crate::service_accounts`]). Other clients (the elector, the
-    /// caches, serving) keep the manager's credentials, as upstream's.
-    pub fn with_service_account_credentials(mut self) -> Result<ClientFactory, ClientError> {
-        let root = self.client(SERVICE_ACCOUNTS_AGENT, None)?;
-        self.accounts = Some(Arc::new(ServiceAccounts::new(root)));
-        Ok(self)
-    }
-
-    /// Makes sure `account` can be acted as (with service-account credentials; nothing otherwise): the
-    /// account exists or was made, and a token was issued for it.
-    pub async fn prepare_account(&self, account: &str) -> Result<(), ClientError> {
-        if let Some(accounts) = &self.accounts {
-            accounts.token(account).await?;
-        }
-        Ok(())
-    }
-
-    /// The client of `controller`: as [`Self::client`], acting as service account `account` with
-    /// service-account credentials.
-    pub async fn controller_client(
-        &self,
-        controller: &str,
-        account: &str,
-        fence: Option<Fence>,
-    ) -> Result<kube::Client, ClientError> {
-        let token = match &self.accounts {
-            Some(accounts) => Some(accounts.token(account).await?),
-            None => None,
-        };
-        self.build(controller, fence, token)
     }
 
     /// Count every request of the clients made from now on in `metrics`.
@@ -128,7 +95,8 @@ impl ClientFactory {
         self.build(controller, fence, None)
     }
 
-    fn build(
+    /// As [`Self::client`], carrying `token` (a service account's) instead of the manager's credentials.
+    pub(crate) fn build(
         &self,
         controller: &str,
         fence: Option<Fence>,
@@ -190,9 +158,6 @@ pub enum ClientError {
     #[error(transparent)]
     ServiceAccount(#[from] ServiceAccountError),
 }
-
-/// The `User-Agent` of the requests that set up the controllers' service accounts.
-const SERVICE_ACCOUNTS_AGENT: &str = "service-accounts";
 
 /// A write refused because this process no longer holds the lock that governs it.
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::client::{ClientError, ClientFactory};
+use crate::transport::Fence;
+
 /// The namespace of the controllers' accounts (upstream's).
 pub const NAMESPACE: &str = "kube-system";
 /// The life asked for a token (upstream's `expirationSeconds`).
@@ -51,6 +54,45 @@ pub enum ServiceAccountError {
         /// The API server's answer.
         message: String,
     },
+}
+
+/// The `User-Agent` of the requests that set up the controllers' service accounts.
+const SERVICE_ACCOUNTS_AGENT: &str = "service-accounts";
+
+impl ClientFactory {
+    /// `--use-service-account-credentials`: controllers' clients ([`Self::controller_client`]) act as
+    /// their service accounts in `kube-system`, with tokens from the TokenRequest API asked for with this
+    /// factory's own credentials (see [`crate::service_accounts`]). Other clients (the elector, the
+    /// caches, serving) keep the manager's credentials, as upstream's.
+    pub fn with_service_account_credentials(mut self) -> Result<ClientFactory, ClientError> {
+        let root = self.client(SERVICE_ACCOUNTS_AGENT, None)?;
+        self.accounts = Some(Arc::new(ServiceAccounts::new(root)));
+        Ok(self)
+    }
+
+    /// Makes sure `account` can be acted as (with service-account credentials; nothing otherwise): the
+    /// account exists or was made, and a token was issued for it.
+    pub async fn prepare_account(&self, account: &str) -> Result<(), ClientError> {
+        if let Some(accounts) = &self.accounts {
+            accounts.token(account).await?;
+        }
+        Ok(())
+    }
+
+    /// The client of `controller`: as [`Self::client`], acting as service account `account` with
+    /// service-account credentials.
+    pub async fn controller_client(
+        &self,
+        controller: &str,
+        account: &str,
+        fence: Option<Fence>,
+    ) -> Result<kube::Client, ClientError> {
+        let token = match &self.accounts {
+            Some(accounts) => Some(accounts.token(account).await?),
+            None => None,
+        };
+        self.build(controller, fence, token)
+    }
 }
 
 /// The tokens of the controllers' accounts, each renewed in the background while this lives.

@@ -5,7 +5,7 @@
 //!   `fargate-ip-10-0-0-1.<domain>`) are looked up by their network interface, as upstream: one
 //!   `DescribeNetworkInterfaces` per 200 of them (attached, in the configured VPC, by private IP); they exist
 //!   while it does and, as upstream answers, count as shut down then too; no instance type.
-//! - A provider ID of any other form cannot be interpreted: every look-up of its node is an error, never
+//! - (Fargate: `fargate.rs`.) A provider ID of any other form cannot be interpreted: every look-up of its node is an error, never
 //!   "not found" (upstream's provider errors too), so its node is never deleted for it.
 //! - A node without a provider ID is found by its name: `i-…` (resource-based names, with or without a
 //!   domain) directly, else by `private-dns-name` among this cluster's instances (tagged
@@ -26,12 +26,12 @@ use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::config::IpFamily;
-use crate::{AwsProvider, aws_error};
+use crate::{AwsProvider, aws_error, fargate};
 
 /// The zone-ID label (`use1-az1`), as upstream.
 pub const ZONE_ID_LABEL: &str = "topology.k8s.aws/zone-id";
 /// EC2 takes at most this many values per filter.
-const FILTER_VALUES: usize = 200;
+pub(crate) const FILTER_VALUES: usize = 200;
 /// States an instance found by name may be in (upstream's list: not terminated).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
 
@@ -53,21 +53,9 @@ pub enum NodeKey {
     Fargate(std::net::IpAddr),
 }
 
-/// The private IP of a Fargate provider ID (last segment `fargate-<ip>` or `fargate-ip-a-b-c-d[.domain]`);
-/// `None` when it is not one, or its IP is not an IP.
-pub fn fargate_ip_of(provider_id: &str) -> Option<std::net::IpAddr> {
-    let rest = provider_id.strip_prefix("aws://")?;
-    let last = rest.rsplit('/').next()?;
-    let ip = last.strip_prefix("fargate-")?;
-    match ip.strip_prefix("ip-") {
-        Some(name) => name.split('.').next()?.replace('-', ".").parse().ok(),
-        None => ip.parse().ok(),
-    }
-}
-
 /// Whether this provider can interpret `provider_id`: an instance's or a Fargate node's; why not otherwise.
 pub fn check_provider_id(provider_id: &str) -> Result<(), String> {
-    if instance_id_of(provider_id).is_some() || fargate_ip_of(provider_id).is_some() {
+    if instance_id_of(provider_id).is_some() || fargate::ip_of(provider_id).is_some() {
         Ok(())
     } else {
         Err(
@@ -108,7 +96,7 @@ pub fn key_of(node: &Node) -> Result<NodeKey, String> {
         if let Some(id) = instance_id_of(provider_id) {
             return Ok(NodeKey::Instance(InstanceKey::Id(id.to_owned())));
         }
-        if let Some(ip) = fargate_ip_of(provider_id) {
+        if let Some(ip) = fargate::ip_of(provider_id) {
             return Ok(NodeKey::Fargate(ip));
         }
         return Err(format!(
@@ -253,84 +241,6 @@ impl AwsProvider {
             })
             .collect()
     }
-
-    /// The attached network interfaces with `ips` as their private IP, in the configured VPC (any without
-    /// one), by IP: one `DescribeNetworkInterfaces` per 200 IPs.
-    async fn fargate_interfaces(
-        &self,
-        ips: &BTreeSet<std::net::IpAddr>,
-    ) -> Result<HashMap<std::net::IpAddr, Vec<NetworkInterface>>, CloudError> {
-        let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
-        let mut found: HashMap<std::net::IpAddr, Vec<NetworkInterface>> = HashMap::new();
-        for chunk in ips.chunks(FILTER_VALUES) {
-            let mut filters = vec![
-                filter("private-ip-address", chunk),
-                filter("attachment.status", &["attached".to_owned()]),
-            ];
-            if !self.config.vpc.is_empty() {
-                filters.push(filter("vpc-id", std::slice::from_ref(&self.config.vpc)));
-            }
-            let mut pages = self
-                .ec2
-                .describe_network_interfaces()
-                .set_filters(Some(filters))
-                .max_results(1000)
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.map_err(aws_error)?;
-                for interface in page.network_interfaces() {
-                    if let Some(ip) = interface.private_ip_address().and_then(|ip| ip.parse().ok()) {
-                        found.entry(ip).or_default().push(interface.clone());
-                    }
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    /// A Fargate node's metadata, from its network interface (as upstream: no instance type).
-    fn fargate_metadata(
-        &self,
-        provider_id: &str,
-        interface: &NetworkInterface,
-        zone_id: Option<String>,
-    ) -> InstanceMetadata {
-        let mut node_addresses = Vec::new();
-        let address = |kind: &str, value: &str| NodeAddress {
-            type_: kind.to_owned(),
-            address: value.to_owned(),
-        };
-        for family in &self.config.node_ip_families {
-            match family {
-                IpFamily::V4 => {
-                    if let Some(ip) = interface.private_ip_address() {
-                        node_addresses.push(address("InternalIP", ip));
-                    }
-                    if let Some(name) = interface.private_dns_name().filter(|n| !n.is_empty()) {
-                        node_addresses.push(address("InternalDNS", name));
-                    }
-                }
-                IpFamily::V6 => {
-                    if let Some(ip) = interface.ipv6_addresses().first().and_then(|a| a.ipv6_address()) {
-                        node_addresses.push(address("InternalIP", ip));
-                    }
-                }
-            }
-        }
-        let mut additional_labels = BTreeMap::new();
-        if let Some(zone_id) = zone_id {
-            additional_labels.insert(ZONE_ID_LABEL.to_owned(), zone_id);
-        }
-        InstanceMetadata {
-            provider_id: provider_id.to_owned(),
-            instance_type: String::new(),
-            node_addresses,
-            region: self.region.clone(),
-            zone: interface.availability_zone().unwrap_or_default().to_owned(),
-            additional_labels,
-        }
-    }
 }
 
 /// The instances for `keys`, now: one `DescribeInstances` per 200 IDs and one per 200 names, each paged by
@@ -418,7 +328,7 @@ fn is_this_clusters(cluster: &str, instance: &Instance) -> bool {
         })
 }
 
-fn filter(name: &str, values: &[String]) -> Filter {
+pub(crate) fn filter(name: &str, values: &[String]) -> Filter {
     Filter::builder()
         .name(name)
         .set_values(Some(values.to_vec()))
@@ -641,7 +551,11 @@ mod tests {
     #[test]
     fn fargate_provider_ids_name_their_interface_ip_as_upstream() {
         let check = |id: &str, ip: Option<&str>| {
-            assert_eq!(fargate_ip_of(id), ip.map(|ip| ip.parse().unwrap()), "{id}");
+            assert_eq!(
+                crate::fargate::ip_of(id),
+                ip.map(|ip| ip.parse().unwrap()),
+                "{id}"
+            );
         };
         check(
             "aws:///us-west-2c/1abc-2def/fargate-192.168.164.88",

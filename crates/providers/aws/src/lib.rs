@@ -21,6 +21,7 @@ pub mod batch;
 pub mod client;
 pub mod config;
 mod connector;
+pub mod fargate;
 pub mod instances;
 pub mod load_balancer;
 pub mod routes;
