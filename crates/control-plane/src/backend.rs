@@ -232,6 +232,10 @@ impl ApiServer {
                     operation: l.operation,
                     holder_identity: l.holder_identity,
                     lease_duration_seconds: l.lease_duration_seconds,
+                    renew_time_us: l
+                        .renew_time
+                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                        .map(jiff::Timestamp::as_microsecond),
                     user_agent: l.user_agent,
                 })
                 .collect(),
@@ -264,6 +268,8 @@ fn entry(record: RequestRecord) -> RequestEntry {
         verb: record.verb,
         status: record.status,
         resource_version: record.resource_version,
+        // Its time less the time to answer, rounded to the earlier microsecond.
+        received_us: Some(record.time_us - (record.latency_ms * 1000.0).ceil() as i64),
     }
 }
 

@@ -126,6 +126,7 @@ pub async fn cloud_writes(cloud_url: &str) -> Result<Vec<RequestEntry>> {
                 verb: Some(CLOUD_VERB.to_owned()),
                 status: 200,
                 resource_version: None,
+                received_us: None,
             })
             .collect()),
         other => bail!("the fake cloud at {cloud_url} did not list its writes: {other:?}"),

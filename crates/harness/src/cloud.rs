@@ -72,6 +72,7 @@ impl CloudWrites {
                 verb: Some(CLOUD_VERB.to_owned()),
                 status: 200,
                 resource_version: None,
+                received_us: None,
             }),
             None => self.unattributed.push(operation),
         }

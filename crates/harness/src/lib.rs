@@ -11,6 +11,7 @@ mod admin;
 pub mod aws;
 pub mod aws_cost;
 mod cloud;
+mod lease_watch;
 mod moto;
 mod replica;
 mod workload;
@@ -19,6 +20,7 @@ pub use admin::{Admin, cloud_writes, holders, refused_as_invalid, wait_for_holde
 #[cfg(feature = "gce")]
 pub use cloud::GceCloud;
 pub use cloud::{AwsCloud, Cloud, CloudLoadBalancer, CloudWrites, Inventory};
+pub use lease_watch::{LeaseWatch, ObservedLease, WatchedHandoff};
 pub use moto::{MOTO_REQUIREMENT, Moto};
 pub use replica::{Environment, Replica, Side, Timings};
 pub use workload::{Created, Workload, has_ingress, initialized, is_load_balancer};

@@ -293,14 +293,8 @@ impl Replica {
         }
         let deadline = Instant::now() + timeout;
         loop {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if let Some(identity) = text
-                .lines()
-                .find_map(|line| line.split("identity=").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-            {
-                self.identity = Some(identity.to_owned());
-                return Ok(identity.to_owned());
+            if let Some(identity) = self.reported_identity() {
+                return Ok(identity);
             }
             if let Some(status) = self.try_wait() {
                 bail!(
@@ -318,6 +312,20 @@ impl Replica {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The identity, if the replica has reported it yet (`identity=…` in its log, quoted or not: a Go
+    /// peer logs it once it leads).
+    pub fn reported_identity(&mut self) -> Option<String> {
+        if self.identity.is_none() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            self.identity = text
+                .lines()
+                .find_map(|line| line.split("identity=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(|identity| identity.trim_matches('"').to_owned());
+        }
+        self.identity.clone()
     }
 
     fn signal(&self, signal: &str) -> Result<()> {

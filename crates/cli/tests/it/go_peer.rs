@@ -11,10 +11,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use control_plane::{Backend, KubeBinaries};
-use harness::{Timings, Workload, has_ingress, initialized};
+use harness::{
+    Environment, LeaseWatch, Replica, Side, Timings, WatchedHandoff, Workload, has_ingress, initialized,
+    wait_for_holders,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams};
+use leadermigration::audit::UserAgent;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -159,4 +163,206 @@ async fn run(binaries: KubeBinaries) {
         );
     }
     drop(peer);
+}
+
+const CCM: &str = "cloud-controller-manager";
+const MIGRATION: &str = "cloud-provider-extraction-migration";
+
+/// Go peers as replicas of the harness: the same environment (cloud, kubeconfig, N+1 configuration,
+/// timings) with the Go binary, and the flags upstream's CCM takes for what the Rust replicas run.
+fn go_replica(environment: &Environment, name: &str) -> Replica {
+    let mut args = vec![
+        format!("--cloud-provider={}", environment.cloud_provider),
+        format!("--cloud-config={}", environment.cloud_config.display()),
+        format!("--kubeconfig={}", environment.kubeconfig.display()),
+        "--enable-leader-migration".to_owned(),
+        format!("--leader-migration-config={}", environment.ccm_config.display()),
+        "--secure-port=0".to_owned(),
+        "--node-monitor-period=1s".to_owned(),
+        "--route-reconciliation-period=1s".to_owned(),
+        "--allocate-node-cidrs=true".to_owned(),
+        "--cluster-cidr=10.244.0.0/16".to_owned(),
+        "--kube-api-qps=500".to_owned(),
+        "--kube-api-burst=1000".to_owned(),
+    ];
+    args.extend(environment.timing_flags());
+    Replica::spawn(environment, name, Side::Ccm, &args).unwrap()
+}
+
+/// Waits until both of the N+1 side's Leases are held by one process that is not `gone`.
+async fn wait_for_a_live_leader(client: &kube::Client, gone: &[String], what: &str) -> String {
+    let holders = wait_for_holders(client, &[CCM, MIGRATION], WAIT, what, |h| {
+        h[CCM].as_ref().is_some_and(|c| !gone.contains(c)) && h[CCM] == h[MIGRATION]
+    })
+    .await
+    .unwrap();
+    holders[CCM].clone().unwrap()
+}
+
+/// Issue 33's scenario 2: a running upstream Go CCM (three replicas, leader migration configured) is
+/// replaced by ours one replica at a time under a churn of nodes and services, then ours by the Go CCM
+/// again. Judged from the kube-apiserver's audit log with the cloud's log (every write inside its
+/// writer's tenure) and from an independent watch of the Leases (no takeover before the record expired
+/// by the taker's own rule); the hand-off gaps per direction are reported.
+#[test]
+fn a_running_go_ccm_is_swapped_for_ours_and_back_one_replica_at_a_time() {
+    let Some(binaries) =
+        KubeBinaries::for_test("a_running_go_ccm_is_swapped_for_ours_and_back_one_replica_at_a_time")
+    else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(swap(binaries));
+}
+
+async fn swap(binaries: KubeBinaries) {
+    let plane = crate::migration::Plane::start(Backend::Kube).await;
+    let client = plane.server.client();
+    let watch = LeaseWatch::start(client.clone(), "kube-system");
+    let mut go_environment = plane.environment.clone();
+    go_environment.binary = binaries.go_cloud_controller_manager.clone();
+
+    let mut go: Vec<Replica> = (1..=3)
+        .map(|i| go_replica(&go_environment, &format!("go-{i}")))
+        .collect();
+    wait_for_a_live_leader(&client, &[], "a Go replica to lead").await;
+    let (stop, churn) = plane.workload();
+
+    // Ours in, the Go CCM out, one at a time; then back.
+    let (mut rust, mut gone, mut rust_ids) = (Vec::new(), Vec::new(), Vec::new());
+    for (index, old) in go.iter_mut().enumerate() {
+        let mut replica = plane.replica(&format!("rust-{}", index + 1), Side::Ccm);
+        rust_ids.push(replica.identity(WAIT).unwrap());
+        rust.push(replica);
+        gone.extend(old.reported_identity());
+        old.terminate().unwrap();
+        old.wait(WAIT).unwrap();
+        wait_for_a_live_leader(&client, &gone, "a live replica to lead after a Go one stopped").await;
+    }
+    let leader = wait_for_a_live_leader(&client, &gone, "ours to lead").await;
+    assert!(
+        rust_ids.contains(&leader),
+        "{leader} is not one of ours: {rust_ids:?}"
+    );
+    // Back, the leader last and by SIGKILL (a crash at the end of the roll-out): the Go CCM takes over
+    // by its own elector's rule; the others stop gracefully before.
+    let last = rust.len() - 1;
+    let position = rust_ids.iter().position(|id| *id == leader).unwrap();
+    rust.swap(last, position);
+    let mut back = Vec::new();
+    for (index, replica) in rust.iter_mut().enumerate() {
+        back.push(go_replica(&go_environment, &format!("go-{}", index + 4)));
+        gone.extend(replica.reported_identity());
+        if index == last {
+            replica.kill().unwrap();
+            replica.wait(WAIT).unwrap();
+        } else {
+            replica.terminate().unwrap();
+            let status = replica.wait(WAIT).unwrap();
+            assert!(status.success(), "{} exits 0 on SIGTERM: {status}", replica.name);
+        }
+        wait_for_a_live_leader(&client, &gone, "a live replica to lead after one of ours stopped").await;
+    }
+    let leader = wait_for_a_live_leader(&client, &gone, "the Go CCM to lead again").await;
+    assert!(!rust_ids.contains(&leader), "the Go CCM leads at the end");
+    stop.cancel();
+    let created = churn.await.unwrap().unwrap();
+    let (created_nodes, created_services) = (created.nodes as usize, created.services as usize);
+
+    // Converged: every node initialised, every service served, by the Go CCM at the end.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let all = nodes.list(&Default::default()).await.unwrap().items;
+        let served = services.list(&Default::default()).await.unwrap().items;
+        let done = all.len() == created_nodes && all.iter().all(initialized);
+        if done && served.iter().filter(|s| has_ingress(s)).count() == created_services {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not converged: {} of {} nodes initialised, {} of {} services served",
+            all.iter().filter(|n| initialized(n)).count(),
+            created_nodes,
+            served.iter().filter(|s| has_ingress(s)).count(),
+            created_services
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The server's record: no write outside its writer's tenure, Go's and ours alike.
+    let everyone: Vec<&Replica> = go.iter().chain(&rust).chain(&back).collect();
+    let _ = std::process::Command::new("cp")
+        .args(["-r", plane.environment.log_dir.to_str().unwrap()])
+        .status();
+    let report = plane.assert_no_overlap(&everyone).await;
+    let requests = plane.server.request_entries();
+    let writers = |ours: bool| {
+        requests
+            .iter()
+            .filter(|r| (200..300).contains(&r.status) && r.method != "GET")
+            .filter_map(|r| UserAgent::parse(&r.user_agent))
+            .filter(|ua| ua.controller != "leader-election" && rust_ids.contains(&ua.identity) == ours)
+            .count()
+    };
+    assert!(
+        writers(true) > 0 && writers(false) > 0,
+        "both managers' controllers wrote: ours {}, Go's {}",
+        writers(true),
+        writers(false)
+    );
+
+    // The independent witness: no takeover before the record expired by the taker's rule.
+    let go_elector = |identity: &str| !rust_ids.contains(&identity.to_owned());
+    let handoffs = watch.handoffs(go_elector);
+    let premature: Vec<_> = handoffs.iter().filter(|h| h.premature).collect();
+    assert!(premature.is_empty(), "{premature:#?}");
+    let gaps = |from_go: bool, to_go: bool| -> Vec<&WatchedHandoff> {
+        handoffs
+            .iter()
+            .filter(|h| go_elector(&h.from) == from_go && go_elector(&h.to) == to_go)
+            .collect()
+    };
+    let (go_to_rust, rust_to_go) = (gaps(true, false), gaps(false, true));
+    assert!(
+        !go_to_rust.is_empty() && !rust_to_go.is_empty(),
+        "hand-offs both ways: {handoffs:#?}"
+    );
+    // Ours releases its Leases on SIGTERM and the Go CCM takes them at its next retry (after a crash
+    // it waits for the record to expire); the Go CCM does not release (upstream), so ours waits.
+    for handoff in &rust_to_go {
+        assert!(!handoff.released || handoff.gap_ms < 1000.0, "{handoff:?}");
+    }
+    assert!(
+        rust_to_go.iter().any(|h| !h.released),
+        "the crash was a takeover by the Go CCM: {handoffs:#?}"
+    );
+    for handoff in &go_to_rust {
+        assert!(!handoff.released, "{handoff:?}");
+    }
+    #[allow(clippy::print_stderr)]
+    {
+        let summary = |h: &[&WatchedHandoff]| {
+            h.iter()
+                .map(|h| {
+                    let how = if h.released { "released" } else { "taken over" };
+                    format!("{} {how} {:.0} ms", h.lease, h.gap_ms)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        eprintln!(
+            "hand-offs Go → ours: {}; ours → Go: {}; {} writes judged",
+            summary(&go_to_rust),
+            summary(&rust_to_go),
+            report.writes_checked
+        );
+    }
+    for replica in &back {
+        replica.terminate().unwrap();
+    }
 }

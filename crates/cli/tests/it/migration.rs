@@ -75,7 +75,7 @@ impl Plane {
         Replica::start(&self.environment, name, side).unwrap()
     }
 
-    fn workload(
+    pub(crate) fn workload(
         &self,
     ) -> (
         CancellationToken,
@@ -91,7 +91,7 @@ impl Plane {
     }
 
     /// The audit, after checking that the server refused none of the managers' writes as invalid.
-    async fn audit(&self) -> AuditReport {
+    pub(crate) async fn audit(&self) -> AuditReport {
         let leases = self.server.lease_writes();
         let mut requests = self.server.request_entries();
         let invalid = harness::refused_as_invalid(&requests);
@@ -118,14 +118,19 @@ impl Plane {
     }
 
     /// Audits and fails with the overlaps and the replicas' logs when there is any.
-    async fn assert_no_overlap(&self, replicas: &[&Replica]) -> AuditReport {
+    pub(crate) async fn assert_no_overlap(&self, replicas: &[&Replica]) -> AuditReport {
         let report = self.audit().await;
         if !report.overlaps.is_empty() {
             let logs: Vec<String> = replicas
                 .iter()
                 .map(|r| format!("--- {}\n{}", r.name, r.log_tail()))
                 .collect();
-            panic!("overlaps: {:#?}\n{}", report.overlaps, logs.join("\n"));
+            panic!(
+                "overlaps: {:#?}\ntenures: {:#?}\n{}",
+                report.overlaps,
+                report.tenures,
+                logs.join("\n")
+            );
         }
         assert!(report.writes_checked > 0, "controllers wrote during the test");
         report

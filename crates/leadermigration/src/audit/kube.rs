@@ -249,6 +249,7 @@ pub fn requests(text: &str) -> Result<Vec<AuditedRequest>, AuditLogError> {
             verb: Some(event.verb.clone()),
             status: event.status(),
             resource_version: event.response_resource_version(),
+            received_us: Some(received_us),
         };
         requests.push(AuditedRequest {
             entry,
@@ -325,6 +326,10 @@ pub fn parse(text: &str) -> Result<AuditRecords, AuditLogError> {
             operation: event.verb.clone(),
             holder_identity: spec.and_then(|s| s["holderIdentity"].as_str()).map(str::to_owned),
             lease_duration_seconds: spec.and_then(|s| s["leaseDurationSeconds"].as_i64()),
+            renew_time_us: spec
+                .and_then(|s| s["renewTime"].as_str())
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map(jiff::Timestamp::as_microsecond),
             user_agent: event.user_agent.clone(),
         });
     }

@@ -10,7 +10,10 @@
 //!   happens when managers disagree on `--leader-elect-resource-namespace` (two Leases of one name are two
 //!   locks, both held, and the controllers run twice);
 //! - a takeover sooner than the previous record's lease duration after that holder's last write, without a
-//!   release in between (the protocol forbids it; it is the way two tenures would really overlap).
+//!   release in between (the protocol forbids it; it is the way two tenures would really overlap). A
+//!   client-go elector (kube-controller-manager, an upstream CCM: [`is_client_go`]) sees renewTime in
+//!   whole seconds and counts from the first write of the record it last saw change, up to a second
+//!   before the last renewal: its takeovers are judged by that rule, ours by the stricter one.
 //!
 //! Writes are ordered by resourceVersion (assigned by the server under one lock), falling back to time.
 //! Requests are attributed to processes by [`UserAgent`].
@@ -61,6 +64,9 @@ impl UserAgent {
 
     /// Parses a header value written by [`UserAgent::render`]; other clients give `None`.
     pub fn parse(text: &str) -> Option<UserAgent> {
+        if is_client_go(text) {
+            return None;
+        }
         let (head, rest) = text.split_once(" (")?;
         let (_platform, tail) = rest.split_once(") ")?;
         let (component, version) = head.split_once('/')?;
@@ -75,6 +81,16 @@ impl UserAgent {
             controller: controller.to_owned(),
         })
     }
+}
+
+/// Whether a `User-Agent` is client-go's default (`<binary>/<version> (<os>/<arch>) kubernetes/<commit>`,
+/// with `/<client>` after it when the client was named): the request came from a Go program on
+/// client-go, such as kube-controller-manager or an upstream cloud-controller-manager, whose elector
+/// follows client-go's rules ([`tenures`] judges its takeovers by them).
+pub fn is_client_go(user_agent: &str) -> bool {
+    user_agent
+        .split_once(") ")
+        .is_some_and(|(_, tail)| tail.starts_with("kubernetes/"))
 }
 
 /// One Lease write from the server's history.
@@ -96,6 +112,9 @@ pub struct LeaseWrite {
     /// `leaseDurationSeconds` after the write.
     #[serde(default)]
     pub lease_duration_seconds: Option<i64>,
+    /// `renewTime` after the write, microseconds since the epoch.
+    #[serde(default)]
+    pub renew_time_us: Option<i64>,
     /// Writer's `User-Agent`.
     #[serde(default)]
     pub user_agent: String,
@@ -118,9 +137,13 @@ pub struct RequestEntry {
     pub verb: Option<String>,
     /// HTTP status.
     pub status: u16,
-    /// resourceVersion a successful write produced.
+    /// resourceVersion a successful write produced (or, for a write that changed nothing, the
+    /// object's unchanged one).
     #[serde(default)]
     pub resource_version: Option<u64>,
+    /// Server time the request was received, microseconds since the epoch, when known.
+    #[serde(default)]
+    pub received_us: Option<i64>,
 }
 
 /// The verb of a cloud change in the audit's records: judged by time (it has no resourceVersion).
@@ -293,7 +316,9 @@ pub enum Overlap {
         from: String,
         /// New holder.
         to: String,
-        /// Time since the previous holder's last write.
+        /// Time since the write the new holder could count the lease duration from: the previous
+        /// holder's last write, or for a client-go elector the first write of the record it last saw
+        /// change (renewTime in whole seconds).
         gap_ms: i64,
         /// That holder's lease duration.
         lease_duration_ms: i64,
@@ -311,6 +336,9 @@ pub struct AuditReport {
     pub overlaps: Vec<Overlap>,
     /// Controller writes checked.
     pub writes_checked: usize,
+    /// Successful writes by client-go programs that name no process in their `User-Agent` (a real
+    /// kube-controller-manager's): not attributable to a tenure, so not judged.
+    pub unattributed_client_go_writes: usize,
 }
 
 /// Builds tenures and hand-offs from the Lease history.
@@ -328,6 +356,8 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
         let mut open: Option<Tenure> = None;
         // The last write of the previous holder, for hand-off gaps and takeover checks.
         let mut last: Option<(&LeaseWrite, bool)> = None;
+        // The first write of the holder's record as a client-go follower last saw it change.
+        let mut observed: Option<&LeaseWrite> = None;
         for write in writes {
             let holder = write
                 .holder_identity
@@ -337,6 +367,9 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
             let current = open.as_ref().map(|t| t.identity.clone());
             match (current, holder) {
                 (Some(current), Some(holder)) if current == holder => {
+                    if !observed.is_some_and(|o| same_record_in_whole_seconds(o, write)) {
+                        observed = Some(write);
+                    }
                     last = Some((write, false));
                 }
                 (current, Some(holder)) => {
@@ -360,17 +393,25 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
                                 at_us: write.time_us,
                             });
                             let duration_ms = previous.lease_duration_seconds.unwrap_or(0) * 1000;
-                            if current.is_some() && !released && gap_us / 1000 < duration_ms {
+                            // A client-go elector counts the lease duration from when it saw the
+                            // record change, and it compares renewTime in whole seconds.
+                            let since = match observed {
+                                Some(observed) if is_client_go(&write.user_agent) => observed,
+                                _ => previous,
+                            };
+                            let allowed_us = write.time_us - since.time_us;
+                            if current.is_some() && !released && allowed_us / 1000 < duration_ms {
                                 overlaps.push(Overlap::PrematureTakeover {
                                     lease: lease.clone(),
                                     from,
                                     to: holder.clone(),
-                                    gap_ms: gap_us / 1000,
+                                    gap_ms: allowed_us / 1000,
                                     lease_duration_ms: duration_ms,
                                 });
                             }
                         }
                     }
+                    observed = Some(write);
                     open = Some(Tenure {
                         lease: lease.clone(),
                         identity: holder,
@@ -409,6 +450,18 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
     (tenures, handoffs, overlaps)
 }
 
+/// Whether a client-go follower would see no change between two writes of a Lease: the same holder and
+/// duration, and renewTime in the same whole second (client-go's leader-election record keeps it at
+/// second precision, and a follower restarts its count of the lease duration only when the record
+/// changes). Without renewTime, every write is a change.
+fn same_record_in_whole_seconds(first: &LeaseWrite, then: &LeaseWrite) -> bool {
+    let second = |write: &LeaseWrite| write.renew_time_us.map(|us| us.div_euclid(1_000_000));
+    first.holder_identity == then.holder_identity
+        && first.lease_duration_seconds == then.lease_duration_seconds
+        && second(first).is_some()
+        && second(first) == second(then)
+}
+
 /// Checks every controller write of the request log against the tenures of the Lease history.
 ///
 /// A write that changed nothing is answered with the object's unchanged resourceVersion, which orders it
@@ -416,7 +469,7 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
 /// than one an earlier write of the same object produced) is judged by its time instead.
 pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Governance) -> AuditReport {
     let (tenures, handoffs, mut overlaps) = tenures(leases);
-    let mut writes_checked = 0;
+    let (mut writes_checked, mut unattributed_client_go_writes) = (0, 0);
     let no_ops = no_op_writes(requests);
     for (index, request) in requests
         .iter()
@@ -429,6 +482,9 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
             request.resource_version
         };
         let Some(agent) = UserAgent::parse(&request.user_agent) else {
+            if is_client_go(&request.user_agent) && !request.path.contains("/leases/") {
+                unattributed_client_go_writes += 1;
+            }
             continue;
         };
         if agent.controller == LEADER_ELECTION {
@@ -472,23 +528,42 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
         handoffs,
         overlaps,
         writes_checked,
+        unattributed_client_go_writes,
     }
 }
 
-/// The indexes of successful writes whose resourceVersion is no newer than one an earlier write (by time)
-/// of the same object produced: writes that changed nothing.
+/// The indexes of successful writes that changed nothing: their resourceVersion is no newer than one
+/// an earlier write (by time) of the same object produced, or no newer than one any write had produced
+/// before this request was received (resourceVersions only grow, so a write that commits after that
+/// produces a newer one). The second rule finds the no-op answered with a version that a write with a
+/// failed answer produced (a write cut off by its client may still commit, recorded as a 504).
 fn no_op_writes(requests: &[RequestEntry]) -> std::collections::HashSet<usize> {
     let mut order: Vec<usize> = (0..requests.len())
         .filter(|&i| requests[i].is_successful_write() && requests[i].resource_version.is_some())
         .collect();
     order.sort_by_key(|&i| requests[i].time_us);
+    // The newest resourceVersion produced by the writes completed up to each time.
+    let mut completed: Vec<(i64, u64)> = Vec::with_capacity(order.len());
+    for &index in &order {
+        let rv = requests[index].resource_version.unwrap_or(0);
+        let newest = completed.last().map_or(rv, |&(_, newest)| newest.max(rv));
+        completed.push((requests[index].time_us, newest));
+    }
+    let newest_before = |time_us: i64| {
+        let count = completed.partition_point(|&(completed_us, _)| completed_us < time_us);
+        count.checked_sub(1).map(|last| completed[last].1)
+    };
     let mut newest: HashMap<&str, u64> = HashMap::new();
     let mut no_ops = std::collections::HashSet::new();
     for index in order {
         let request = &requests[index];
         let rv = request.resource_version.unwrap_or(0);
         let seen = newest.entry(object_path(&request.path)).or_insert(0);
-        if rv <= *seen {
+        let stale = request
+            .received_us
+            .and_then(newest_before)
+            .is_some_and(|before| rv <= before);
+        if rv <= *seen || stale {
             no_ops.insert(index);
         } else {
             *seen = rv;
@@ -545,6 +620,7 @@ mod tests {
             operation: "update".into(),
             holder_identity: holder.map(str::to_owned),
             lease_duration_seconds: Some(15),
+            renew_time_us: None,
             user_agent: ua(writer.0, writer.1, LEADER_ELECTION),
         }
     }
@@ -558,6 +634,7 @@ mod tests {
             verb: Some("patch".into()),
             status: 200,
             resource_version: Some(rv),
+            received_us: None,
         }
     }
 
@@ -607,16 +684,18 @@ mod tests {
             ),
             (CCM, "host-1.example_7c9e", "service-lb-controller")
         );
-        assert_eq!(
-            UserAgent::parse("kubectl/v1.33.1 (linux/amd64) kubernetes/4cb5f07"),
-            Some(UserAgent {
-                component: "kubectl".into(),
-                version: "v1.33.1".into(),
-                identity: "kubernetes".into(),
-                controller: "4cb5f07".into()
-            })
-        );
+        // client-go's defaults name no process: never read as an identity `kubernetes` or
+        // `kubernetes/<commit>`.
+        for client_go in [
+            "kubectl/v1.33.1 (linux/amd64) kubernetes/4cb5f07",
+            "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/$Format/service-controller",
+        ] {
+            assert_eq!(UserAgent::parse(client_go), None, "{client_go}");
+            assert!(is_client_go(client_go), "{client_go}");
+        }
+        assert!(!is_client_go(&text));
         assert_eq!(UserAgent::parse("curl/8.0"), None);
+        assert!(!is_client_go("curl/8.0"));
     }
 
     /// A clean migration: kcm-a holds both locks, releases, ccm-b takes the migration lock.
@@ -652,6 +731,39 @@ mod tests {
         // The same answer at time 6, outside its tenure by time too, is caught.
         let last = requests.len() - 1;
         requests[last].time_us = 6_500_000;
+        assert_eq!(kinds(&audit(&leases, &requests, &governance())), ["outside"]);
+    }
+
+    #[test]
+    fn a_write_answered_with_a_version_older_than_its_arrival_changed_nothing() {
+        let (leases, mut requests) = clean_history();
+        // kcm-a's patch of web-5 at time 5 is answered 504 (its client went away), yet committed: it
+        // made version 6, which no successful answer names.
+        let path = "/api/v1/namespaces/default/services/web-5/status";
+        requests.push(RequestEntry {
+            path: path.into(),
+            status: 504,
+            resource_version: None,
+            ..write(5, KCM, "kcm-a", "service-lb-controller")
+        });
+        // ccm-b's same patch, received at 9.4 s after write 8 completed, changes nothing: answered 6.
+        let no_op = RequestEntry {
+            path: path.into(),
+            time_us: 9_500_000,
+            resource_version: Some(6),
+            ..write(9, CCM, "ccm-b", "service-lb-controller")
+        };
+        requests.push(RequestEntry {
+            received_us: Some(9_400_000),
+            ..no_op.clone()
+        });
+        assert_eq!(
+            kinds(&audit(&leases, &requests, &governance())),
+            Vec::<&str>::new()
+        );
+        // Without its arrival time it looks like a write of version 6, before ccm-b's tenure (7).
+        let last = requests.len() - 1;
+        requests[last] = no_op;
         assert_eq!(kinds(&audit(&leases, &requests, &governance())), ["outside"]);
     }
 
@@ -717,6 +829,7 @@ mod tests {
             verb: Some(CLOUD_VERB.into()),
             status: 200,
             resource_version: None,
+            received_us: None,
         };
         // kcm-a held the migration lease from 2 s to its release at 6 s; ccm-b holds it from 7 s.
         requests.push(cloud(5.5, KCM, "kcm-a"));
@@ -777,6 +890,60 @@ mod tests {
         let report = audit(&leases, &requests, &governance());
         assert_eq!(kinds(&report), Vec::<&str>::new());
         assert_eq!(report.writes_checked, 3);
+        assert_eq!(report.unattributed_client_go_writes, 1);
+    }
+
+    /// A Lease write whose renewTime is `renew_ms` after the epoch, by a client-go elector when
+    /// `client_go`.
+    fn renewal(rv: u64, at_ms: i64, renew_ms: i64, holder: &str, client_go: bool) -> LeaseWrite {
+        LeaseWrite {
+            time_us: at_ms * 1000,
+            renew_time_us: Some(renew_ms * 1000),
+            lease_duration_seconds: Some(2),
+            user_agent: if client_go {
+                "cloud-controller-manager/v1.37.2 (linux/amd64) kubernetes/$Format/leader-election".into()
+            } else {
+                ua(CCM, holder, LEADER_ELECTION)
+            },
+            ..lease(rv, CCM, Some(holder), (CCM, holder))
+        }
+    }
+
+    #[test]
+    fn a_client_go_taker_counts_from_the_record_it_saw_change_in_whole_seconds() {
+        // "rust" renews at 10.1 s, 10.5 s and 10.9 s (one record in whole seconds, first seen at 10.1 s).
+        let history = |taker_at_ms: i64, client_go: bool| {
+            vec![
+                renewal(1, 10_100, 10_100, "rust", false),
+                renewal(2, 10_500, 10_500, "rust", false),
+                renewal(3, 10_900, 10_900, "rust", false),
+                renewal(4, taker_at_ms, taker_at_ms, "go", client_go),
+            ]
+        };
+        // A client-go elector may take over 2 s after 10.1 s: 1.3 s after the last renewal.
+        let report = audit(&history(12_200, true), &[], &governance());
+        assert_eq!(kinds(&report), Vec::<&str>::new(), "{:?}", report.overlaps);
+        assert_eq!(report.handoffs[0].gap_ms, 1_300.0);
+        // Not before that.
+        let report = audit(&history(12_000, true), &[], &governance());
+        assert_eq!(kinds(&report), ["premature"]);
+        // Our elector counts from the last renewal.
+        let report = audit(&history(12_200, false), &[], &governance());
+        assert_eq!(kinds(&report), ["premature"]);
+        assert_eq!(
+            kinds(&audit(&history(12_950, false), &[], &governance())),
+            Vec::<&str>::new()
+        );
+        // A renewal into the next second is a change a client-go follower sees.
+        let mut leases = history(12_200, true);
+        leases[2] = renewal(3, 11_050, 11_050, "rust", false);
+        assert_eq!(kinds(&audit(&leases, &[], &governance())), ["premature"]);
+        // Without renewTime every write is a change.
+        let mut leases = history(12_200, true);
+        for write in &mut leases {
+            write.renew_time_us = None;
+        }
+        assert_eq!(kinds(&audit(&leases, &[], &governance())), ["premature"]);
     }
 
     #[test]

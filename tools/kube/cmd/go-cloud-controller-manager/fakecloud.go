@@ -105,7 +105,7 @@ func (f *fakeCloud) Initialize(builder cloudprovider.ControllerClientBuilder, st
 	f.mu.Lock()
 	f.identity = *lease.Spec.HolderIdentity
 	f.mu.Unlock()
-	klog.Infof("fake cloud provider: requests name identity %s", *lease.Spec.HolderIdentity)
+	klog.InfoS("fake cloud provider: requests name this process", "identity", *lease.Spec.HolderIdentity)
 }
 
 func (f *fakeCloud) userAgent(controller string) string {

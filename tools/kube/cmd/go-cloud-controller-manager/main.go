@@ -28,13 +28,14 @@ func main() {
 	if err != nil {
 		klog.Fatalf("unable to initialize command options: %v", err)
 	}
-	command := app.NewCloudControllerManagerCommand(opts, initialize, app.DefaultInitFuncConstructors,
+	command := app.NewCloudControllerManagerCommand(opts, initialize, namingConstructors(),
 		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
 	os.Exit(cli.Run(command))
 }
 
 // initialize builds the provider --cloud-provider names from --cloud-config, telling the fake one where
-// its main Lease is, so that it can name its process in every cloud request.
+// its main Lease is, so that it can name its process in every cloud request, and names it in every
+// controller's API requests too (naming.go).
 func initialize(c *config.CompletedConfig) cloudprovider.Interface {
 	shared := c.ComponentConfig.KubeCloudShared.CloudProvider
 	cloud, err := cloudprovider.InitCloudProvider(shared.Name, shared.CloudConfigFile)
@@ -48,6 +49,7 @@ func initialize(c *config.CompletedConfig) cloudprovider.Interface {
 			namespace: election.ResourceNamespace,
 			name:      election.ResourceName,
 		}
+		c.ClientBuilder = &namingClientBuilder{inner: c.ClientBuilder, cloud: fake}
 	}
 	return cloud
 }
