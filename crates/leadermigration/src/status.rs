@@ -32,6 +32,8 @@ pub struct Observation {
     pub pods: Visibility<Vec<ManagerPod>>,
     /// The cluster's nodes.
     pub nodes: Visibility<Vec<NodeObservation>>,
+    /// The API server's version (major, minor), when it answers `/version`.
+    pub server_version: Option<(u32, u32)>,
 }
 
 impl Observation {
@@ -339,6 +341,21 @@ fn locks_on_cloud_side(observation: &Observation) -> Condition {
     }
     let names = |list: &[String]| list.join(", ");
     if !on_kcm.is_empty() {
+        if let Some(evidence) = kcm_without_cloud_provider(observation) {
+            return condition(
+                kind,
+                Status::False,
+                "HeldByExternalKubeControllerManager",
+                format!(
+                    "kube-controller-manager holds {} but has no cloud provider to run its controllers with \
+                     ({evidence}): they run nowhere. Restart kube-controller-manager without \
+                     --enable-leader-migration (it contends for the migration Lease whenever leader migration \
+                     is on, whatever its configuration assigns, and never releases it); once the Lease \
+                     expires, cloud-controller-manager's leader takes it",
+                    names(&on_kcm)
+                ),
+            );
+        }
         return condition(
             kind,
             Status::False,
@@ -392,6 +409,38 @@ fn locks_on_cloud_side(observation: &Observation) -> Condition {
     Condition {
         since,
         ..condition(kind, Status::True, "OnCloudSide", message)
+    }
+}
+
+/// Why kube-controller-manager cannot be running cloud controllers, if the cluster shows it: every visible
+/// kube-controller-manager pod runs with `--cloud-provider=external` (or none), or, with no such pod
+/// visible, the API server is v1.32 or later, so kube-controller-manager (at most one minor older, by the
+/// version skew policy) is v1.31 or later, which has no in-tree cloud provider.
+fn kcm_without_cloud_provider(observation: &Observation) -> Option<String> {
+    let kcms: Vec<&ManagerPod> = match &observation.pods {
+        Visibility::Visible(pods) => pods
+            .iter()
+            .filter(|p| p.component == KUBE_CONTROLLER_MANAGER)
+            .collect(),
+        Visibility::Hidden(_) => Vec::new(),
+    };
+    if !kcms.is_empty() {
+        let in_tree = |p: &&ManagerPod| {
+            p.cloud_provider
+                .as_deref()
+                .is_some_and(|c| !c.is_empty() && c != "external")
+        };
+        return (!kcms.iter().any(in_tree)).then(|| {
+            "its pods run with --cloud-provider=external, which starts no cloud controller".to_owned()
+        });
+    }
+    match observation.server_version {
+        Some((1, minor)) if minor >= 32 => Some(format!(
+            "the API server is v1.{minor}, so kube-controller-manager is v1.{} or later, which has no \
+             in-tree cloud provider",
+            minor - 1
+        )),
+        _ => None,
     }
 }
 

@@ -236,6 +236,7 @@ mod tests {
             )],
             pods: Visibility::Visible(Vec::new()),
             nodes: Visibility::Visible(Vec::new()),
+            server_version: None,
         }
     }
 

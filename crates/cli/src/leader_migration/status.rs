@@ -238,6 +238,11 @@ async fn observe(
         Ok(nodes) => Visibility::Visible(nodes),
         Err(error) => Visibility::Hidden(error.to_string()),
     };
+    // A version that cannot be read only leaves a condition less certain.
+    let server_version = client.apiserver_version().await.ok().and_then(|info| {
+        let number = |text: &str| text.trim_end_matches('+').parse::<u32>().ok();
+        Some((number(&info.major)?, number(&info.minor)?))
+    });
     Ok(Observation {
         now: jiff::Timestamp::now().as_second(),
         kcm_lease,
@@ -245,6 +250,7 @@ async fn observe(
         migration_leases,
         pods,
         nodes,
+        server_version,
     })
 }
 

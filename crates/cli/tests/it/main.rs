@@ -7,6 +7,7 @@ mod demo;
 mod deploy;
 mod gce;
 mod go_peer;
+mod kcm_peer;
 mod leader_migration_cli;
 mod manager;
 mod migration;

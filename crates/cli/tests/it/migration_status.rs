@@ -22,7 +22,7 @@ const MIGRATION: &str = "cloud-provider-extraction-migration";
 const WAIT: Duration = Duration::from_secs(30);
 
 /// `leader-migration ARGS…` against the cluster of `kubeconfig`, off the async runtime.
-async fn tool(kubeconfig: &Path, args: &[&str]) -> Output {
+pub(crate) async fn tool(kubeconfig: &Path, args: &[&str]) -> Output {
     let mut command = binary();
     command
         .arg("leader-migration")
@@ -36,7 +36,7 @@ async fn tool(kubeconfig: &Path, args: &[&str]) -> Output {
 }
 
 /// The conditions of `status --output json`, as `type → (status, reason)`.
-async fn conditions(kubeconfig: &Path) -> (Value, Vec<(String, String, String)>) {
+pub(crate) async fn conditions(kubeconfig: &Path) -> (Value, Vec<(String, String, String)>) {
     let output = tool(kubeconfig, &["status", "--output", "json"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let document: Value = serde_json::from_str(&stdout(&output)).unwrap();
@@ -55,7 +55,7 @@ async fn conditions(kubeconfig: &Path) -> (Value, Vec<(String, String, String)>)
     (document, conditions)
 }
 
-fn condition<'a>(conditions: &'a [(String, String, String)], kind: &str) -> (&'a str, &'a str) {
+pub(crate) fn condition<'a>(conditions: &'a [(String, String, String)], kind: &str) -> (&'a str, &'a str) {
     let (_, status, reason) = conditions.iter().find(|(k, _, _)| k == kind).unwrap();
     (status, reason)
 }

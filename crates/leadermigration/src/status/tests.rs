@@ -57,6 +57,7 @@ fn mid_roll() -> Observation {
             ),
         ]),
         nodes: Visibility::Visible(vec![node("a", true), node("b", false)]),
+        server_version: None,
     }
 }
 
@@ -70,9 +71,71 @@ fn conditions_come_in_their_documented_order() {
     assert_eq!(kinds, CONDITIONS);
 }
 
+/// [`mid_roll`] with kube-controller-manager's in-tree cloud provider still on.
+fn mid_roll_in_tree() -> Observation {
+    let mut observation = mid_roll();
+    if let Visibility::Visible(pods) = &mut observation.pods {
+        pods[0] = pod(
+            "kube-controller-manager-cp1",
+            &[
+                "kube-controller-manager",
+                "--cloud-provider=gce",
+                "--enable-leader-migration",
+            ],
+        );
+    }
+    observation
+}
+
+#[test]
+fn a_kube_controller_manager_without_a_cloud_provider_holding_the_lock_runs_them_nowhere() {
+    let reason = |observation: &Observation| {
+        let conditions = assess(observation);
+        let locks = status_of(&conditions, "MigrationLocksOnCloudSide").clone();
+        (locks.status, locks.reason, locks.message)
+    };
+    // Its pods say --cloud-provider=external (mid_roll's).
+    let (status, why, message) = reason(&mid_roll());
+    assert_eq!(
+        (status, why),
+        (Status::False, "HeldByExternalKubeControllerManager")
+    );
+    for part in [
+        "cloud-provider-extraction-migration (held by kcm-a)",
+        "--cloud-provider=external",
+        "they run nowhere",
+        "Restart kube-controller-manager without --enable-leader-migration",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    // No pod visible: the API server's version tells (v1.32+: kube-controller-manager is v1.31+).
+    let mut hidden = mid_roll();
+    hidden.pods = Visibility::Hidden("forbidden".to_owned());
+    for (version, expected) in [
+        (None, "HeldByKubeControllerManager"),
+        (Some((1, 31)), "HeldByKubeControllerManager"),
+        (Some((1, 32)), "HeldByExternalKubeControllerManager"),
+        (Some((1, 37)), "HeldByExternalKubeControllerManager"),
+    ] {
+        hidden.server_version = version;
+        let (_, why, message) = reason(&hidden);
+        assert_eq!(why, expected, "{version:?}: {message}");
+        if version == Some((1, 37)) {
+            assert!(
+                message.contains("the API server is v1.37, so kube-controller-manager is v1.36 or later"),
+                "{message}"
+            );
+        }
+    }
+    // An in-tree provider on any visible pod: it may run them, whatever the version.
+    let mut in_tree = mid_roll_in_tree();
+    in_tree.server_version = Some((1, 37));
+    assert_eq!(reason(&in_tree).1, "HeldByKubeControllerManager");
+}
+
 #[test]
 fn mid_roll_is_in_progress_naming_what_is_missing() {
-    let conditions = assess(&mid_roll());
+    let conditions = assess(&mid_roll_in_tree());
     let locks = status_of(&conditions, "MigrationLocksOnCloudSide");
     assert_eq!(
         (locks.status, locks.reason),
