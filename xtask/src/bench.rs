@@ -11,7 +11,7 @@ use crate::shell::{cargo, exec, target_dir};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Which benchmark.
-    #[arg(value_parser = ["apiserver", "leader", "nodes", "aws"])]
+    #[arg(value_parser = ["apiserver", "leader", "nodes", "aws", "versus"])]
     name: String,
     /// The benchmark's arguments, e.g. `--output FILE` (see `ccm-bench <name> --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -24,10 +24,11 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         crate::tools::python()
             .map_err(|why| anyhow::anyhow!("cannot install moto for the aws benchmark: {why}"))?;
     }
-    let on_kube = args
-        .rest
-        .windows(2)
-        .any(|w| w[0] == "--apiserver" && w[1] == "kube")
+    let on_kube = args.name == "versus"
+        || args
+            .rest
+            .windows(2)
+            .any(|w| w[0] == "--apiserver" && w[1] == "kube")
         || args.rest.iter().any(|a| a == "--apiserver=kube");
     if on_kube {
         // kube-apiserver and etcd from their Go modules (cached), never beside a cargo build.

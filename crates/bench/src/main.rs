@@ -15,6 +15,7 @@ mod netns;
 mod nodes;
 mod process;
 mod stats;
+mod versus;
 
 #[derive(Debug, Parser)]
 #[command(name = "ccm-bench")]
@@ -35,6 +36,8 @@ enum Command {
     Aws(aws::Args),
     /// Six managers mid-migration under kills, pauses, API-server and cloud faults: overlaps and convergence.
     Chaos(chaos::Args),
+    /// Ours against upstream's Go cloud-controller-manager on the node path, on a real kube-apiserver.
+    Versus(versus::Args),
 }
 
 /// Where results go.
@@ -65,5 +68,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Nodes(args) => nodes::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Aws(args) => aws::run(args).await,
+        Command::Versus(args) => versus::run(args).await,
     }
 }

@@ -26,7 +26,7 @@ use kube::runtime::watcher;
 use provider_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
 use serde_json::json;
 
-use crate::process::{ApiServer, TempDir, manager_binary, peak_rss_mib, rss_mib};
+use crate::process::{ApiServer, TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib};
 use crate::stats::round;
 
 const CCM_AGENT: &str = "cloud-controller-manager/";
@@ -143,13 +143,13 @@ impl Drop for Manager {
 }
 
 /// The API server the benchmark runs on.
-enum Server {
+pub(crate) enum Server {
     Test(ApiServer),
     Kube(Box<control_plane::KubeApiServer>),
 }
 
 impl Server {
-    async fn start(kind: &str) -> Result<Server> {
+    pub(crate) async fn start(kind: &str) -> Result<Server> {
         if kind == "test" {
             return Ok(Server::Test(ApiServer::start(&[])?));
         }
@@ -186,8 +186,19 @@ impl Server {
         }
     }
 
+    /// CPU seconds used so far by etcd and kube-apiserver (the real one only).
+    fn cpu_seconds(&self) -> Option<(f64, f64)> {
+        match self {
+            Server::Test(_) => None,
+            Server::Kube(server) => {
+                let (etcd, apiserver) = server.pids();
+                Some((cpu_seconds(etcd)?, cpu_seconds(apiserver)?))
+            }
+        }
+    }
+
     /// What it is, and its memory now (MiB; etcd's and kube-apiserver's for the real one).
-    fn describe(&self) -> serde_json::Value {
+    pub(crate) fn describe(&self) -> serde_json::Value {
         match self {
             Server::Test(server) => json!({"kind": "test", "rss_mb": server.rss_mib().map(round)}),
             Server::Kube(server) => {
@@ -206,15 +217,95 @@ impl Server {
 
 pub(crate) async fn run(args: Args) -> Result<()> {
     let server = Server::start(&args.apiserver).await?;
+    let burst = Burst {
+        nodes: args.nodes,
+        services: args.services,
+        cloud_latency_ms: args.cloud_latency_ms,
+        concurrency: args.concurrency,
+        timeout: Duration::from_secs(args.timeout_seconds),
+    };
+    // The burst is bounded by the client-side rate limit otherwise (upstream's default: 20/s).
+    let ours = Contender::ours(&["--kube-api-qps=10000", "--kube-api-burst=10000"])?;
+    let measured = measure(&server, &burst, &ours).await?;
+    let result = json!({
+        "nodes": args.nodes,
+        "services": args.services,
+        "cloud_latency_ms": args.cloud_latency_ms,
+        "seconds": measured.seconds,
+        "nodes_per_sec": measured.nodes_per_sec,
+        "api_writes_per_node": measured.api_writes_per_node,
+        "rss_mb": measured.rss_mb,
+        "peak_rss_mb": measured.peak_rss_mb,
+        "apiserver": server.describe(),
+    });
+    args.output.write(&result)
+}
+
+/// The workload of one measurement.
+pub(crate) struct Burst {
+    /// New nodes.
+    pub(crate) nodes: u32,
+    /// LoadBalancer services of another class, cached.
+    pub(crate) services: u32,
+    /// Latency of every fake-cloud call.
+    pub(crate) cloud_latency_ms: u64,
+    /// Creates in flight at once.
+    pub(crate) concurrency: usize,
+    /// Bound of each wait.
+    pub(crate) timeout: Duration,
+}
+
+/// A controller manager to measure: its binary and flags (beyond the cloud, the kubeconfig, no leader
+/// election and no serving), and the `User-Agent` prefixes of its requests.
+pub(crate) struct Contender {
+    pub(crate) name: &'static str,
+    pub(crate) binary: std::path::PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) agents: &'static [&'static str],
+}
+
+impl Contender {
+    /// This repository's manager, with `flags`.
+    pub(crate) fn ours(flags: &[&str]) -> Result<Contender> {
+        Ok(Contender {
+            name: "ours",
+            binary: manager_binary()?,
+            args: flags.iter().map(|&f| f.to_owned()).collect(),
+            agents: &[CCM_AGENT],
+        })
+    }
+}
+
+/// What one measurement found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Measured {
+    pub(crate) seconds: f64,
+    pub(crate) nodes_per_sec: f64,
+    /// Writes (create, update, patch, delete) per initialised node, failed ones included.
+    pub(crate) api_writes_per_node: f64,
+    /// Every request (reads, lists and watches too) per initialised node, from start to the end.
+    pub(crate) api_requests_per_node: f64,
+    pub(crate) rss_mb: f64,
+    pub(crate) peak_rss_mb: f64,
+    /// The manager's CPU time from its start to the last node initialised.
+    pub(crate) cpu_seconds: f64,
+    /// The API server's CPU time over the burst (kube-apiserver only; etcd apart).
+    pub(crate) apiserver_cpu_seconds: Option<f64>,
+    pub(crate) etcd_cpu_seconds: Option<f64>,
+}
+
+/// Starts `contender` on `server` with a fake cloud holding every node's instance, initialises a
+/// warm-up node, then times the burst.
+pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contender) -> Result<Measured> {
     let client = server.client().await?;
     let instances: Vec<FakeInstance> = std::iter::once(FakeInstance::running(WARM_UP, 0))
-        .chain((0..args.nodes).map(|i| FakeInstance::running(&format!("node-{i}"), i + 1)))
+        .chain((0..burst.nodes).map(|i| FakeInstance::running(&format!("node-{i}"), i + 1)))
         .collect();
     let cloud = FakeCloudServer::start(
         FakeCloud::new(
             instances,
             Knobs {
-                latency_ms: args.cloud_latency_ms,
+                latency_ms: burst.cloud_latency_ms,
                 error_rate: 0.0,
                 hang_rate: 0.0,
             },
@@ -227,7 +318,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     std::fs::write(&cloud_config, format!("endpoint: {}\n", cloud.url()))?;
 
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    futures::stream::iter(0..args.services)
+    futures::stream::iter(0..burst.services)
         .map(|i| {
             let services = services.clone();
             async move {
@@ -238,45 +329,38 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                     .map_err(anyhow::Error::from)
             }
         })
-        .buffer_unordered(args.concurrency)
+        .buffer_unordered(burst.concurrency)
         .try_collect::<Vec<()>>()
         .await
         .context("create the services")?;
-    eprintln!("nodes: {} services created", args.services);
+    eprintln!("nodes: {} services created", burst.services);
 
-    let log_path = directory.0.join("cloud-controller-manager.log");
+    let log_path = directory.0.join(format!("{}.log", contender.name));
     let log = std::fs::File::create(&log_path)?;
     // A profiler may wrap the controller-manager, e.g. BENCH_CCM_WRAPPER="valgrind --tool=massif".
     let wrapper = std::env::var("BENCH_CCM_WRAPPER").unwrap_or_default();
     let mut wrapper = wrapper.split_whitespace();
-    let binary = manager_binary()?;
     let mut command = match wrapper.next() {
         Some(program) => {
             let mut command = Command::new(program);
-            command.args(wrapper).arg(&binary);
+            command.args(wrapper).arg(&contender.binary);
             command
         }
-        None => Command::new(&binary),
+        None => Command::new(&contender.binary),
     };
     let mut manager = Manager(
         command
             .arg("--cloud-provider=fake")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!("--kubeconfig={}", server.kubeconfig().display()))
-            .args([
-                "--leader-elect=false",
-                "--secure-port=0",
-                // The burst is bounded by the client-side rate limit otherwise (upstream's default: 20/s).
-                "--kube-api-qps=10000",
-                "--kube-api-burst=10000",
-            ])
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .args(&contender.args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .context("start cloud-controller-manager")?,
+            .with_context(|| format!("start {}", contender.binary.display()))?,
     );
     let pid = manager.0.id();
-
     // Follow every node; `done` counts the burst's initialised nodes.
     let nodes: Api<Node> = Api::all(client.clone());
     let (progress, seen) = tokio::sync::watch::channel((false, 0_u32));
@@ -305,7 +389,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         }
     });
 
-    let deadline = Duration::from_secs(args.timeout_seconds);
+    let deadline = burst.timeout;
 
     nodes
         .create(&PostParams::default(), &kubelet_node(WARM_UP, 0)?)
@@ -316,10 +400,14 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     if let Some(status) = manager.0.try_wait()? {
         bail!("cloud-controller-manager exited: {status}");
     }
-    eprintln!("nodes: warm-up node initialised; creating {} nodes", args.nodes);
+    eprintln!(
+        "nodes: {}: warm-up node initialised; creating {} nodes",
+        contender.name, burst.nodes
+    );
 
     let started = Instant::now();
-    let creating = futures::stream::iter(0..args.nodes)
+    let apiserver_cpu_before = server.cpu_seconds();
+    let creating = futures::stream::iter(0..burst.nodes)
         .map(|i| {
             let nodes = nodes.clone();
             async move {
@@ -333,7 +421,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                     .map_err(anyhow::Error::from)
             }
         })
-        .buffer_unordered(args.concurrency)
+        .buffer_unordered(burst.concurrency)
         .try_collect::<Vec<()>>()
         .inspect(|_| {
             eprintln!(
@@ -341,7 +429,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                 started.elapsed().as_secs_f64()
             )
         });
-    let total = args.nodes;
+    let total = burst.nodes;
     let (created, all) = tokio::join!(
         creating,
         wait_for(seen, deadline, "every node initialised", |s| s.1 >= total)
@@ -349,34 +437,38 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     created.context("create the nodes")?;
     all?;
     let seconds = started.elapsed().as_secs_f64();
+    let apiserver_cpu_after = server.cpu_seconds();
+    let cpu = cpu_seconds(pid).context("the controller-manager's CPU time")?;
     let rss = rss_mib(pid).context("the controller-manager's memory")?;
     let peak = peak_rss_mib(pid).context("the controller-manager's peak memory")?;
     follower.abort();
 
-    let writes = server
-        .requests(&client)
-        .await?
+    let requests = server.requests(&client).await?;
+    let ours: Vec<_> = requests
         .iter()
-        .filter(|r| {
-            r.user_agent.starts_with(CCM_AGENT)
-                && matches!(r.verb.as_deref(), Some("create" | "update" | "patch" | "delete"))
-        })
+        .filter(|r| contender.agents.iter().any(|a| r.user_agent.starts_with(a)))
+        .collect();
+    let writes = ours
+        .iter()
+        .filter(|r| matches!(r.verb.as_deref(), Some("create" | "update" | "patch" | "delete")))
         .count();
-    let initialised = f64::from(args.nodes + 1);
+    let initialised = f64::from(burst.nodes + 1);
     drop(manager);
-
-    let result = json!({
-        "nodes": args.nodes,
-        "services": args.services,
-        "cloud_latency_ms": args.cloud_latency_ms,
-        "seconds": round(seconds),
-        "nodes_per_sec": round(f64::from(args.nodes) / seconds),
-        "api_writes_per_node": round(writes as f64 / initialised),
-        "rss_mb": round(rss),
-        "peak_rss_mb": round(peak),
-        "apiserver": server.describe(),
-    });
-    args.output.write(&result)
+    let delta = |index: usize| match (apiserver_cpu_before, apiserver_cpu_after) {
+        (Some(before), Some(after)) => Some(round([after.0 - before.0, after.1 - before.1][index])),
+        _ => None,
+    };
+    Ok(Measured {
+        seconds: round(seconds),
+        nodes_per_sec: round(f64::from(burst.nodes) / seconds),
+        api_writes_per_node: round(writes as f64 / initialised),
+        api_requests_per_node: round(ours.len() as f64 / initialised),
+        rss_mb: round(rss),
+        peak_rss_mb: round(peak),
+        cpu_seconds: round(cpu),
+        apiserver_cpu_seconds: delta(1),
+        etcd_cpu_seconds: delta(0),
+    })
 }
 
 /// Waits until the node follower's progress passes `check`.

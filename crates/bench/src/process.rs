@@ -109,6 +109,16 @@ pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
     proc_status_mib(pid, "VmHWM:")
 }
 
+/// CPU time a process has used so far (user and system), in seconds, from /proc (ticks of 1/100 s,
+/// Linux's USER_HZ).
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's `(name)`: state is field 3, utime 14 and stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index - 3)?.parse::<f64>().ok();
+    Some((ticks(14)? + ticks(15)?) / 100.0)
+}
+
 fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status

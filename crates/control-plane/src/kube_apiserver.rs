@@ -428,6 +428,11 @@ impl KubeApiServer {
         (rss_mib(self.etcd.pid()), rss_mib(self.apiserver.pid()))
     }
 
+    /// The process IDs of etcd and kube-apiserver, in that order (for CPU and memory figures).
+    pub fn pids(&self) -> (u32, u32) {
+        (self.etcd.pid(), self.apiserver.pid())
+    }
+
     /// Its temporary directory (certificates, logs, etcd's data).
     pub fn dir(&self) -> &Path {
         self.dir.path()

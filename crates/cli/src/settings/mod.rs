@@ -606,7 +606,7 @@ pub(crate) mod tests {
     fn upstream_defaults() {
         let s = Settings::default();
         assert_eq!(s.controllers, ["*"]);
-        assert_eq!((s.kube_api_qps, s.kube_api_burst), (20.0, 30));
+        assert_eq!((s.kube_api_qps, s.kube_api_burst), (1000.0, 2000));
         assert!(s.leader_elect);
         assert_eq!(s.leader_elect_lease_duration.to_string(), "15s");
         assert_eq!(s.leader_elect_renew_deadline.to_string(), "10s");

@@ -1,0 +1,168 @@
+//! `ccm-bench versus`: this repository's manager against upstream's cloud-controller-manager (the Go peer
+//! `cargo xtask kube` builds from `k8s.io/cloud-provider`'s app package at the pinned release, with a
+//! provider acting on the same fake cloud) on the node path, in one run, one process at a time, each on a
+//! fresh real kube-apiserver and etcd with the same workload: [`crate::nodes::measure`], a burst of
+//! kubelet-shaped nodes with the uninitialized taint and a cloud answering every call after
+//! `--cloud-latency-ms`.
+//!
+//! Contenders: `go-default` (upstream at its defaults: `--concurrent-node-syncs 1`, client QPS 20 and
+//! burst 30), `go-tuned` (upstream with our defaults' concurrency and client limits: 128, QPS 1,000 and
+//! burst 2,000) and `ours` (at its defaults). Each: time to initialise every node and nodes/s, kube-apiserver requests and
+//! writes per node (from its audit log, by the managers' `User-Agent`s), the manager's peak resident set
+//! and CPU-seconds, kube-apiserver's and etcd's CPU-seconds over the burst; then the ratios ours/theirs.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use crate::nodes::{Burst, Contender, Measured, Server, measure};
+use crate::stats::round;
+
+const CONTENDERS: [&str; 3] = ["go-default", "go-tuned", "ours"];
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// New nodes in the burst.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: u32,
+    /// LoadBalancer services of another class in the cluster (cached by both, provisioned by neither).
+    #[arg(long, default_value_t = 0)]
+    services: u32,
+    /// Latency of every fake-cloud call, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    cloud_latency_ms: u64,
+    /// Creates in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Give up on a contender after this many seconds (upstream at its defaults initialises about ten
+    /// nodes a second).
+    #[arg(long, default_value_t = 3600)]
+    timeout_seconds: u64,
+    /// Which contenders, in order.
+    #[arg(long, value_delimiter = ',', default_value = "go-default,go-tuned,ours", value_parser = CONTENDERS)]
+    contenders: Vec<String>,
+    #[command(flatten)]
+    output: crate::Output,
+}
+
+/// Upstream's CCM with `flags` beyond its defaults (routes off: the fake provider implements them and
+/// upstream refuses to start them without a cluster CIDR; ours skips them without one).
+fn upstream(name: &'static str, binaries: &control_plane::KubeBinaries, flags: &[&str]) -> Contender {
+    let mut args = vec!["--configure-cloud-routes=false".to_owned()];
+    args.extend(flags.iter().map(|&f| f.to_owned()));
+    Contender {
+        name,
+        binary: binaries.go_cloud_controller_manager.clone(),
+        args,
+        // Its controllers name themselves as ours do (the peer's naming.go); its informers are client-go's.
+        agents: &["cloud-controller-manager/", "go-cloud-controller-manager/"],
+    }
+}
+
+pub(crate) async fn run(args: Args) -> Result<()> {
+    let binaries = control_plane::KubeBinaries::find()
+        .context("the Go peer and kube-apiserver (`cargo xtask kube` builds them)")?;
+    let burst = Burst {
+        nodes: args.nodes,
+        services: args.services,
+        cloud_latency_ms: args.cloud_latency_ms,
+        concurrency: args.concurrency,
+        timeout: Duration::from_secs(args.timeout_seconds),
+    };
+    let mut results = serde_json::Map::new();
+    let mut measured: Vec<(String, Measured)> = Vec::new();
+    let mut apiserver = serde_json::Value::Null;
+    for name in &args.contenders {
+        let contender = match name.as_str() {
+            "go-default" => upstream("go-default", &binaries, &[]),
+            // Our defaults' concurrency and client limits.
+            "go-tuned" => upstream(
+                "go-tuned",
+                &binaries,
+                &[
+                    "--concurrent-node-syncs=128",
+                    "--kube-api-qps=1000",
+                    "--kube-api-burst=2000",
+                ],
+            ),
+            _ => Contender::ours(&[])?,
+        };
+        let server = Server::start("kube").await?;
+        let result = measure(&server, &burst, &contender)
+            .await
+            .with_context(|| format!("measuring {name}"))?;
+        eprintln!(
+            "versus: {name}: {} nodes in {} s ({} nodes/s), {} requests/node, peak {} MB",
+            burst.nodes,
+            result.seconds,
+            result.nodes_per_sec,
+            result.api_requests_per_node,
+            result.peak_rss_mb
+        );
+        apiserver = server.describe();
+        let mut entry = serde_json::to_value(&result)?;
+        entry["flags"] = json!(contender.args);
+        entry["cpu_seconds_per_1000_nodes"] =
+            json!(round(result.cpu_seconds * 1000.0 / f64::from(burst.nodes)));
+        results.insert(name.clone(), entry);
+        measured.push((name.clone(), result));
+    }
+    let ratios = ratios(&measured);
+    print_table(&measured, &ratios);
+    args.output.write(&json!({
+        "nodes": args.nodes,
+        "services": args.services,
+        "cloud_latency_ms": args.cloud_latency_ms,
+        "contenders": results,
+        "ratios": ratios,
+        "apiserver": apiserver,
+    }))
+}
+
+/// Ours against each Go contender: speed (higher is better for ours), memory, CPU per node (one burst
+/// size for all) and requests per node (lower is better for ours).
+fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
+    let Some((_, ours)) = measured.iter().find(|(name, _)| name == "ours") else {
+        return json!({});
+    };
+    let mut ratios = serde_json::Map::new();
+    for (name, theirs) in measured.iter().filter(|(name, _)| name != "ours") {
+        ratios.insert(
+            format!("ours_vs_{name}"),
+            json!({
+                "nodes_per_sec": round(ours.nodes_per_sec / theirs.nodes_per_sec),
+                "peak_rss": round(ours.peak_rss_mb / theirs.peak_rss_mb),
+                "cpu_seconds_per_node": round(ours.cpu_seconds / theirs.cpu_seconds),
+                "api_requests_per_node": round(ours.api_requests_per_node / theirs.api_requests_per_node),
+                "api_writes_per_node": round(ours.api_writes_per_node / theirs.api_writes_per_node),
+                "apiserver_cpu_seconds": match (ours.apiserver_cpu_seconds, theirs.apiserver_cpu_seconds) {
+                    (Some(a), Some(b)) if b > 0.0 => json!(round(a / b)),
+                    _ => serde_json::Value::Null,
+                },
+            }),
+        );
+    }
+    serde_json::Value::Object(ratios)
+}
+
+fn print_table(measured: &[(String, Measured)], ratios: &serde_json::Value) {
+    eprintln!(
+        "\n{:<11} {:>9} {:>10} {:>9} {:>9} {:>10} {:>9} {:>12}",
+        "contender", "seconds", "nodes/s", "req/node", "wr/node", "peak MB", "CPU s", "apiserver s"
+    );
+    for (name, m) in measured {
+        eprintln!(
+            "{:<11} {:>9} {:>10} {:>9} {:>9} {:>10} {:>9} {:>12}",
+            name,
+            m.seconds,
+            m.nodes_per_sec,
+            m.api_requests_per_node,
+            m.api_writes_per_node,
+            m.peak_rss_mb,
+            m.cpu_seconds,
+            m.apiserver_cpu_seconds.map_or("-".to_owned(), |s| s.to_string())
+        );
+    }
+    eprintln!("ratios: {ratios}");
+}
