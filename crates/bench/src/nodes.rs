@@ -164,14 +164,14 @@ impl Server {
         )))
     }
 
-    fn kubeconfig(&self) -> &std::path::Path {
+    pub(crate) fn kubeconfig(&self) -> &std::path::Path {
         match self {
             Server::Test(server) => &server.kubeconfig,
             Server::Kube(server) => server.kubeconfig_path(),
         }
     }
 
-    async fn client(&self) -> Result<kube::Client> {
+    pub(crate) async fn client(&self) -> Result<kube::Client> {
         match self {
             Server::Test(server) => server.client().await,
             Server::Kube(server) => Ok(server.client()),

@@ -10,6 +10,8 @@
 //! burst 2,000) and `ours` (at its defaults). Each: time to initialise every node and nodes/s, kube-apiserver requests and
 //! writes per node (from its audit log, by the managers' `User-Agent`s), the manager's peak resident set
 //! and CPU-seconds, kube-apiserver's and etcd's CPU-seconds over the burst; then the ratios ours/theirs.
+//! Then hand-offs ([`handoff`]): three replicas of each sharing upstream's Lease, the leader stopped
+//! gracefully and crashed in turn, with the same election timings (2 s / 1 s / 200 ms) for both.
 
 use std::time::Duration;
 
@@ -17,7 +19,11 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use crate::nodes::{Burst, Contender, Measured, Server, measure};
-use crate::stats::round;
+use crate::stats::{percentile, round};
+
+mod handoff;
+
+use handoff::{Gaps, Kind};
 
 const CONTENDERS: [&str; 3] = ["go-default", "go-tuned", "ours"];
 
@@ -39,6 +45,9 @@ pub(crate) struct Args {
     /// nodes a second).
     #[arg(long, default_value_t = 3600)]
     timeout_seconds: u64,
+    /// Graceful stops, and as many crashes, of the leader of three replicas of each (0: none).
+    #[arg(long, default_value_t = 5)]
+    handoff_rounds: u32,
     /// Which contenders, in order.
     #[arg(long, value_delimiter = ',', default_value = "go-default,go-tuned,ours", value_parser = CONTENDERS)]
     contenders: Vec<String>,
@@ -108,16 +117,53 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         results.insert(name.clone(), entry);
         measured.push((name.clone(), result));
     }
-    let ratios = ratios(&measured);
+    let mut ratios = ratios(&measured);
     print_table(&measured, &ratios);
+    let mut handoffs = serde_json::Map::new();
+    if args.handoff_rounds > 0 {
+        let timings = harness::Timings::fast();
+        let go = handoff::measure(
+            Kind::Go,
+            &binaries.go_cloud_controller_manager,
+            args.handoff_rounds,
+            timings,
+        )
+        .await
+        .context("the Go CCM's hand-offs")?;
+        let ours = handoff::measure(
+            Kind::Ours,
+            &crate::process::manager_binary()?,
+            args.handoff_rounds,
+            timings,
+        )
+        .await
+        .context("our hand-offs")?;
+        for (name, gaps) in [("go", &go), ("ours", &ours)] {
+            eprintln!("versus: {name}: hand-offs {}", gaps.to_json());
+            handoffs.insert(name.to_owned(), gaps.to_json());
+        }
+        ratios["handoff"] = handoff_ratios(&go, &ours);
+        eprintln!("hand-off ratios: {}", ratios["handoff"]);
+    }
     args.output.write(&json!({
         "nodes": args.nodes,
         "services": args.services,
         "cloud_latency_ms": args.cloud_latency_ms,
         "contenders": results,
+        "handoffs": handoffs,
         "ratios": ratios,
         "apiserver": apiserver,
     }))
+}
+
+/// How many times faster ours hands off gracefully (theirs/ours, medians), and its crash fail-over
+/// relative to theirs (ours/theirs, medians: at most 1 is no slower).
+fn handoff_ratios(go: &Gaps, ours: &Gaps) -> serde_json::Value {
+    let median = |samples: &[f64]| percentile(samples, 50.0);
+    json!({
+        "graceful_go_over_ours": round(median(&go.graceful_ms) / median(&ours.graceful_ms).max(0.01)),
+        "crash_ours_over_go": round(median(&ours.crash_ms) / median(&go.crash_ms).max(0.01)),
+    })
 }
 
 /// Ours against each Go contender: speed (higher is better for ours), memory, CPU per node (one burst
