@@ -16,7 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use leadermigration::elector::{LeaderState, Role};
-use leadermigration::scopes::{LossPolicy, ScopesError};
+use leadermigration::scopes::{LossPolicy, ScopesError, StopCause};
 use leadermigration::{ControllerSelection, LeaseTimings};
 use test_apiserver::{FaultAction, FaultSpec, TestApiServer};
 use tokio::sync::watch;
@@ -145,7 +145,13 @@ async fn a_controller_that_does_not_stop_keeps_the_lock_unreleased(backend: Back
         .expect("the manager gave up in time")
         .unwrap();
     match outcome {
-        Err(ManagerError::Scopes(ScopesError::StopTimeout { lease, .. })) => assert_eq!(lease, MAIN_LEASE),
+        Err(ManagerError::Scopes(error @ ScopesError::StopTimeout { .. })) => {
+            let ScopesError::StopTimeout { lease, cause, .. } = &error else {
+                unreachable!()
+            };
+            assert_eq!((lease.as_str(), *cause), (MAIN_LEASE, StopCause::Shutdown));
+            assert!(error.to_string().ends_with("on shutdown"), "{error}");
+        }
         other => panic!("expected a stop timeout, got {other:?}"),
     }
     // Not released: the record still names this process, so nobody takes over before it expires.

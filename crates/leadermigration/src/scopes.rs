@@ -169,14 +169,34 @@ pub enum ScopesError {
         /// How.
         reason: LossReason,
     },
-    /// A scope did not stop within the grace period after its lock was lost.
-    #[error("the controllers of lease {lease} did not stop within {grace:?} after the lease was lost")]
+    /// A scope did not stop within the grace period (after its lock was lost, or on shutdown).
+    #[error("the controllers of lease {lease} did not stop within {grace:?} {cause}")]
     StopTimeout {
         /// The Lease.
         lease: String,
         /// The grace period.
         grace: Duration,
+        /// Why they were being stopped.
+        cause: StopCause,
     },
+}
+
+/// Why a scope's controllers were being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// The process shuts down (SIGTERM).
+    Shutdown,
+    /// The lock was lost.
+    LeaseLost,
+}
+
+impl std::fmt::Display for StopCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopCause::Shutdown => "on shutdown",
+            StopCause::LeaseLost => "after the lease was lost",
+        })
+    }
 }
 
 struct Running {
@@ -451,12 +471,16 @@ pub async fn run_scopes<R: ScopeRunner>(
                 campaign.abandon();
             }
             main_campaign.abandon();
+            let cause = match outcome {
+                Outcome::Shutdown => StopCause::Shutdown,
+                _ => StopCause::LeaseLost,
+            };
             let lease = match outcome {
                 Outcome::StopTimeout(lease) => lease,
                 _ => config.main.lease_name.clone(),
             };
-            tracing::error!(%lease, ?grace, "controllers did not stop in time: no lock is released; the process must exit");
-            return Err(ScopesError::StopTimeout { lease, grace });
+            tracing::error!(%lease, ?grace, %cause, "controllers did not stop in time: no lock is released; the process must exit");
+            return Err(ScopesError::StopTimeout { lease, grace, cause });
         }
         for (_, campaign) in migrations {
             campaign.end().await;
@@ -469,7 +493,13 @@ pub async fn run_scopes<R: ScopeRunner>(
         }
         match outcome {
             Outcome::Shutdown => return Ok(()),
-            Outcome::StopTimeout(lease) => return Err(ScopesError::StopTimeout { lease, grace }),
+            Outcome::StopTimeout(lease) => {
+                return Err(ScopesError::StopTimeout {
+                    lease,
+                    grace,
+                    cause: StopCause::LeaseLost,
+                });
+            }
             Outcome::Lost(lease, reason) => return Err(ScopesError::Lost { lease, reason }),
             Outcome::MainLost(reason) => {
                 if config.on_loss == LossPolicy::Exit {
