@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use leadermigration::audit::UserAgent;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
 use crate::service_accounts::{AccountToken, ServiceAccountError, ServiceAccounts};
@@ -167,6 +168,14 @@ pub struct Fenced {
     pub lease: String,
 }
 
+/// A request not sent because the controllers under its lock are stopping.
+#[derive(Debug, thiserror::Error)]
+#[error("request not sent: the controllers under lease {lease} are stopping")]
+pub struct Stopping {
+    /// The Lease.
+    pub lease: String,
+}
+
 /// A request that did not finish before its deadline (the request timeout, or for a write under a lock,
 /// the lock's validity); it was abandoned and its connection closed.
 #[derive(Debug, thiserror::Error)]
@@ -205,9 +214,12 @@ impl<S> Layer<S> for DeadlineLayer {
     type Service = DeadlineService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
+        let stop = self.fence.as_ref().and_then(Fence::stop_signal).cloned();
         DeadlineService {
             inner,
             lease: self.fence.as_ref().map(|f| Arc::from(f.lease())),
+            stopped: stop.clone().map(|stop| Box::pin(stop.cancelled_owned())),
+            stop,
             layer: self.clone(),
         }
     }
@@ -217,6 +229,15 @@ struct DeadlineService<S> {
     inner: S,
     layer: DeadlineLayer,
     lease: Option<Arc<str>>,
+    /// The fence's stop signal, and a wait for it (which wakes a request waiting to be sent).
+    stop: Option<CancellationToken>,
+    stopped: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
+}
+
+impl<S> DeadlineService<S> {
+    fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(CancellationToken::is_cancelled)
+    }
 }
 
 /// Whether a request is a watch (its answer is a stream with no end; kube's watcher bounds it).
@@ -239,11 +260,26 @@ where
     type Error = S::Error;
     type Future = DeadlineFuture<S::Future>;
 
+    /// Ready when the inner service is (the rate limiter's wait is in there), or at once when the
+    /// controllers under the lock are stopping: `call` then refuses without calling inward.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.stopping() {
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(stopped) = self.stopped.as_mut()
+            && stopped.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Ok(()));
+        }
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if self.stopping() {
+            return DeadlineFuture::Stopping {
+                lease: self.lease.clone(),
+            };
+        }
         let now = Instant::now();
         let write = !matches!(
             *request.method(),
@@ -278,6 +314,7 @@ pin_project_lite::pin_project! {
     #[project = DeadlineProjection]
     pub(crate) enum DeadlineFuture<F> {
         Refused { lease: Option<Arc<str>> },
+        Stopping { lease: Option<Arc<str>> },
         Unbounded { #[pin] response: F },
         Bounded {
             #[pin]
@@ -301,6 +338,11 @@ where
             DeadlineProjection::Refused { lease } => {
                 let lease = lease.take().map_or_else(String::new, |l| l.to_string());
                 let error: tower::BoxError = Box::new(Fenced { lease });
+                Poll::Ready(Err(error.into()))
+            }
+            DeadlineProjection::Stopping { lease } => {
+                let lease = lease.take().map_or_else(String::new, |l| l.to_string());
+                let error: tower::BoxError = Box::new(Stopping { lease });
                 Poll::Ready(Err(error.into()))
             }
             DeadlineProjection::Unbounded { response } => response

@@ -37,7 +37,7 @@ mod workqueue;
 
 pub use cached_node::CachedNode;
 pub use cidr::{Cidr, CidrError};
-pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced};
+pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced, Stopping};
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};

@@ -459,7 +459,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 #[async_trait]
 impl ScopeRunner for Runner {
     async fn run_scope(&self, scope: ScopeContext) {
-        let fence = Fence(scope.leadership.clone());
+        let fence = Fence::new(scope.leadership.clone()).stopping_with(scope.stop.clone());
         self.announce(&scope.lease_name, fence.clone());
         if scope.kind == ScopeKind::Main && !self.start_leading(Some(fence.clone()), &scope.stop).await {
             return;

@@ -26,6 +26,7 @@ use leadermigration::elector::{LeaderState, Role};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
 use tower::util::BoxService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
@@ -35,21 +36,45 @@ pub const HTTP_SPAN_TARGET: &str = "controller_manager::http";
 /// A client's stack below the framework's own layers.
 pub(crate) type Transport = BoxService<http::Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
-/// A lock's state, for fencing a client's writes and connections.
+/// A lock's state, for fencing a client's writes and connections; with a stop signal, the controllers
+/// under the lock are stopping once it fires, and their requests not yet sent never are.
 #[derive(Clone, Debug)]
-pub struct Fence(pub watch::Receiver<LeaderState>);
+pub struct Fence {
+    state: watch::Receiver<LeaderState>,
+    stopping: Option<CancellationToken>,
+}
 
 impl Fence {
+    /// The fence of the lock whose elector publishes `state`.
+    pub fn new(state: watch::Receiver<LeaderState>) -> Fence {
+        Fence {
+            state,
+            stopping: None,
+        }
+    }
+
+    /// With `stop`: once it fires, a request of this fence's clients that has not been sent is refused,
+    /// and one waiting for the client's rate limiter stops waiting (so that a graceful stop ends within
+    /// its grace and the lock can be released).
+    pub fn stopping_with(mut self, stop: CancellationToken) -> Fence {
+        self.stopping = Some(stop);
+        self
+    }
+
     /// Until when this process may act under the lock (`None`: it does not lead).
     pub fn valid_until(&self) -> Option<Instant> {
-        let state = self.0.borrow();
+        let state = self.state.borrow();
         (state.role == Role::Leading)
             .then_some(state.valid_until)
             .flatten()
     }
 
     pub(crate) fn lease(&self) -> String {
-        self.0.borrow().lease.clone()
+        self.state.borrow().lease.clone()
+    }
+
+    pub(crate) fn stop_signal(&self) -> Option<&CancellationToken> {
+        self.stopping.as_ref()
     }
 }
 

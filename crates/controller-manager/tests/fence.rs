@@ -263,7 +263,7 @@ async fn a_write_in_flight_is_abandoned_when_its_lock_stops_being_valid() {
         1000,
     );
     let client = clients
-        .client("fenced-controller", Some(Fence(receiver)))
+        .client("fenced-controller", Some(Fence::new(receiver)))
         .unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let error = tokio::time::timeout(BOUND, api.create(&PostParams::default(), &config_map("late")))
@@ -285,6 +285,68 @@ async fn a_write_in_flight_is_abandoned_when_its_lock_stops_being_valid() {
     );
     let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
     assert!(stored.get_opt("later").await.unwrap().is_none());
+}
+
+/// A graceful stop does not wait for the client's rate limiter: a request still waiting for a token when
+/// the controllers under its lock start stopping is refused at once and never sent (so the scope stops
+/// within its grace and the lock is released, where it used to expire).
+#[tokio::test]
+async fn a_request_waiting_for_the_rate_limiter_is_never_sent_once_its_controllers_stop() {
+    let server = TestApiServer::start().await.unwrap();
+    let (_state, receiver) = watch::channel(LeaderState {
+        lease: "some-lease".into(),
+        role: Role::Leading,
+        holder: Some(IDENTITY.into()),
+        renewed_at: Some(Instant::now()),
+        valid_until: Some(Instant::now() + Duration::from_secs(600)),
+    });
+    let stop = CancellationToken::new();
+    // One token now, the next a minute later.
+    let clients = ClientFactory::new(
+        server.config(),
+        "cloud-controller-manager",
+        IDENTITY,
+        1.0 / 60.0,
+        1,
+    );
+    let client = clients
+        .client(
+            "fenced-controller",
+            Some(Fence::new(receiver).stopping_with(stop.clone())),
+        )
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &config_map("first"))
+        .await
+        .unwrap();
+    let mut waiting = tokio::spawn({
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &config_map("second")).await }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut waiting)
+            .await
+            .is_err(),
+        "the second request waits for its token"
+    );
+    stop.cancel();
+    let error = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("refused at once, not a minute later")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("the controllers under lease some-lease are stopping"),
+        "{error:?}"
+    );
+    // Nor is anything sent after.
+    let error = api.get_opt("first").await.unwrap_err();
+    assert!(error.to_string().contains("are stopping"), "{error:?}");
+    let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    assert!(stored.get_opt("first").await.unwrap().is_some());
+    assert!(stored.get_opt("second").await.unwrap().is_none());
 }
 
 /// Whether the connection from `local` (this host's end of it) is still established, per the kernel.
@@ -335,7 +397,7 @@ async fn a_write_still_queued_when_its_lock_expires_is_discarded_not_delivered_l
         valid_until: Some(Instant::now() + Duration::from_millis(1500)),
     });
     let client = ClientFactory::new(config, "cloud-controller-manager", IDENTITY, 1000.0, 1000)
-        .client("fenced-controller", Some(Fence(receiver)))
+        .client("fenced-controller", Some(Fence::new(receiver)))
         .unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let write = tokio::spawn(async move { api.create(&PostParams::default(), &big).await });
