@@ -6,13 +6,11 @@
 //!
 //! Real server only: the peer is built beside kube-apiserver.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use control_plane::{Backend, KubeBinaries};
 use harness::{
-    Environment, LeaseWatch, Replica, Side, Timings, WatchedHandoff, Workload, has_ingress, initialized,
+    Environment, LeaseWatch, Replica, Side, WatchedHandoff, Workload, has_ingress, initialized,
     wait_for_holders,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -22,67 +20,30 @@ use leadermigration::audit::UserAgent;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-/// A running Go peer; killed on drop.
-struct GoPeer {
-    child: Child,
-    log: PathBuf,
-}
-
-impl GoPeer {
-    fn start(binary: &Path, dir: &Path, args: &[String]) -> GoPeer {
-        let log = dir.join("go-ccm.log");
-        let child = Command::new(binary)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        GoPeer { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for GoPeer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn the_go_peer_runs_upstreams_controllers_on_the_shared_fake_cloud() {
-    let Some(binaries) =
-        KubeBinaries::for_test("the_go_peer_runs_upstreams_controllers_on_the_shared_fake_cloud")
-    else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run(binaries));
+    crate::support::with_kube_binaries(
+        "the_go_peer_runs_upstreams_controllers_on_the_shared_fake_cloud",
+        run,
+    );
 }
 
 async fn run(binaries: KubeBinaries) {
     let plane = crate::migration::Plane::start_secure(Backend::Kube).await;
     let server = &plane.server;
-    let directory = tempfile::tempdir().unwrap();
-    let cloud_config = directory.path().join("cloud.yaml");
-    std::fs::write(&cloud_config, format!("endpoint: {}\n", plane.cloud.url())).unwrap();
+    let mut environment = plane.environment.clone();
+    environment.binary = binaries.go_cloud_controller_manager.clone();
     let mut args = vec![
         "--cloud-provider=fake".to_owned(),
-        format!("--cloud-config={}", cloud_config.display()),
-        format!("--kubeconfig={}", server.kubeconfig_path().display()),
+        format!("--cloud-config={}", environment.cloud_config.display()),
+        format!("--kubeconfig={}", environment.kubeconfig.display()),
         "--secure-port=0".to_owned(),
         "--configure-cloud-routes=false".to_owned(),
         "--concurrent-service-syncs=2".to_owned(),
         "--node-monitor-period=1s".to_owned(),
     ];
-    args.extend(Timings::fast().flags());
-    let peer = GoPeer::start(&binaries.go_cloud_controller_manager, directory.path(), &args);
+    args.extend(environment.timing_flags());
+    let peer = Replica::spawn(&environment, "go-ccm", Side::Ccm, &args).unwrap();
 
     let client = server.client();
     let workload = Workload::new(client.clone(), plane.cloud.url());
@@ -94,11 +55,11 @@ async fn run(binaries: KubeBinaries) {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let wait = |what: &'static str| {
         let deadline = tokio::time::Instant::now() + WAIT;
-        move |peer: &GoPeer| {
+        move |peer: &Replica| {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "timed out waiting for {what}:\n{}",
-                peer.log()
+                peer.log_tail()
             );
         }
     };
@@ -206,16 +167,10 @@ async fn wait_for_a_live_leader(client: &kube::Client, gone: &[String], what: &s
 /// by the taker's own rule); the hand-off gaps per direction are reported.
 #[test]
 fn a_running_go_ccm_is_swapped_for_ours_and_back_one_replica_at_a_time() {
-    let Some(binaries) =
-        KubeBinaries::for_test("a_running_go_ccm_is_swapped_for_ours_and_back_one_replica_at_a_time")
-    else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(swap(binaries));
+    crate::support::with_kube_binaries(
+        "a_running_go_ccm_is_swapped_for_ours_and_back_one_replica_at_a_time",
+        swap,
+    );
 }
 
 async fn swap(binaries: KubeBinaries) {
@@ -269,30 +224,28 @@ async fn swap(binaries: KubeBinaries) {
     let leader = wait_for_a_live_leader(&client, &gone, "the Go CCM to lead again").await;
     assert!(!rust_ids.contains(&leader), "the Go CCM leads at the end");
     stop.cancel();
-    let created = churn.await.unwrap().unwrap();
-    let (created_nodes, created_services) = (created.nodes as usize, created.services as usize);
 
     // Converged: every node initialised, every service served, by the Go CCM at the end.
+    let created = churn.await.unwrap().unwrap();
+    plane.wait_until_served(&back.iter().collect::<Vec<_>>()).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let all = nodes.list(&Default::default()).await.unwrap().items;
-        let served = services.list(&Default::default()).await.unwrap().items;
-        let done = all.len() == created_nodes && all.iter().all(initialized);
-        if done && served.iter().filter(|s| has_ingress(s)).count() == created_services {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not converged: {} of {} nodes initialised, {} of {} services served",
-            all.iter().filter(|n| initialized(n)).count(),
-            created_nodes,
-            served.iter().filter(|s| has_ingress(s)).count(),
-            created_services
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let listed = (
+        nodes.list(&Default::default()).await.unwrap().items.len(),
+        services
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|s| has_ingress(s))
+            .count(),
+    );
+    assert_eq!(
+        listed,
+        (created.nodes as usize, created.services as usize),
+        "every node and service created is there and served"
+    );
 
     // The server's record: no write outside its writer's tenure, Go's and ours alike.
     let everyone: Vec<&Replica> = go.iter().chain(&rust).chain(&back).collect();

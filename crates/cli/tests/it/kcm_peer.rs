@@ -16,9 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use control_plane::{Backend, KubeBinaries};
-use harness::{Environment, Replica, Side, has_ingress, initialized, is_load_balancer, wait_for_holders};
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::Api;
+use harness::{Environment, Replica, Side, wait_for_holders};
 
 use crate::migration::Plane;
 use crate::migration_status::{condition, conditions};
@@ -62,15 +60,7 @@ async fn locks(kubeconfig: &Path) -> (String, String) {
 
 #[test]
 fn from_the_real_kube_controller_manager_to_ours_and_back() {
-    let Some(binaries) = KubeBinaries::for_test("from_the_real_kube_controller_manager_to_ours_and_back")
-    else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(scenario(binaries));
+    crate::support::with_kube_binaries("from_the_real_kube_controller_manager_to_ours_and_back", scenario);
 }
 
 async fn scenario(binaries: KubeBinaries) {
@@ -96,8 +86,11 @@ async fn scenario(binaries: KubeBinaries) {
     )
     .await
     .unwrap_or_else(|e| {
-        let exits: Vec<_> = n.iter_mut().map(|r| r.try_wait()).collect();
-        panic!("{e}\n{exits:?}\n{}", logs(&n.iter().collect::<Vec<_>>()))
+        let logs: Vec<String> = n
+            .iter()
+            .map(|r| format!("--- {}\n{}", r.name, r.log_tail()))
+            .collect();
+        panic!("{e}\n{}", logs.join("\n"))
     });
     let (stop, churn) = plane.workload();
     // It runs no cloud controller (v1.37 has no cloud provider), and status says so with the remedy.
@@ -156,7 +149,7 @@ async fn scenario(binaries: KubeBinaries) {
         ("True".to_owned(), "OnCloudSide".to_owned())
     );
     // Every node and service that arrived meanwhile is served by ours.
-    converge(&client, &ccms).await;
+    plane.wait_until_served(&ccms.iter().collect::<Vec<_>>()).await;
 
     // Rollback, node by node: ours out, kube-controller-manager back to N with leader migration.
     let mut back = Vec::new();
@@ -236,38 +229,5 @@ async fn scenario(binaries: KubeBinaries) {
             gaps(&to_kcm),
             report.writes_checked
         );
-    }
-}
-
-fn logs(replicas: &[&Replica]) -> String {
-    replicas
-        .iter()
-        .map(|r| format!("--- {}\n{}", r.name, r.log_tail()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Waits until every node is initialised and every LoadBalancer service has its ingress.
-async fn converge(client: &kube::Client, replicas: &[Replica]) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let all = nodes.list(&Default::default()).await.unwrap().items;
-        let served = services.list(&Default::default()).await.unwrap().items;
-        let waiting = all.iter().filter(|n| !initialized(n)).count()
-            + served
-                .iter()
-                .filter(|s| is_load_balancer(s) && !has_ingress(s))
-                .count();
-        if waiting == 0 && !all.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{waiting} nodes and services not served: {}",
-            logs(&replicas.iter().collect::<Vec<_>>())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

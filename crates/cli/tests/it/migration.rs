@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use control_plane::{ApiServer, Backend};
 use harness::{Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders};
+use k8s_openapi::api::core::v1::{Node, Service};
 use leadermigration::audit::{AuditReport, audit};
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use tokio_util::sync::CancellationToken;
@@ -107,13 +108,43 @@ impl Plane {
             .add_service(index)
             .await
             .unwrap();
-        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
-            kube::Api::namespaced(self.server.client(), "default");
+        let services: kube::Api<Service> = kube::Api::namespaced(self.server.client(), "default");
         let name = format!("web-{index}");
         let deadline = tokio::time::Instant::now() + WAIT;
         while !has_ingress(&services.get(&name).await.unwrap()) {
             assert!(tokio::time::Instant::now() < deadline, "{name} got no ingress");
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every node is initialised and every LoadBalancer service has its ingress; fails with
+    /// what is missing and `replicas`' logs.
+    pub(crate) async fn wait_until_served(&self, replicas: &[&Replica]) {
+        let client = self.server.client();
+        let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+        let services: kube::Api<Service> = kube::Api::namespaced(client, "default");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let nodes = nodes.list(&Default::default()).await.unwrap().items;
+            let services = services.list(&Default::default()).await.unwrap().items;
+            let waiting = nodes.iter().filter(|n| !harness::initialized(n)).count()
+                + services
+                    .iter()
+                    .filter(|s| harness::is_load_balancer(s) && !has_ingress(s))
+                    .count();
+            if waiting == 0 && !nodes.is_empty() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{waiting} nodes and services not served:\n{}",
+                replicas
+                    .iter()
+                    .map(|r| format!("--- {}\n{}", r.name, r.log_tail()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

@@ -4,6 +4,22 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Runs `scenario` with the real components `cargo xtask kube` built, on a multi-threaded runtime; skips
+/// (loudly, where Go is absent) as [`control_plane::KubeBinaries::for_test`] says.
+pub(crate) fn with_kube_binaries<F: std::future::Future<Output = ()>>(
+    test: &str,
+    scenario: impl FnOnce(control_plane::KubeBinaries) -> F,
+) {
+    let Some(binaries) = control_plane::KubeBinaries::for_test(test) else {
+        return;
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(scenario(binaries));
+}
+
 /// The binary under test.
 pub(crate) fn binary() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
