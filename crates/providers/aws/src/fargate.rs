@@ -9,8 +9,7 @@ use cloud_provider::{CloudError, InstanceMetadata};
 use k8s_openapi::api::core::v1::NodeAddress;
 
 use crate::config::IpFamily;
-use crate::instances::{FILTER_VALUES, ZONE_ID_LABEL, filter};
-use crate::{AwsProvider, aws_error};
+use crate::{AwsProvider, FILTER_VALUES, ZONE_ID_LABEL, aws_error, filter};
 
 /// The private IP of a Fargate provider ID (last segment `fargate-<ip>` or `fargate-ip-a-b-c-d[.domain]`);
 /// `None` when it is not one, or its IP is not an IP.

@@ -25,13 +25,9 @@ use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, NetworkInterface, 
 use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
+pub use crate::ZONE_ID_LABEL;
 use crate::config::IpFamily;
-use crate::{AwsProvider, aws_error, fargate};
-
-/// The zone-ID label (`use1-az1`), as upstream.
-pub const ZONE_ID_LABEL: &str = "topology.k8s.aws/zone-id";
-/// EC2 takes at most this many values per filter.
-pub(crate) const FILTER_VALUES: usize = 200;
+use crate::{AwsProvider, FILTER_VALUES, aws_error, fargate, filter};
 /// States an instance found by name may be in (upstream's list: not terminated).
 const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
 
@@ -326,13 +322,6 @@ fn is_this_clusters(cluster: &str, instance: &Instance) -> bool {
             key == format!("kubernetes.io/cluster/{cluster}")
                 || (key == "KubernetesCluster" && tag.value() == Some(cluster))
         })
-}
-
-pub(crate) fn filter(name: &str, values: &[String]) -> Filter {
-    Filter::builder()
-        .name(name)
-        .set_values(Some(values.to_vec()))
-        .build()
 }
 
 fn state(instance: &Instance) -> Option<&InstanceStateName> {

@@ -135,6 +135,19 @@ impl CloudProvider for AwsProvider {
     }
 }
 
+/// The zone-ID label (`use1-az1`), as upstream.
+pub const ZONE_ID_LABEL: &str = "topology.k8s.aws/zone-id";
+/// EC2 takes at most this many values per filter.
+pub(crate) const FILTER_VALUES: usize = 200;
+
+/// An EC2 filter on `name` with `values` (at most [`FILTER_VALUES`]).
+pub(crate) fn filter(name: &str, values: &[String]) -> aws_sdk_ec2::types::Filter {
+    aws_sdk_ec2::types::Filter::builder()
+        .name(name)
+        .set_values(Some(values.to_vec()))
+        .build()
+}
+
 /// An AWS failure (EC2, ELB) as the framework's error: throttling becomes a retry after [`THROTTLED_RETRY_AFTER`].
 pub(crate) fn aws_error<E, R>(error: SdkError<E, R>) -> CloudError
 where
