@@ -73,6 +73,11 @@ pub(super) struct ServiceContext {
     /// The service each load balancer was last ensured for, by `namespace/name`: what to delete when the
     /// service goes without our finalizer or comes back with another UID.
     ensured: Mutex<HashMap<String, Arc<Service>>>,
+    /// The resource versions a service had before this process published its load balancer's status,
+    /// by `namespace/name`, until a sync sees the service past them: a sync that finds one of them (the
+    /// cache has not yet caught up with the status write) has nothing to do, where an address missing
+    /// from any later version is repaired by a new ensure.
+    unpublished: Mutex<HashMap<String, Vec<String>>>,
     backoff: Backoff,
     node_sync: Mutex<Option<NodeSync>>,
 }
@@ -106,10 +111,33 @@ impl ServiceContext {
         self.ensured().insert(key.to_owned(), service.clone());
     }
 
+    /// The status of `key`'s load balancer was written over `versions` of the service.
+    fn published(&self, key: &str, versions: Vec<String>) {
+        lock(&self.unpublished).insert(key.to_owned(), versions);
+    }
+
+    /// Whether `service` is a version from before this process published its status (and if not, it is
+    /// past them: they are forgotten).
+    fn is_before_published(&self, key: &str, service: &Service) -> bool {
+        let mut unpublished = lock(&self.unpublished);
+        let Some(versions) = unpublished.get(key) else {
+            return false;
+        };
+        if versions
+            .iter()
+            .any(|v| service.metadata.resource_version.as_ref() == Some(v))
+        {
+            return true;
+        }
+        unpublished.remove(key);
+        false
+    }
+
     /// The service's load balancer is gone: nothing is kept about it.
     fn forget(&self, key: &str) {
         self.synced().remove(key);
         self.ensured().remove(key);
+        lock(&self.unpublished).remove(key);
         self.backoff.forget(key);
         self.node_sync_done(key);
     }
@@ -202,6 +230,7 @@ pub(super) async fn run(controller: ControllerContext) {
         materialized: Mutex::new((0, Weak::<[Arc<Node>; 0]>::new())),
         synced: Mutex::default(),
         ensured: Mutex::default(),
+        unpublished: Mutex::default(),
         backoff: Backoff::per_key(Duration::from_secs(5), Duration::from_secs(300)),
         node_sync: Mutex::default(),
     });
@@ -405,8 +434,11 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
     };
     let previous = context.synced().get(&target.key).copied();
     let has_ingress = ingress_of(&service).is_some();
+    let before_published = context.is_before_published(&target.key, &service);
     match previous {
-        Some(previous) if previous == current && has_ingress => Ok(Action::await_change()),
+        Some(previous) if previous == current && (has_ingress || before_published) => {
+            Ok(Action::await_change())
+        }
         Some(previous) if previous.spec == current.spec && has_ingress => {
             update_hosts(&target, &service, &set, current).await
         }

@@ -329,6 +329,7 @@ pub(super) async fn ensure(
         )
         .await;
     // The finalizer goes on before anything exists in the cloud.
+    let read = service.metadata.resource_version.clone();
     let service = target.add_finalizer(service).await?;
     let nodes = context.materialize(set);
     if nodes.is_empty() {
@@ -371,6 +372,10 @@ pub(super) async fn ensure(
         .await;
     if service.status.as_ref().and_then(|s| s.load_balancer.as_ref()) != Some(&status) {
         target.set_status(json!(status)).await?;
+        // The versions this sync read and wrote before the status: a sync that meets one of them next
+        // (its change is still queued) would ensure again for nothing.
+        let versions = [read, service.metadata.resource_version.clone()];
+        context.published(&target.key, versions.into_iter().flatten().collect());
     }
     Ok(Action::await_change())
 }
