@@ -19,6 +19,13 @@
 //! A message longer than 1,024 bytes is cut to that (the API server checks the length only of Events with
 //! an `eventTime`, which these lack, but an Event is no place for a page of text). Recording never fails a
 //! caller: a refused write is logged at debug level.
+//!
+//! A controller's recorder writes in the background ([`EventRecorder::in_background`]), as client-go's
+//! broadcaster does: a sync never waits for its Events (a load balancer's two cost each sync two API
+//! round trips: 79 services/s where upstream did 118 in `bench versus`). One task a recorder writes them
+//! in the order they were recorded (a count's patch never overtakes the Event's creation); past
+//! [`QUEUED_EVENTS`] waiting, further ones are dropped, as client-go's. They go through the controller's
+//! client, so its lock fences them as any other write: those still queued are refused once it stops.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -47,6 +54,8 @@ const SPAM_BURST: f64 = 25.0;
 const SPAM_REFILL: Duration = Duration::from_secs(300);
 /// The prefix of a combined Event's message (client-go's).
 const COMBINED: &str = "(combined from similar events): ";
+/// Events a background recorder holds before it drops new ones (client-go's `maxQueuedEvents`).
+pub(crate) const QUEUED_EVENTS: usize = 1000;
 
 /// One controller's (or the leader elector's) Event recorder.
 pub(crate) struct EventRecorder {
@@ -55,6 +64,10 @@ pub(crate) struct EventRecorder {
     /// Whether Events carry an `eventTime` (microseconds) beside the whole-second timestamps.
     event_time: bool,
     state: Mutex<State>,
+    /// Whether writes are queued to a background task ([`EventRecorder::in_background`]).
+    background: bool,
+    /// The background task's queue, from the first Event on.
+    queue: std::sync::OnceLock<tokio::sync::mpsc::Sender<Write>>,
 }
 
 /// What an Event is about, as the caches key it.
@@ -196,7 +209,17 @@ impl EventRecorder {
             },
             event_time: false,
             state: Mutex::default(),
+            background: false,
+            queue: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A recorder whose writes happen in one background task, in order, so that recording never waits
+    /// for the API server (see the module's documentation). The task ends when the recorder is dropped,
+    /// after the Events already queued.
+    pub(crate) fn in_background(mut self) -> EventRecorder {
+        self.background = true;
+        self
     }
 
     /// Events that also carry an `eventTime` with microseconds (client-go's legacy recorder sets none, and
@@ -219,16 +242,44 @@ impl EventRecorder {
         message: String,
     ) {
         let write = self.correlate(about, kind, reason, action, message, (Instant::now(), now()));
+        if write == Write::Drop {
+            tracing::debug!(reason, "event dropped by the spam filter");
+            return;
+        }
+        if !self.background {
+            Self::write_event(&self.client, write, &self.source).await;
+            return;
+        }
+        let queue = self.queue.get_or_init(|| {
+            let (sender, mut receiver) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
+            let (client, source) = (self.client.clone(), self.source.clone());
+            tokio::spawn(async move {
+                while let Some(write) = receiver.recv().await {
+                    EventRecorder::write_event(&client, write, &source).await;
+                }
+            });
+            sender
+        });
+        if queue.try_send(write).is_err() {
+            tracing::debug!(
+                reason,
+                component = self.source.component.as_deref(),
+                "event dropped: {QUEUED_EVENTS} are waiting to be written"
+            );
+        }
+    }
+
+    /// Writes one Event: creates it, or patches its count (creating it again if it is gone).
+    async fn write_event(client: &kube::Client, write: Write, source: &EventSource) {
         let (event, bump) = match write {
-            Write::Drop => {
-                tracing::debug!(reason, "event dropped by the spam filter");
-                return;
-            }
+            Write::Drop => return,
             Write::Create(event) => (event, false),
             Write::Bump(event) => (event, true),
         };
+        let reason = event.reason.clone().unwrap_or_default();
+        let reason = reason.as_str();
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
         let patched = if bump {
             let name = event.metadata.name.clone().unwrap_or_default();
             let patch = serde_json::json!({
@@ -252,7 +303,7 @@ impl EventRecorder {
             None => api.create(&PostParams::default(), &event).await.map(drop),
         };
         if let Err(error) = result {
-            tracing::debug!(%error, reason, component = self.source.component.as_deref(), "cannot record event");
+            tracing::debug!(%error, reason, component = source.component.as_deref(), "cannot record event");
         }
     }
 
@@ -548,5 +599,48 @@ mod tests {
         let message = event.message.unwrap();
         assert_eq!(message.len(), MAX_MESSAGE_BYTES);
         assert!(message.chars().all(|c| c == 'é'));
+    }
+
+    /// Repeats recorded at once are written in order by the background task: the count's patches never
+    /// overtake the Event's creation (written concurrently, a patch finding no Event creates it, and the
+    /// creation after it is refused: counts are lost).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_background_recorder_writes_in_order() {
+        let server = control_plane::ApiServer::for_test(control_plane::Backend::Test).await;
+        let recorder =
+            EventRecorder::new(server.client(), "service-controller", "host-1_abc").in_background();
+        for _ in 0..8 {
+            recorder
+                .record(&node("n1"), EventType::Normal, "Synced", "Sync", "m".into())
+                .await;
+        }
+        let events: Api<Event> = Api::namespaced(server.client(), "default");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let counts = loop {
+            let list = events.list(&Default::default()).await.unwrap();
+            let counts: Vec<i32> = list.items.iter().filter_map(|e| e.count).collect();
+            if counts.iter().sum::<i32>() >= 8 || Instant::now() > deadline {
+                break counts;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(counts, [8], "one Event, counted eight times");
+    }
+
+    /// Recording returns while the API server does not answer (a listener that never accepts).
+    #[tokio::test]
+    async fn a_background_recorder_never_waits_for_the_api_server() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let config = kube::Config::new(url.parse().unwrap());
+        let recorder = EventRecorder::new(kube::Client::try_from(config).unwrap(), "c", "h").in_background();
+        let about = node("n1");
+        for i in 0..3 {
+            let recording = recorder.record(&about, EventType::Normal, "Synced", "Sync", format!("m{i}"));
+            tokio::time::timeout(Duration::from_secs(10), recording)
+                .await
+                .expect("recorded without waiting for the write");
+        }
+        drop(silent);
     }
 }

@@ -372,11 +372,10 @@ impl Runner {
                 informers: self.informers.clone(),
                 settings: self.settings.clone(),
                 metrics: self.metrics.clone(),
-                recorder: Arc::new(EventRecorder::new(
-                    client,
-                    definition.reporter(),
-                    self.clients.identity(),
-                )),
+                recorder: Arc::new(
+                    EventRecorder::new(client, definition.reporter(), self.clients.identity())
+                        .in_background(),
+                ),
                 stop: stop.child_token(),
                 started: Arc::new(started_sender),
                 fence: fence.clone(),

@@ -215,8 +215,8 @@ async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones(backend: Backend
         nodes.get_opt("gone").await.unwrap().is_none()
     })
     .await;
-    assert!(!events(&cluster, "DeletingNode").await.is_empty());
-    let refused = events(&cluster, "ProviderIDNotInterpretable").await;
+    events_when(&cluster, "DeletingNode", |e| !e.is_empty()).await;
+    let refused = events_when(&cluster, "ProviderIDNotInterpretable", |e| e.len() >= 2).await;
     for name in ["blank-id", "slashes-id"] {
         assert!(
             nodes.get_opt(name).await.unwrap().is_some(),
@@ -320,7 +320,7 @@ async fn load_balancers_follow_services_and_nodes_across_a_restart(backend: Back
         load_balancer_nodes(&cluster.snapshot().await),
         [vec!["n1".to_owned(), "n2".to_owned()]]
     );
-    assert!(!events(&cluster, "EnsuredLoadBalancer").await.is_empty());
+    events_when(&cluster, "EnsuredLoadBalancer", |e| !e.is_empty()).await;
 
     // A node leaves the load balancers: the cloud load balancer is updated.
     let exclude =
@@ -333,7 +333,7 @@ async fn load_balancers_follow_services_and_nodes_across_a_restart(backend: Back
         load_balancer_nodes(&cluster.snapshot().await) == [vec!["n1".to_owned()]]
     })
     .await;
-    assert!(!events(&cluster, "UpdatedLoadBalancer").await.is_empty());
+    events_when(&cluster, "UpdatedLoadBalancer", |e| !e.is_empty()).await;
 
     // The controller goes away; the service is deleted meanwhile; the finalizer keeps it until cleanup.
     running.stop().await;

@@ -266,8 +266,7 @@ async fn load_balancers_are_cleaned_up_as_upstream(backend: Backend) {
     .await;
 
     // Events report as upstream's `service-controller`.
-    let ensured = events(&cluster, "EnsuredLoadBalancer").await;
-    assert!(!ensured.is_empty());
+    let ensured = events_when(&cluster, "EnsuredLoadBalancer", |e| !e.is_empty()).await;
     assert!(
         ensured
             .iter()
@@ -304,7 +303,7 @@ async fn load_balancers_are_cleaned_up_as_upstream(backend: Backend) {
             .is_empty()
     })
     .await;
-    assert!(!events(&cluster, "DeletedLoadBalancer").await.is_empty());
+    events_when(&cluster, "DeletedLoadBalancer", |e| !e.is_empty()).await;
     assert!(
         events(&cluster, "DeletingLoadBalancer")
             .await

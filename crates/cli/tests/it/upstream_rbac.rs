@@ -217,29 +217,34 @@ async fn run(rbac: &str, upstream_args: &[&str]) {
     )
     .await;
     let events: Api<Event> = Api::all(client.clone());
-    let recorded: Vec<(String, String)> = events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|e| {
-            (
-                e.reporting_component.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-            )
-        })
-        .collect();
-    for (component, reason) in [
+    let recorded = || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|e| {
+                (
+                    e.reporting_component.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<(String, String)>>()
+    };
+    let expected = [
         ("service-controller", "EnsuredLoadBalancer"),
         ("service-controller", "DeletedLoadBalancer"),
         ("cloud-controller-manager", "LeaderElection"),
-    ] {
-        assert!(
-            recorded.iter().any(|(c, r)| c == component && r == reason),
-            "no {reason} Event by {component}: {recorded:?}"
-        );
-    }
+    ];
+    // A controller's Events are written in the background, a moment after what they report.
+    wait(&mut replica, "the Events recorded", &refused, || async {
+        let recorded = recorded().await;
+        expected
+            .iter()
+            .all(|(component, reason)| recorded.iter().any(|(c, r)| c == component && r == reason))
+    })
+    .await;
     replica.terminate().unwrap();
     let status = replica.wait(WAIT).unwrap();
     assert!(status.success(), "exited {status}: {}", replica.log_tail());

@@ -185,6 +185,16 @@ pub async fn events(cluster: &Cluster, reason: &str) -> Vec<Event> {
         .collect()
 }
 
+/// The Events of `reason` once `enough` holds of them: a controller's Events are written in the
+/// background, a moment after what they report.
+pub async fn events_when(cluster: &Cluster, reason: &str, enough: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+    eventually(&format!("{reason} Events"), || async {
+        enough(&events(cluster, reason).await)
+    })
+    .await;
+    events(cluster, reason).await
+}
+
 pub fn load_balancer_nodes(snapshot: &CloudResponse) -> Vec<Vec<String>> {
     match snapshot {
         CloudResponse::Snapshot { load_balancers, .. } => {
