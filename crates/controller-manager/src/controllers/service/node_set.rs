@@ -64,12 +64,9 @@ pub(super) struct NodeSet {
     pub(super) hash: u64,
 }
 
-pub(super) fn node_set(nodes: &Store<CachedNode>) -> NodeSet {
-    let mut selected: Vec<Arc<CachedNode>> = nodes
-        .state()
-        .into_iter()
-        .filter(|n| in_load_balancer(n))
-        .collect();
+/// The node set of the cache's `nodes` (every node, in the cache's order).
+pub(super) fn node_set(nodes: &[Arc<CachedNode>]) -> NodeSet {
+    let mut selected: Vec<Arc<CachedNode>> = nodes.iter().filter(|n| in_load_balancer(n)).cloned().collect();
     selected.sort_by(|a, b| a.name().cmp(b.name()));
     let mut hasher = DefaultHasher::new();
     for node in &selected {
