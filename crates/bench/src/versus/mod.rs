@@ -5,11 +5,14 @@
 //! kubelet-shaped nodes with the uninitialized taint and a cloud answering every call after
 //! `--cloud-latency-ms`.
 //!
-//! Contenders: `go-default` (upstream at its defaults: `--concurrent-node-syncs 1`, client QPS 20 and
-//! burst 30), `go-tuned` (upstream with our defaults' concurrency and client limits: 128, QPS 1,000 and
-//! burst 2,000) and `ours` (at its defaults). Each: time to initialise every node and nodes/s, kube-apiserver requests and
+//! Contenders: `go-default` (upstream at its defaults: `--concurrent-node-syncs 1`,
+//! `--concurrent-service-syncs 1`, client QPS 20 and burst 30), `go-tuned` (upstream with our defaults'
+//! concurrency and client limits: 128 node and 8 service workers, QPS 1,000 and burst 2,000) and `ours`
+//! (at its defaults). Each: time to initialise every node and nodes/s, kube-apiserver requests and
 //! writes per node (from its audit log, by the managers' `User-Agent`s), the manager's peak resident set
-//! and CPU-seconds, kube-apiserver's and etcd's CPU-seconds over the burst; then the ratios ours/theirs.
+//! and CPU-seconds, kube-apiserver's and etcd's CPU-seconds over the burst; then `--services`
+//! LoadBalancer services, timed until each has its load balancer's address, with requests, writes and
+//! cloud calls per service; then the ratios ours/theirs.
 //! Then hand-offs ([`handoff`]): three replicas of each sharing upstream's Lease, the leader stopped
 //! gracefully and crashed in turn, with the same election timings (2 s / 1 s / 200 ms) for both.
 
@@ -32,8 +35,9 @@ pub(crate) struct Args {
     /// New nodes in the burst.
     #[arg(long, default_value_t = 10_000)]
     nodes: u32,
-    /// LoadBalancer services of another class in the cluster (cached by both, provisioned by neither).
-    #[arg(long, default_value_t = 0)]
+    /// LoadBalancer services created once every node is initialised, each given a load balancer (on
+    /// the fake cloud, fronting every node) by the manager measured (0: no services phase).
+    #[arg(long, default_value_t = 2_000)]
     services: u32,
     /// Latency of every fake-cloud call, in milliseconds.
     #[arg(long, default_value_t = 50)]
@@ -74,7 +78,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         .context("the Go peer and kube-apiserver (`cargo xtask kube` builds them)")?;
     let burst = Burst {
         nodes: args.nodes,
-        services: args.services,
+        services: 0,
+        load_balancers: args.services,
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),
@@ -91,6 +96,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                 &binaries,
                 &[
                     "--concurrent-node-syncs=128",
+                    "--concurrent-service-syncs=8",
                     "--kube-api-qps=1000",
                     "--kube-api-burst=2000",
                 ],
@@ -109,6 +115,12 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             result.api_requests_per_node,
             result.peak_rss_mb
         );
+        if let Some(lb) = &result.load_balancers {
+            eprintln!(
+                "versus: {name}: {} load balancers in {} s ({} services/s), {} requests/service",
+                args.services, lb.seconds, lb.services_per_sec, lb.api_requests_per_service
+            );
+        }
         apiserver = server.describe();
         let mut entry = serde_json::to_value(&result)?;
         entry["flags"] = json!(contender.args);
@@ -182,14 +194,30 @@ fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
                 "cpu_seconds_per_node": round(ours.cpu_seconds / theirs.cpu_seconds),
                 "api_requests_per_node": round(ours.api_requests_per_node / theirs.api_requests_per_node),
                 "api_writes_per_node": round(ours.api_writes_per_node / theirs.api_writes_per_node),
-                "apiserver_cpu_seconds": match (ours.apiserver_cpu_seconds, theirs.apiserver_cpu_seconds) {
-                    (Some(a), Some(b)) if b > 0.0 => json!(round(a / b)),
+                "apiserver_cpu_seconds": ratio(ours.apiserver_cpu_seconds, theirs.apiserver_cpu_seconds),
+                "services": match (&ours.load_balancers, &theirs.load_balancers) {
+                    (Some(ours), Some(theirs)) => json!({
+                        "services_per_sec": round(ours.services_per_sec / theirs.services_per_sec),
+                        "api_requests_per_service":
+                            ratio(Some(ours.api_requests_per_service), Some(theirs.api_requests_per_service)),
+                        "cloud_calls_per_service":
+                            ratio(Some(ours.cloud_calls_per_service), Some(theirs.cloud_calls_per_service)),
+                        "cpu_seconds": ratio(Some(ours.cpu_seconds), Some(theirs.cpu_seconds)),
+                    }),
                     _ => serde_json::Value::Null,
                 },
             }),
         );
     }
     serde_json::Value::Object(ratios)
+}
+
+/// `ours / theirs`, when both are known and theirs is not zero.
+fn ratio(ours: Option<f64>, theirs: Option<f64>) -> serde_json::Value {
+    match (ours, theirs) {
+        (Some(a), Some(b)) if b > 0.0 => json!(round(a / b)),
+        _ => serde_json::Value::Null,
+    }
 }
 
 fn print_table(measured: &[(String, Measured)], ratios: &serde_json::Value) {
@@ -209,6 +237,27 @@ fn print_table(measured: &[(String, Measured)], ratios: &serde_json::Value) {
             m.cpu_seconds,
             m.apiserver_cpu_seconds.map_or("-".to_owned(), |s| s.to_string())
         );
+    }
+    if measured.iter().any(|(_, m)| m.load_balancers.is_some()) {
+        eprintln!(
+            "\n{:<11} {:>9} {:>10} {:>9} {:>9} {:>11} {:>10} {:>9}",
+            "contender", "seconds", "services/s", "req/svc", "wr/svc", "cloud/svc", "peak MB", "CPU s"
+        );
+        for (name, m) in measured {
+            if let Some(lb) = &m.load_balancers {
+                eprintln!(
+                    "{:<11} {:>9} {:>10} {:>9} {:>9} {:>11} {:>10} {:>9}",
+                    name,
+                    lb.seconds,
+                    lb.services_per_sec,
+                    lb.api_requests_per_service,
+                    lb.api_writes_per_service,
+                    lb.cloud_calls_per_service,
+                    lb.peak_rss_mb,
+                    lb.cpu_seconds
+                );
+            }
+        }
     }
     eprintln!("ratios: {ratios}");
 }
