@@ -148,13 +148,30 @@ fn service(index: u32) -> Result<Service> {
     }))?)
 }
 
-/// The controller-manager process; killed on drop.
-struct Manager(Child);
+/// The controller-manager process; killed on drop, or, when a profiler wraps it, stopped by SIGTERM
+/// first (up to two minutes) so that the profiler writes its output.
+struct Manager {
+    child: Child,
+    wrapped: bool,
+}
 
 impl Drop for Manager {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if self.wrapped {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("nodes: the wrapped controller-manager did not stop in 2 minutes of SIGTERM: killed");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -380,6 +397,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     // A profiler may wrap the controller-manager, e.g. BENCH_CCM_WRAPPER="valgrind --tool=massif".
     let wrapper = std::env::var("BENCH_CCM_WRAPPER").unwrap_or_default();
     let mut wrapper = wrapper.split_whitespace();
+    let wrapped = wrapper.clone().next().is_some();
     let mut command = match wrapper.next() {
         Some(program) => {
             let mut command = Command::new(program);
@@ -388,8 +406,8 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         }
         None => Command::new(&contender.binary),
     };
-    let mut manager = Manager(
-        command
+    let mut manager = Manager {
+        child: command
             .arg("--cloud-provider=fake")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!("--kubeconfig={}", server.kubeconfig().display()))
@@ -399,8 +417,9 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
             .stderr(log)
             .spawn()
             .with_context(|| format!("start {}", contender.binary.display()))?,
-    );
-    let pid = manager.0.id();
+        wrapped,
+    };
+    let pid = manager.child.id();
     // Follow every node; `done` counts the burst's initialised nodes.
     let nodes: Api<Node> = Api::all(client.clone());
     let (progress, seen) = tokio::sync::watch::channel((false, 0_u32));
@@ -437,7 +456,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     wait_for(seen.clone(), deadline, "the warm-up node", |s| s.0)
         .await
         .with_context(|| log_tail(&log_path))?;
-    if let Some(status) = manager.0.try_wait()? {
+    if let Some(status) = manager.child.try_wait()? {
         bail!("cloud-controller-manager exited: {status}");
     }
     eprintln!(
