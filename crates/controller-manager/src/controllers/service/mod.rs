@@ -41,7 +41,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
-use self::node_set::{NodeSet, node_set, spec_hash, sync_trigger};
+use self::node_set::{NodeSet, spec_hash, sync_trigger};
 pub(crate) use self::sync::ServiceError;
 use self::sync::{Target, clean_up, delete_orphan, ensure, update_hosts};
 use super::backoff::Backoff;
@@ -64,18 +64,22 @@ struct NodeSync {
     pending: HashSet<String>,
 }
 
-/// A node set and the cache's nodes it was computed from.
-type NodeSetMemo = (Vec<Arc<CachedNode>>, Arc<NodeSet>);
+/// A node set, as positions in the cache's list of nodes, and the versions of that list.
+struct NodeSetMemo {
+    versions: u64,
+    selected: Vec<usize>,
+    hash: u64,
+}
 
 pub(super) struct ServiceContext {
     controller: ControllerContext,
     nodes: Store<CachedNode>,
     /// The last node set given to the provider, while some sync still uses it.
     materialized: Mutex<(u64, Weak<[Arc<Node>]>)>,
-    /// The last node set computed, and the cache's nodes it was computed from: every sync needs the set,
-    /// and computing it reads every node (2,000 nodes × 1,000 new services spent half the controller's
-    /// CPU there). Holding those nodes keeps their addresses from being reused, so the same pointers in
-    /// the same order are the same nodes.
+    /// The last node set computed, for the versions of the cache's nodes it was computed from: every
+    /// sync needs the set, and computing it decodes, sorts and hashes every node (2,000 nodes × 1,000 new
+    /// services spent half the controller's CPU there). It keeps positions, not nodes: holding nodes
+    /// would keep their replaced versions alive.
     node_set: Mutex<Option<NodeSetMemo>>,
     synced: Mutex<HashMap<String, Synced>>,
     /// The service each load balancer was last ensured for, by `namespace/name`: what to delete when the
@@ -105,19 +109,26 @@ impl ServiceContext {
         nodes
     }
 
-    /// The load balancers' node set now, computed again only when the cache's nodes changed.
-    fn node_set(&self) -> Arc<NodeSet> {
+    /// The load balancers' node set now, selected again only when the cache's nodes changed.
+    fn node_set(&self) -> NodeSet {
         let nodes = self.nodes.state();
+        let versions = node_set::versions(&nodes);
         let mut memo = lock(&self.node_set);
-        if let Some((seen, set)) = memo.as_ref()
-            && seen.len() == nodes.len()
-            && seen.iter().zip(&nodes).all(|(a, b)| Arc::ptr_eq(a, b))
-        {
-            return set.clone();
+        let memo = match memo.as_mut() {
+            Some(memo) if memo.versions == versions => memo,
+            _ => {
+                let (selected, hash) = node_set::select(&nodes);
+                memo.insert(NodeSetMemo {
+                    versions,
+                    selected,
+                    hash,
+                })
+            }
+        };
+        NodeSet {
+            nodes: memo.selected.iter().map(|&i| nodes[i].clone()).collect(),
+            hash: memo.hash,
         }
-        let set = Arc::new(node_set(&nodes));
-        *memo = Some((nodes, set.clone()));
-        set
     }
 
     fn synced(&self) -> MutexGuard<'_, HashMap<String, Synced>> {

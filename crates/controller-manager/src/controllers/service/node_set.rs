@@ -64,19 +64,31 @@ pub(super) struct NodeSet {
     pub(super) hash: u64,
 }
 
-/// The node set of the cache's `nodes` (every node, in the cache's order).
-pub(super) fn node_set(nodes: &[Arc<CachedNode>]) -> NodeSet {
-    let mut selected: Vec<Arc<CachedNode>> = nodes.iter().filter(|n| in_load_balancer(n)).cloned().collect();
-    selected.sort_by(|a, b| a.name().cmp(b.name()));
+/// The node set of the cache's `nodes` (every node, in the cache's order): the positions of its nodes
+/// in `nodes`, sorted by name, and its hash.
+pub(super) fn select(nodes: &[Arc<CachedNode>]) -> (Vec<usize>, u64) {
+    let mut selected: Vec<usize> = (0..nodes.len())
+        .filter(|&i| in_load_balancer(&nodes[i]))
+        .collect();
+    selected.sort_by(|&a, &b| nodes[a].name().cmp(nodes[b].name()));
     let mut hasher = DefaultHasher::new();
-    for node in &selected {
+    for &i in &selected {
+        nodes[i].name().hash(&mut hasher);
+        nodes[i].provider_id().hash(&mut hasher);
+    }
+    (selected, hasher.finish())
+}
+
+/// Identifies the versions of `nodes`, in order: the same hash, the same node objects (a resource
+/// version names one write of one object).
+pub(super) fn versions(nodes: &[Arc<CachedNode>]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    nodes.len().hash(&mut hasher);
+    for node in nodes {
         node.name().hash(&mut hasher);
-        node.provider_id().hash(&mut hasher);
+        node.resource_version().hash(&mut hasher);
     }
-    NodeSet {
-        nodes: selected,
-        hash: hasher.finish(),
-    }
+    hasher.finish()
 }
 
 /// Identifies what of a service a load balancer depends on (upstream's `needsUpdate` fields).
@@ -138,6 +150,37 @@ mod tests {
             json!({"metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
         );
         assert!(in_load_balancer(&ready_or_not), "readiness is not a predicate");
+    }
+
+    #[test]
+    fn the_selection_is_sorted_by_name_and_the_versions_follow_every_write() {
+        let at = |name: &str, version: &str, labels: serde_json::Value| {
+            Arc::new(node(
+                json!({"metadata": {"name": name, "resourceVersion": version, "labels": labels}}),
+            ))
+        };
+        let nodes = vec![
+            at("c", "1", json!({})),
+            at(
+                "a",
+                "2",
+                json!({LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "true"}),
+            ),
+            at("b", "3", json!({})),
+        ];
+        let (selected, hash) = select(&nodes);
+        assert_eq!(selected, [2, 0], "b then c; a excluded");
+        let mut written = nodes.clone();
+        written[1] = at("a", "4", json!({}));
+        assert_ne!(versions(&nodes), versions(&written), "a write is a new version");
+        assert_ne!(select(&written).1, hash, "a joined");
+        assert_eq!(versions(&nodes), versions(&nodes.clone()));
+        let reordered = vec![nodes[2].clone(), nodes[0].clone(), nodes[1].clone()];
+        assert_ne!(
+            versions(&nodes),
+            versions(&reordered),
+            "positions are what the memo keeps: another order is another list"
+        );
     }
 
     #[test]
