@@ -383,15 +383,6 @@ async fn a_new_service_is_ensured_once_and_a_removed_address_comes_back(backend:
     running.stop().await;
 }
 
-fn has_ingress(service: &Service) -> bool {
-    service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|ingress| !ingress.is_empty())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_gone_without_our_finalizer_and_its_new_namesake_leave_no_orphan() {
     let cluster = Cluster::start(Backend::Test, vec![FakeInstance::running("n1", 1)]).await;

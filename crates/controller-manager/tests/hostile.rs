@@ -214,7 +214,7 @@ async fn hostile_objects_neither_crash_controllers_nor_make_them_write_garbage(b
     eventually("the sentinel node initialised and its service served", || async {
         let node = cluster.nodes().get("sentinel").await.unwrap();
         let service = cluster.services().get("sentinel").await.unwrap();
-        harness_like::initialized(&node) && harness_like::has_ingress(&service)
+        harness_like::initialized(&node) && support::has_ingress(&service)
     })
     .await;
     // Another full round of the periodic controllers.
@@ -254,22 +254,13 @@ async fn hostile_objects_neither_crash_controllers_nor_make_them_write_garbage(b
 /// The harness's predicates (the harness crate depends on this one, so they are restated here).
 mod harness_like {
     use cloud_provider::names::TAINT_UNINITIALIZED;
-    use k8s_openapi::api::core::v1::{Node, Service};
+    use k8s_openapi::api::core::v1::Node;
 
     pub(crate) fn initialized(node: &Node) -> bool {
         node.spec
             .as_ref()
             .and_then(|s| s.taints.as_ref())
             .is_none_or(|t| t.iter().all(|t| t.key != TAINT_UNINITIALIZED))
-    }
-
-    pub(crate) fn has_ingress(service: &Service) -> bool {
-        service
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .is_some_and(|i| !i.is_empty())
     }
 }
 

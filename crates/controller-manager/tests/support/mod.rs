@@ -195,6 +195,16 @@ pub async fn events_when(cluster: &Cluster, reason: &str, enough: impl Fn(&[Even
     events(cluster, reason).await
 }
 
+/// Whether the service's status has a load balancer's address (the harness crate's check).
+pub fn has_ingress(service: &Service) -> bool {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|ingress| !ingress.is_empty())
+}
+
 pub fn load_balancer_nodes(snapshot: &CloudResponse) -> Vec<Vec<String>> {
     match snapshot {
         CloudResponse::Snapshot { load_balancers, .. } => {
