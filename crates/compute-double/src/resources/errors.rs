@@ -1,0 +1,44 @@
+//! The double's HTTP error answers, shaped as Compute's.
+
+use serde_json::{Value, json};
+
+/// An HTTP error answer: status, Compute's reason, message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApiError {
+    pub(crate) status: u16,
+    pub(crate) reason: String,
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: u16, reason: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn not_found(what: &str) -> ApiError {
+        ApiError::new(404, "notFound", format!("The resource '{what}' was not found"))
+    }
+
+    /// Compute's error body (with the AIP-193 `status` too, which the Rust client reads).
+    pub(crate) fn body(&self) -> Value {
+        let status = match self.status {
+            400 => "INVALID_ARGUMENT",
+            403 => "PERMISSION_DENIED",
+            404 => "NOT_FOUND",
+            409 => "ALREADY_EXISTS",
+            429 => "RESOURCE_EXHAUSTED",
+            503 => "UNAVAILABLE",
+            _ => "INTERNAL",
+        };
+        json!({"error": {
+            "code": self.status,
+            "message": self.message,
+            "status": status,
+            "errors": [{"message": self.message, "domain": "global", "reason": self.reason}],
+        }})
+    }
+}
