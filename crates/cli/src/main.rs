@@ -16,6 +16,7 @@ fn register(registry: &mut Registry) -> Result<(), RegistrationError> {
     #[cfg(feature = "gce")]
     {
         registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;
+        registry.register_provider_flags(provider_gce::PROVIDER_NAME, provider_gce::flags::FLAGS)?;
         for controller in provider_gce::controllers() {
             registry.register_controller(controller)?;
         }

@@ -11,12 +11,19 @@
 //!   `Timeout`, `Cancelled`, and the provider's own errors.
 //! - [`ProviderRegistry`]: name → factory, built explicitly by the binary; unknown and duplicate names are
 //!   errors.
+//! - [`service`]: what a `type: LoadBalancer` service asks for (source ranges, local traffic, health
+//!   check, class), read as upstream's service helpers read it, for every provider's load balancers.
+//! - [`flags`]: flags a provider (or a provider's controller) adds to the manager's command line; their
+//!   values reach the provider in [`InitializeContext::flags`].
+//! - [`Cidr`]: IPv4 and IPv6 networks.
 //! - [`names`]: well-known taints, labels, annotations and finalizers.
 //! - [`gcfg`]: reading cloud-configs in upstream's INI dialect (the AWS and GCE providers' format).
 
+mod cidr;
 mod context;
 mod error;
 mod fence;
+pub mod flags;
 pub mod gcfg;
 mod instances;
 mod load_balancer;
@@ -24,7 +31,9 @@ pub mod names;
 mod provider;
 mod registry;
 mod routes;
+pub mod service;
 
+pub use cidr::{Cidr, CidrError};
 pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::CloudError;
 pub use fence::FencedStream;

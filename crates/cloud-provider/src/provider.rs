@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use crate::flags::FlagValues;
 use crate::{CallContext, CloudError, Instances, InstancesV2, LoadBalancer, Routes};
 
 /// What a provider gets when the manager starts, on every replica, before any election.
@@ -12,6 +13,9 @@ pub struct InitializeContext {
     pub client: kube::Client,
     /// Fires at shutdown.
     pub shutdown: CancellationToken,
+    /// The values of the flags the binary's providers and controllers declare ([`crate::flags`]), each
+    /// checked; a flag not given has its default.
+    pub flags: FlagValues,
 }
 
 /// What a provider gets when this process starts leading (the main lock; at start-up without leader

@@ -5,9 +5,9 @@ use std::time::Duration;
 use leadermigration::scopes::LossPolicy;
 use leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig};
 
-use crate::cidr::Cidr;
 use crate::client::ClientFactory;
 use crate::flags::FlagValues;
+use cloud_provider::Cidr;
 
 /// Settings of the controllers, as upstream's flags.
 #[derive(Debug, Clone)]

@@ -15,7 +15,6 @@
 
 mod batch;
 mod cached_node;
-mod cidr;
 mod client;
 mod compact;
 mod config;
@@ -36,8 +35,8 @@ mod transport;
 mod workqueue;
 
 pub use cached_node::CachedNode;
-pub use cidr::{Cidr, CidrError};
 pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced, Stopping};
+pub use cloud_provider::{Cidr, CidrError};
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};

@@ -327,15 +327,15 @@ pub enum RegistrationError {
     /// A controller's name or alias is taken or malformed.
     #[error(transparent)]
     Controller(#[from] CatalogError),
-    /// A controller's flag is another controller's.
-    #[error("controller {controller}'s flag --{flag} is already {existing}'s")]
+    /// A flag of a controller or provider is another's.
+    #[error("{owner}'s flag --{flag} is already {existing}'s")]
     Flag {
         /// The flag.
         flag: &'static str,
-        /// The controller declaring it.
-        controller: &'static str,
-        /// The controller that declared it first.
-        existing: &'static str,
+        /// Who declares it (`controller NAME`, `provider NAME`).
+        owner: String,
+        /// Who declared it first.
+        existing: String,
     },
 }
 
@@ -345,6 +345,8 @@ pub enum RegistrationError {
 pub struct Registry {
     providers: ProviderRegistry,
     controllers: ControllerRegistry,
+    /// Flags of providers, with the provider's name.
+    provider_flags: Vec<(String, &'static ControllerFlag)>,
 }
 
 impl Registry {
@@ -367,19 +369,56 @@ impl Registry {
     /// Registers a controller (a provider's own, usually with [`ControllerDefinition::for_provider`]).
     pub fn register_controller(&mut self, definition: ControllerDefinition) -> Result<(), RegistrationError> {
         for flag in definition.flags {
-            if let Some(existing) = self
-                .controllers
-                .definitions()
-                .find(|d| d.flags.iter().any(|f| f.name == flag.name))
-            {
-                return Err(RegistrationError::Flag {
-                    flag: flag.name,
-                    controller: definition.name,
-                    existing: existing.name,
-                });
-            }
+            self.flag_is_new(flag, || format!("controller {}", definition.name))?;
         }
         Ok(self.controllers.register(definition)?)
+    }
+
+    /// Declares the flags of the provider `provider` (`cloud_provider::flags`): offered on the command
+    /// line whatever `--cloud-provider` names, as upstream's binaries offer the flags of every provider
+    /// built in, and given to the provider in `InitializeContext::flags`.
+    pub fn register_provider_flags(
+        &mut self,
+        provider: &str,
+        flags: &'static [ControllerFlag],
+    ) -> Result<(), RegistrationError> {
+        for flag in flags {
+            self.flag_is_new(flag, || format!("provider {provider}"))?;
+            self.provider_flags.push((provider.to_owned(), flag));
+        }
+        Ok(())
+    }
+
+    /// `Err` when a provider or controller already declares `flag`.
+    fn flag_is_new(
+        &self,
+        flag: &ControllerFlag,
+        owner: impl FnOnce() -> String,
+    ) -> Result<(), RegistrationError> {
+        let existing = self
+            .controllers
+            .definitions()
+            .find(|d| d.flags.iter().any(|f| f.name == flag.name))
+            .map(|d| format!("controller {}", d.name))
+            .or_else(|| {
+                self.provider_flags
+                    .iter()
+                    .find(|(_, f)| f.name == flag.name)
+                    .map(|(provider, _)| format!("provider {provider}"))
+            });
+        match existing {
+            Some(existing) => Err(RegistrationError::Flag {
+                flag: flag.name,
+                owner: owner(),
+                existing,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The providers' flags, each with its provider's name, in registration order.
+    pub fn provider_flags(&self) -> impl Iterator<Item = (&str, &'static ControllerFlag)> {
+        self.provider_flags.iter().map(|(p, f)| (p.as_str(), *f))
     }
 
     /// The cloud providers.

@@ -168,6 +168,7 @@ impl Manager {
             .initialize(InitializeContext {
                 client: provider_client,
                 shutdown: shutdown.clone(),
+                flags: self.config.controllers.flags.clone(),
             })
             .await
             .map_err(ManagerError::Initialize)?;

@@ -56,6 +56,12 @@ pub struct LoadBalancer {
     pub ports: Vec<i32>,
     /// The nodes it forwards to.
     pub nodes: Vec<String>,
+    /// Who may connect (CIDRs).
+    #[serde(default)]
+    pub source_ranges: Vec<String>,
+    /// The path and node port it checks each node on, when the service keeps traffic local.
+    #[serde(default)]
+    pub health_check: Option<(String, i32)>,
 }
 
 /// A route.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
+use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name, service};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::ExampleCloud;
@@ -58,11 +58,21 @@ impl LoadBalancer for ExampleCloud {
             .map(|p| p.port)
             .collect();
         let nodes = names(nodes);
+        // What the service asks for, read as upstream's service helpers read it (a bad range is an
+        // error naming the field, reported on the service as an Event).
+        let source_ranges = service::load_balancer_source_ranges(service)?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let health_check =
+            service::health_check_path_port(service).map(|(path, port)| (path.to_owned(), port));
         let ip = cx
             .guard(self.cloud.update(move |state| {
                 if let Some(lb) = state.load_balancers.iter_mut().find(|lb| lb.name == name) {
                     lb.ports = ports;
                     lb.nodes = nodes;
+                    lb.source_ranges = source_ranges;
+                    lb.health_check = health_check;
                     return lb.ip.clone();
                 }
                 // The next free address of 203.0.113.0/24 (TEST-NET-3).
@@ -75,6 +85,8 @@ impl LoadBalancer for ExampleCloud {
                     ip: ip.clone(),
                     ports,
                     nodes,
+                    source_ranges,
+                    health_check,
                 });
                 ip
             }))

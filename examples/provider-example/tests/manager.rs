@@ -181,11 +181,15 @@ async fn the_example_provider_runs_every_controller_against_the_api_server() {
     })
     .await;
 
-    // A LoadBalancer service gets a load balancer in the cloud and its address in its status.
+    // A LoadBalancer service gets a load balancer in the cloud and its address in its status; its
+    // source ranges and health check are read by the framework's service helpers.
     let services: Api<Service> = Api::namespaced(server.client(), "default");
     let service: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        "metadata": {"name": "web", "annotations": {"service.beta.kubernetes.io/load-balancer-source-ranges": "10.1.2.3/8"}},
+        "spec": {
+            "type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}],
+            "externalTrafficPolicy": "Local", "healthCheckNodePort": 31234,
+        },
     }))
     .unwrap();
     services.create(&PostParams::default(), &service).await.unwrap();
@@ -199,6 +203,11 @@ async fn the_example_provider_runs_every_controller_against_the_api_server() {
     assert_eq!(state.load_balancers[0].ip, ip);
     assert_eq!(state.load_balancers[0].ports, [80]);
     assert_eq!(state.load_balancers[0].nodes, ["n1", "n2"]);
+    assert_eq!(state.load_balancers[0].source_ranges, ["10.0.0.0/8"]);
+    assert_eq!(
+        state.load_balancers[0].health_check,
+        Some(("/healthz".to_owned(), 31234))
+    );
 
     // Deleting the service deletes the load balancer.
     services.delete("web", &DeleteParams::default()).await.unwrap();

@@ -56,6 +56,8 @@ const AUTHZ: &str =
 const WEBHOOK: &str = "Webhook flags (no webhooks are implemented: accepted, no effect)";
 const LOGS: &str = "Logs flags";
 const CONTROLLERS: &str = "Provider controllers' flags";
+/// The `--help` heading of the flags providers declare.
+const PROVIDERS: &str = "Cloud provider flags";
 
 /// A setting's type: how its flag takes a value, and how it is read from any source (flags and files give
 /// text, the environment may give TOML-typed values).
@@ -220,14 +222,24 @@ fn kind_of(flag: &ControllerFlag) -> Kind {
     }
 }
 
-/// The flags `registry`'s controllers declare, with the controller and its provider.
-fn controller_flags(
-    registry: &Registry,
-) -> impl Iterator<Item = (&ControllerDefinition, &'static ControllerFlag)> {
-    registry
+/// Who declares a flag of [`declared_flags`].
+enum Owner<'a> {
+    /// A provider, by name.
+    Provider(&'a str),
+    /// A controller.
+    Controller(&'a ControllerDefinition),
+}
+
+/// The flags `registry`'s providers and controllers declare, with who declares each.
+fn declared_flags(registry: &Registry) -> impl Iterator<Item = (Owner<'_>, &'static ControllerFlag)> {
+    let providers = registry
+        .provider_flags()
+        .map(|(provider, flag)| (Owner::Provider(provider), flag));
+    let controllers = registry
         .controllers()
         .definitions()
-        .flat_map(|d| d.declared_flags().iter().map(move |f| (d, f)))
+        .flat_map(|d| d.declared_flags().iter().map(move |f| (Owner::Controller(d), f)));
+    providers.chain(controllers)
 }
 
 /// Adds every flag of [`FLAGS`] to `command`, then those `registry`'s controllers declare, with no clap
@@ -249,23 +261,28 @@ pub(crate) fn add_flags(mut command: Command, registry: &Registry) -> Command {
             flag.heading,
         ));
     }
-    for (definition, flag) in controller_flags(registry) {
+    for (owner, flag) in declared_flags(registry) {
+        let (owner, heading) = match owner {
+            Owner::Provider(provider) => (format!("--cloud-provider={provider}"), PROVIDERS),
+            Owner::Controller(definition) => match definition.provider() {
+                Some(provider) => (
+                    format!("{} (--cloud-provider={provider})", definition.name()),
+                    CONTROLLERS,
+                ),
+                None => (definition.name().to_owned(), CONTROLLERS),
+            },
+        };
         assert!(
             flag.name != "config" && !FLAGS.iter().any(|f| f.name == flag.name),
-            "controller {}'s flag --{} is a flag of the manager",
-            definition.name(),
+            "{owner}'s flag --{} is a flag of the manager",
             flag.name
         );
-        let owner = match definition.provider() {
-            Some(provider) => format!("{} (--cloud-provider={provider})", definition.name()),
-            None => definition.name().to_owned(),
-        };
         let help = format!("{owner}: {}", flag.help);
         command = command.arg(argument(
             flag.name,
             kind_of(flag),
             with_default(help, flag.default),
-            CONTROLLERS,
+            heading,
         ));
     }
     command.arg(
@@ -455,13 +472,13 @@ pub(crate) fn layered(matches: &ArgMatches) -> Result<Settings, SettingsError> {
     layered_with(matches, &Registry::new()).map(|(settings, _)| settings)
 }
 
-/// The effective settings, and the values of `registry`'s controllers' flags, from all sources; each
-/// controller flag's value passed its check.
+/// The effective settings, and the values of the flags `registry`'s providers and controllers declare,
+/// from all sources; each such value passed its check.
 pub(crate) fn layered_with(
     matches: &ArgMatches,
     registry: &Registry,
 ) -> Result<(Settings, FlagValues), SettingsError> {
-    let declared: Vec<&'static ControllerFlag> = controller_flags(registry).map(|(_, f)| f).collect();
+    let declared: Vec<&'static ControllerFlag> = declared_flags(registry).map(|(_, f)| f).collect();
     let names: Vec<&'static str> = declared.iter().map(|f| f.name).collect();
     let own: Vec<(&'static str, Kind)> = FLAGS.iter().map(|f| (f.name, f.kind)).collect();
     let settings: Settings = sources(
@@ -795,7 +812,66 @@ pub(crate) mod tests {
             .unwrap_err();
         assert_eq!(
             error.to_string(),
-            "controller labeller-controller's flag --tags is already tagging-controller's"
+            "controller labeller-controller's flag --tags is already controller tagging-controller's"
+        );
+    }
+
+    /// A provider's flags are offered under their own heading, read and checked as a controller's, and
+    /// may not take a name a controller (or another provider) has.
+    #[test]
+    fn provider_flags_are_read_like_controller_flags_and_never_shared() {
+        const GCE: &[ControllerFlag] = &[ControllerFlag::list(
+            "cloud-provider-gce-lb-src-cidrs",
+            "130.211.0.0/22,35.191.0.0/16",
+            "Ranges.",
+        )
+        .checked(|value| match value.items().iter().find(|i| !i.contains('/')) {
+            Some(bad) => Err(format!("{bad:?} is not a CIDR")),
+            None => Ok(()),
+        })];
+        let mut registry = with_controller_flags();
+        registry.register_provider_flags("gce", GCE).unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            let command = || add_flags(Command::new("t"), &registry);
+            let help = command().render_long_help().to_string();
+            assert!(
+                help.contains("Cloud provider flags")
+                    && help.contains("--cloud-provider=gce: Ranges. [default: 130.211.0.0/22,35.191.0.0/16]"),
+                "{help}"
+            );
+            let defaults = command().try_get_matches_from(["t"]).unwrap();
+            let (_, flags) = layered_with(&defaults, &registry).unwrap();
+            assert_eq!(
+                flags.items("cloud-provider-gce-lb-src-cidrs"),
+                ["130.211.0.0/22", "35.191.0.0/16"]
+            );
+            jail.set_env("CCM_CLOUD_PROVIDER_GCE_LB_SRC_CIDRS", "10.0.0.0/8");
+            let (_, flags) = layered_with(&defaults, &registry).unwrap();
+            assert_eq!(flags.items("cloud-provider-gce-lb-src-cidrs"), ["10.0.0.0/8"]);
+            let bad = command()
+                .try_get_matches_from(["t", "--cloud-provider-gce-lb-src-cidrs=everyone"])
+                .unwrap();
+            assert_eq!(
+                layered_with(&bad, &registry).unwrap_err().to_string(),
+                "--cloud-provider-gce-lb-src-cidrs: \"everyone\" is not a CIDR"
+            );
+            Ok(())
+        });
+        const TAGS: &[ControllerFlag] = &[ControllerFlag::list("tags", "", "Tags.")];
+        assert_eq!(
+            registry
+                .register_provider_flags("aws", TAGS)
+                .unwrap_err()
+                .to_string(),
+            "provider aws's flag --tags is already controller tagging-controller's"
+        );
+        assert_eq!(
+            registry
+                .register_controller(ControllerDefinition::new("lb-controller", |_| async {}).flags(GCE))
+                .unwrap_err()
+                .to_string(),
+            "controller lb-controller's flag --cloud-provider-gce-lb-src-cidrs is already provider gce's"
         );
     }
 

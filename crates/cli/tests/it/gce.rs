@@ -105,6 +105,7 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
             "--configure-cloud-routes=true",
             "--route-reconciliation-period=1s",
             "--node-monitor-period=1s",
+            "--cloud-provider-gce-lb-src-cidrs=35.191.0.0/16,10.9.8.7/8",
         ],
     );
 
@@ -213,6 +214,13 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
     let cluster_id = maps.get("ingress-uid").await.unwrap().data.unwrap()["provider-uid"].clone();
     assert_eq!(cluster_id.len(), 16);
     assert!(pools[0].health_checks[0].ends_with(&format!("k8s-{cluster_id}-node")));
+    // The health checkers' firewall opens what --cloud-provider-gce-lb-src-cidrs names.
+    let health_firewall = double
+        .firewalls(PROJECT)
+        .into_iter()
+        .find(|f| f.name.as_deref() == Some(format!("k8s-{cluster_id}-node-http-hc").as_str()))
+        .expect("the health checks' firewall");
+    assert_eq!(health_firewall.source_ranges, ["10.0.0.0/8", "35.191.0.0/16"]);
     services.delete("web", &Default::default()).await.unwrap();
     eventually("the load balancer outlived its service", &log, || async {
         (double.forwarding_rules(PROJECT).is_empty()
@@ -400,4 +408,33 @@ async fn the_gce_node_ipam_controller_sets_pod_cidrs_from_alias_ranges_and_repor
     })
     .await;
     assert_eq!(double.count(instances), asked + 1, "{:#?}", double.requests());
+}
+
+#[test]
+fn a_bad_load_balancer_source_range_stops_the_start_naming_the_flag() {
+    let output = Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
+        .args([
+            "--cloud-provider=gce",
+            "--cloud-provider-gce-lb-src-cidrs=130.211.0.0/22,everyone",
+            "--kubeconfig=/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "error: --cloud-provider-gce-lb-src-cidrs: \"everyone\" is not a CIDR (for example 130.211.0.0/22)"
+        ),
+        "{stderr}"
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Cloud provider flags:") && help.contains("--cloud-provider-gce-l7lb-src-cidrs"),
+        "{help}"
+    );
 }

@@ -36,8 +36,8 @@ use serde_json::json;
 
 use super::periodic::{self, Schedule};
 use crate::cached_node::CachedNode;
-use crate::cidr::Cidr;
 use crate::context::{ControllerContext, event_reference};
+use cloud_provider::Cidr;
 
 /// At most this many route calls at once (upstream's `maxConcurrentRouteOperations`).
 const CONCURRENT_ROUTE_CALLS: usize = 200;

@@ -13,13 +13,16 @@
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use cloud_provider::{CloudError, CloudProvider, InstancesV2, LeadingContext, LoadBalancer, Routes};
+use cloud_provider::{
+    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Routes,
+};
 use google_cloud_compute_v1::model;
 use google_cloud_gax::error::Error as GaxError;
 use google_cloud_gax::error::rpc::Code;
 
 pub mod client;
 pub mod config;
+pub mod flags;
 pub mod instances;
 pub mod ipam;
 pub mod load_balancer;
@@ -41,6 +44,10 @@ pub struct GceProvider {
     cluster_id: RwLock<Option<String>>,
     /// The leading client, to read the cluster ID with.
     leading: RwLock<Option<kube::Client>>,
+    /// `--cloud-provider-gce-lb-src-cidrs` (its default until [`CloudProvider::initialize`]).
+    lb_source_ranges: RwLock<Vec<String>>,
+    /// `--cloud-provider-gce-l7lb-src-cidrs`.
+    l7_lb_source_ranges: RwLock<Vec<String>>,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -88,6 +95,8 @@ impl GceProvider {
             clients,
             cluster_id: RwLock::new(None),
             leading: RwLock::new(None),
+            lb_source_ranges: RwLock::new(default_ranges(flags::DEFAULT_LB_SOURCE_RANGES)),
+            l7_lb_source_ranges: RwLock::new(default_ranges(flags::DEFAULT_L7_LB_SOURCE_RANGES)),
         })
     }
 
@@ -120,10 +129,33 @@ impl GceProvider {
         Ok(id)
     }
 
+    /// The ranges opened to Google's L3/L4 proxies and health checkers
+    /// (`--cloud-provider-gce-lb-src-cidrs`).
+    pub fn load_balancer_source_ranges(&self) -> Vec<String> {
+        self.lb_source_ranges
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The ranges of Google's L7 proxies and health checkers (`--cloud-provider-gce-l7lb-src-cidrs`), for
+    /// ingress controllers built on this provider.
+    pub fn l7_load_balancer_source_ranges(&self) -> Vec<String> {
+        self.l7_lb_source_ranges
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Sets the cluster ID (as [`CloudProvider::start_leading`] does from the cluster), for tests and tools.
     pub fn set_cluster_id(&self, id: &str) {
         *self.cluster_id.write().unwrap_or_else(PoisonError::into_inner) = Some(id.to_owned());
     }
+}
+
+fn default_ranges(text: &str) -> Vec<String> {
+    let items: Vec<&str> = text.split(',').collect();
+    flags::source_ranges(&items).expect("the defaults are CIDRs")
 }
 
 /// The cluster ID in ConfigMap `kube-system/ingress-uid` (`provider-uid`, else `uid`), made with a random
@@ -188,6 +220,22 @@ impl CloudProvider for GceProvider {
         instances::parse_provider_id(provider_id)
             .map(drop)
             .ok_or_else(|| "not of the form gce://<project>/<zone>/<instance>".to_owned())
+    }
+
+    /// Takes the provider's flags ([`flags`]): checked already, a flag the binary does not declare keeps
+    /// its default.
+    async fn initialize(&self, context: InitializeContext) -> Result<(), CloudError> {
+        for (flag, ranges) in [
+            (flags::LB_SOURCE_RANGES, &self.lb_source_ranges),
+            (flags::L7_LB_SOURCE_RANGES, &self.l7_lb_source_ranges),
+        ] {
+            if let Some(value) = context.flags.get(flag) {
+                let parsed = flags::source_ranges(value.items())
+                    .map_err(|problem| CloudError::provider(format!("--{flag}: {problem}")))?;
+                *ranges.write().unwrap_or_else(PoisonError::into_inner) = parsed;
+            }
+        }
+        Ok(())
     }
 
     /// Reads (or makes) the cluster ID the load balancers' shared names carry. A failure is logged, not

@@ -152,10 +152,11 @@ async fn a_load_balancer_is_made_with_upstreams_names_kept_in_step_and_deleted()
         firewalls[0].source_ranges,
         [
             "130.211.0.0/22",
-            "35.191.0.0/16",
             "209.85.152.0/22",
-            "209.85.204.0/22"
-        ]
+            "209.85.204.0/22",
+            "35.191.0.0/16"
+        ],
+        "upstream's default --cloud-provider-gce-lb-src-cidrs"
     );
     assert!(
         double.addresses(PROJECT).is_empty(),

@@ -31,7 +31,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use cloud_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::Resource;
@@ -220,18 +219,11 @@ fn key(service: &Service) -> String {
 
 /// Upstream's `wantsLoadBalancer`.
 fn wants_load_balancer(service: &Service) -> bool {
-    service
-        .spec
-        .as_ref()
-        .is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer") && s.load_balancer_class.is_none())
+    cloud_provider::service::wants_default_load_balancer(service)
 }
 
 fn has_finalizer(service: &Service) -> bool {
-    service
-        .metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP))
+    cloud_provider::service::has_load_balancer_finalizer(service)
 }
 
 /// Upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer.
@@ -483,6 +475,7 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
 
 #[cfg(test)]
 mod tests {
+    use cloud_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
     use serde_json::json;
 
     use super::*;

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use aws_sdk_ec2::types::{Filter, IpPermission, IpRange, UserIdGroupPair};
 use aws_sdk_elasticloadbalancingv2::types::ProtocolEnum;
-use cloud_provider::CloudError;
+use cloud_provider::{CloudError, service};
 use k8s_openapi::api::core::v1::Service;
 
 use super::is_internal;
@@ -220,13 +220,8 @@ impl AwsProvider {
         mappings: &[Mapping],
     ) -> Result<BTreeSet<Rule>, CloudError> {
         let [client, health] = rule_descriptions(name);
-        let sources = service
-            .spec
-            .as_ref()
-            .and_then(|s| s.load_balancer_source_ranges.clone())
-            .filter(|r| !r.is_empty());
-        let clients = match sources {
-            Some(ranges) => ranges,
+        let clients = match service::requested_source_ranges(service)? {
+            Some(ranges) => ranges.iter().map(ToString::to_string).collect(),
             None if is_internal(service) => {
                 let vpcs = self
                     .ec2

@@ -1,6 +1,7 @@
 //! Upstream's legacy HTTP health checks: `k8s-<cluster ID>-node` on kube-proxy's `:10256/healthz`, shared
 //! by the cluster's load balancers, or the service's own on its `healthCheckNodePort`
-//! (`externalTrafficPolicy: Local`); each with a firewall letting Google's health checkers in.
+//! (`externalTrafficPolicy: Local`); each with a firewall letting Google's health checkers in (from
+//! `--cloud-provider-gce-lb-src-cidrs`, [`crate::flags`]).
 
 use cloud_provider::CloudError;
 use google_cloud_compute_v1::model::HttpHealthCheck;
@@ -10,13 +11,6 @@ use super::{deleted, found, inserted};
 use crate::client::Attributed as _;
 use crate::{GceProvider, WriteError, gce_error};
 
-/// The source ranges of Google's health checkers (upstream's defaults).
-pub const HEALTH_CHECK_SOURCE_RANGES: [&str; 4] = [
-    "130.211.0.0/22",
-    "35.191.0.0/16",
-    "209.85.152.0/22",
-    "209.85.204.0/22",
-];
 /// kube-proxy's health port, for the shared node health check.
 pub const NODE_HEALTH_CHECK_PORT: i32 = 10256;
 

@@ -18,6 +18,7 @@ pub mod health_check;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use cloud_provider::service::{annotation, load_balancer_class, service_key};
 use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
 use google_cloud_compute_v1::model::{self, Address, ForwardingRule};
 use google_cloud_lro::Poller;
@@ -42,42 +43,20 @@ pub const CLASS_LEGACY_INTERNAL: &str = "networking.gke.io/l4-regional-internal-
 /// The ConfigMap holding the cluster ID (namespace `kube-system`).
 pub const CLUSTER_ID_CONFIG_MAP: &str = "ingress-uid";
 
-pub(super) fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
-    service
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-pub(super) fn class(service: &Service) -> Option<&str> {
-    service.spec.as_ref()?.load_balancer_class.as_deref()
-}
-
 /// Whether another implementation owns the service's load balancer.
 pub(super) fn implemented_elsewhere(service: &Service) -> bool {
-    matches!(class(service), Some(c) if c != CLASS_LEGACY_EXTERNAL && c != CLASS_LEGACY_INTERNAL)
+    matches!(load_balancer_class(service), Some(c) if c != CLASS_LEGACY_EXTERNAL && c != CLASS_LEGACY_INTERNAL)
         || annotation(service, ANNOTATION_RBS) == Some("enabled")
 }
 
 /// Whether the service asks for an internal load balancer.
 pub(super) fn wants_internal(service: &Service) -> bool {
-    if let Some(class) = class(service) {
+    if let Some(class) = load_balancer_class(service) {
         return class == CLASS_LEGACY_INTERNAL;
     }
     annotation(service, ANNOTATION_LOAD_BALANCER_TYPE)
         .or_else(|| annotation(service, ANNOTATION_LOAD_BALANCER_TYPE_DEPRECATED))
         .is_some_and(|t| t.eq_ignore_ascii_case("internal"))
-}
-
-/// `ns/name`.
-pub(super) fn service_key(service: &Service) -> String {
-    format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or("default"),
-        service.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// `{"kubernetes.io/service-name":"ns/name"}`, as upstream writes it.

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 
+use cloud_provider::service;
 use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Service;
 
@@ -174,17 +175,15 @@ fn listeners(service: &Service) -> Result<Vec<WantedListener>, CloudError> {
 /// Upstream's health check: its target from the traffic policy and the annotations, its timing from the
 /// annotations or the defaults.
 fn health(service: &Service, first_node_port: i32) -> Result<WantedHealthCheck, CloudError> {
-    let spec = service.spec.clone().unwrap_or_default();
-    let local = spec.external_traffic_policy.as_deref() == Some("Local");
     let port_annotation = annotation(service, "healthcheck-port");
-    let (mut protocol, mut port, mut path) = match spec.health_check_node_port.filter(|p| *p > 0) {
-        Some(node_port) if local => {
+    let (mut protocol, mut port, mut path) = match service::health_check_path_port(service) {
+        Some((path, node_port)) => {
             let port = if port_annotation.as_deref() == Some(TRAFFIC_PORT) {
                 first_node_port
             } else {
                 node_port
             };
-            ("HTTP".to_owned(), port, "/healthz".to_owned())
+            ("HTTP".to_owned(), port, path.to_owned())
         }
         _ => {
             let backend = annotation(service, "backend-protocol")
@@ -282,10 +281,10 @@ pub fn wanted(service: &Service) -> Result<Wanted, CloudError> {
             ));
         }
     };
-    let source_ranges = match spec.load_balancer_source_ranges.filter(|r| !r.is_empty()) {
-        Some(ranges) => ranges,
-        None => vec!["0.0.0.0/0".to_owned()],
-    };
+    let source_ranges = service::load_balancer_source_ranges(service)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     Ok(Wanted {
         name: default_load_balancer_name(service),
         listeners,
@@ -369,6 +368,19 @@ mod tests {
             }
         );
         assert!(!wanted.proxy_protocol && wanted.tags.is_empty() && wanted.security_groups.is_empty());
+        // Source ranges as upstream's service helper reads them: the field, else the annotation, each
+        // as its network; a bad one is an error naming where it came from.
+        let from_annotation = annotated(serde_json::json!({
+            "service.beta.kubernetes.io/load-balancer-source-ranges": "192.168.1.9/24, 10.0.0.0/8"
+        }));
+        assert_eq!(
+            super::wanted(&from_annotation).unwrap().source_ranges,
+            ["10.0.0.0/8", "192.168.1.0/24"]
+        );
+        let mut bad = base();
+        bad["spec"]["loadBalancerSourceRanges"] = serde_json::json!(["10.0.0.0"]);
+        let error = super::wanted(&service(bad)).unwrap_err().to_string();
+        assert!(error.contains("service.Spec.LoadBalancerSourceRanges"), "{error}");
         let mut local = base();
         local["spec"]["externalTrafficPolicy"] = "Local".into();
         local["spec"]["healthCheckNodePort"] = 32000.into();

@@ -604,6 +604,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
+                "type": "LoadBalancer",
                 "ports": [{"port": 80, "nodePort": 30080}, {"port": 53, "nodePort": 30053, "protocol": "UDP"}, {"port": 9, "protocol": "SCTP"}],
                 "externalTrafficPolicy": if local { "Local" } else { "Cluster" },
                 "healthCheckNodePort": 32000,

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_elasticloadbalancingv2::types::{Certificate, Listener, ProtocolEnum, SubnetMapping};
-use cloud_provider::CloudError;
+use cloud_provider::{CloudError, service};
 use k8s_openapi::api::core::v1::Service;
 
 use super::super::{SslPorts, annotation, go_bool, key_values, number};
@@ -128,13 +128,13 @@ fn refuse<T>(why: String) -> Result<T, CloudError> {
 
 /// Upstream's `buildNLBHealthCheckConfiguration`.
 fn health(service: &Service, shared: Option<&SharedProbe>) -> Result<Health, CloudError> {
-    let spec = service.spec.clone().unwrap_or_default();
-    let local = spec.external_traffic_policy.as_deref() == Some("Local");
+    let local = service::needs_health_check(service);
     let mut health = if local {
+        let node_port = service.spec.as_ref().and_then(|s| s.health_check_node_port);
         Health {
             protocol: ProtocolEnum::Http,
-            port: spec.health_check_node_port.unwrap_or_default().to_string(),
-            path: Some("/healthz".into()),
+            port: node_port.unwrap_or_default().to_string(),
+            path: Some(service::HEALTH_CHECK_PATH.into()),
             interval: 10,
             timeout: 10,
             healthy: 2,
@@ -458,6 +458,7 @@ mod tests {
             );
         };
         let mut local = ports();
+        local["type"] = "LoadBalancer".into();
         local["externalTrafficPolicy"] = "Local".into();
         local["healthCheckNodePort"] = 32000.into();
         check(

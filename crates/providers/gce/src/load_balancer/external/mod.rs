@@ -32,7 +32,6 @@ use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 pub use self::plan::{Plan, condensed_ports, plan};
-use super::health_check::HEALTH_CHECK_SOURCE_RANGES;
 use super::{deleted, found, inserted, link_path, service_description};
 use crate::client::Attributed as _;
 use crate::{GceProvider, WriteError, gce_error, last_component};
@@ -268,10 +267,7 @@ impl GceProvider {
             } else {
                 format!("{{\"kubernetes.io/cluster-id\":\"{cluster_id}\"}}")
             },
-            HEALTH_CHECK_SOURCE_RANGES
-                .iter()
-                .map(|r| (*r).to_owned())
-                .collect(),
+            self.load_balancer_source_ranges(),
             &ip,
             ("TCP", vec![hc_port.to_string()]),
             tags,

@@ -2,11 +2,12 @@
 
 use std::collections::BTreeSet;
 
+use cloud_provider::service::{self, annotation, service_key};
 use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Service;
 
 use super::super::health_check::NODE_HEALTH_CHECK_PORT;
-use super::super::{ANNOTATION_NETWORK_TIER, annotation, service_description, service_key};
+use super::super::{ANNOTATION_NETWORK_TIER, service_description};
 
 /// What a service wants, worked out before any request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,24 +81,10 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<Plan, CloudError> {
     let (min, max) = (numbers.first().copied(), numbers.last().copied());
     let port_range = format!("{}-{}", min.expect("ports"), max.expect("ports"));
 
-    let source_ranges = match spec.load_balancer_source_ranges.filter(|r| !r.is_empty()) {
-        Some(ranges) => ranges,
-        None => match annotation(service, "service.beta.kubernetes.io/load-balancer-source-ranges") {
-            Some(value) => value
-                .split(',')
-                .map(|r| r.trim().to_owned())
-                .filter(|r| !r.is_empty())
-                .collect(),
-            None => vec!["0.0.0.0/0".to_owned()],
-        },
-    };
-    for range in &source_ranges {
-        if !is_cidr(range) {
-            return Err(invalid(format!(
-                "service.Spec.LoadBalancerSourceRanges: {range:?} is not valid. Expecting a list of IP ranges. For example, 10.0.0.0/24"
-            )));
-        }
-    }
+    let source_ranges = service::load_balancer_source_ranges(service)?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let network_tier = match annotation(service, ANNOTATION_NETWORK_TIER) {
         None | Some("Premium") => "PREMIUM",
         Some("Standard") => "STANDARD",
@@ -108,11 +95,11 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<Plan, CloudError> {
         _ => "NONE",
     };
     let name = default_load_balancer_name(service);
-    let node_port = spec.health_check_node_port.filter(|p| *p != 0);
-    let local = spec.external_traffic_policy.as_deref() == Some("Local") && node_port.is_some();
-    let health_check = match node_port {
-        Some(port) if local => (name.clone(), port),
-        _ => (format!("k8s-{cluster_id}-node"), NODE_HEALTH_CHECK_PORT),
+    let own_check = service::health_check_path_port(service);
+    let local = own_check.is_some();
+    let health_check = match own_check {
+        Some((_, port)) => (name.clone(), port),
+        None => (format!("k8s-{cluster_id}-node"), NODE_HEALTH_CHECK_PORT),
     };
     Ok(Plan {
         service: service_key(service),
@@ -128,17 +115,6 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<Plan, CloudError> {
         requested_ip: spec.load_balancer_ip.filter(|ip| !ip.is_empty()),
         name,
     })
-}
-
-fn is_cidr(range: &str) -> bool {
-    let Some((ip, bits)) = range.split_once('/') else {
-        return false;
-    };
-    match ip.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(_)) => bits.parse::<u8>().is_ok_and(|b| b <= 32),
-        Ok(std::net::IpAddr::V6(_)) => bits.parse::<u8>().is_ok_and(|b| b <= 128),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
@@ -173,7 +149,7 @@ mod tests {
         assert!(!p.local);
 
         let local = service(
-            serde_json::json!({"ports": [{"port": 53, "protocol": "UDP"}], "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000, "loadBalancerSourceRanges": ["10.0.0.0/8"]}),
+            serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 53, "protocol": "UDP"}], "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000, "loadBalancerSourceRanges": ["10.0.0.0/8"]}),
             serde_json::json!({"cloud.google.com/network-tier": "Standard"}),
         );
         let p = plan(&local, "c1d2").unwrap();

@@ -1,11 +1,12 @@
-//! IPv4 and IPv6 CIDRs: parsing and overlap, for `--cluster-cidr` and routes.
+//! IPv4 and IPv6 CIDRs: parsing and overlap, for `--cluster-cidr`, routes and load balancers' source
+//! ranges.
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
 /// A network, e.g. `10.244.0.0/16`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Cidr {
     address: IpAddr,
     prefix: u8,
@@ -56,6 +57,20 @@ impl Cidr {
             0
         } else {
             self.bits() & (u128::MAX << (128 - u32::from(prefix)))
+        }
+    }
+
+    /// The network itself: the address with its host bits cleared (`10.1.2.3/8` is `10.0.0.0/8`), as
+    /// Go's `net.ParseCIDR` reads a CIDR.
+    pub fn network(&self) -> Cidr {
+        let bits = self.masked(self.prefix);
+        let address = match self.address {
+            IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::from((bits >> 96) as u32)),
+            IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::from(bits)),
+        };
+        Cidr {
+            address,
+            prefix: self.prefix,
         }
     }
 
@@ -185,6 +200,15 @@ mod tests {
             &[cidr("10.244.0.0/16")],
             &cidr("10.244.255.255/32")
         ));
+    }
+
+    #[test]
+    fn the_network_clears_the_host_bits() {
+        assert_eq!(cidr("10.1.2.3/8").network().to_string(), "10.0.0.0/8");
+        assert_eq!(cidr("192.168.7.9/32").network().to_string(), "192.168.7.9/32");
+        assert_eq!(cidr("1.2.3.4/0").network().to_string(), "0.0.0.0/0");
+        assert_eq!(cidr("2001:db8::1/32").network().to_string(), "2001:db8::/32");
+        assert_eq!(cidr("fd00::1/128").network().to_string(), "fd00::1/128");
     }
 
     #[test]
