@@ -199,6 +199,44 @@ impl ComputeDouble {
         self.all(Collection::Addresses, project)
     }
 
+    /// The project's health checks (global), by name.
+    pub fn health_checks(&self, project: &str) -> Vec<model::HealthCheck> {
+        self.all(Collection::HealthChecks, project)
+    }
+
+    /// The project's backend services (all regions), by name.
+    pub fn backend_services(&self, project: &str) -> Vec<model::BackendService> {
+        self.all(Collection::BackendServices, project)
+    }
+
+    /// The project's instance groups (all zones), by name.
+    pub fn instance_groups(&self, project: &str) -> Vec<model::InstanceGroup> {
+        self.all(Collection::InstanceGroups, project)
+    }
+
+    /// The instances (links, in the order added) of the instance group `name` in `zone`; `None` when the
+    /// group does not exist.
+    pub fn instance_group_members(&self, project: &str, zone: &str, name: &str) -> Option<Vec<String>> {
+        self.state().members(project, &format!("zones/{zone}"), name)
+    }
+
+    /// Inserts an unmanaged instance group directly (no operation), holding `members` (instance links),
+    /// as if it had been made before the test.
+    pub fn put_instance_group(
+        &self,
+        project: &str,
+        zone: &str,
+        group: model::InstanceGroup,
+        members: &[String],
+    ) {
+        let value = serde_json::to_value(group).expect("a group serialises");
+        let mut state = self.state();
+        let name = value["name"].as_str().expect("a group has a name").to_owned();
+        let scope = format!("zones/{zone}");
+        state.put(Collection::InstanceGroups, project, &scope, value);
+        state.set_members(project, &scope, &name, members);
+    }
+
     /// Inserts a resource directly (no operation), as if it had been made before the test: a route, a
     /// firewall, a target pool, … in `scope` (`global`, `regions/R`, `zones/Z`).
     pub fn put<T: serde::Serialize>(&self, collection: Collection, project: &str, scope: &str, resource: T) {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::resources::{ApiError, Collection, ListQuery, State};
+use crate::resources::{ApiError, Collection, ListQuery, MEMBERS, State, fingerprint};
 
 pub(crate) async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, stop: CancellationToken) {
     loop {
@@ -175,6 +175,17 @@ fn route(
     };
     match rest {
         ["operations", name] if method == Method::GET => state.poll(project, &scope, name),
+        // The double has no managed instance groups; gcloud lists them to tell an unmanaged group from
+        // a managed one. (An empty list, so no model type is needed.)
+        ["instanceGroupManagers"] if method == Method::GET && scope.starts_with("zones/") => {
+            let link = format!(
+                "{}/projects/{project}/{scope}/instanceGroupManagers",
+                "https://www.googleapis.com/compute/v1"
+            );
+            Ok(
+                serde_json::json!({"kind": "compute#instanceGroupManagerList", "id": link, "selfLink": link, "items": []}),
+            )
+        }
         ["operations", name, "wait"] if method == Method::POST => state.poll(project, &scope, name),
         [collection, more @ ..] => {
             let collection = Collection::from_path(collection).ok_or_else(not_found)?;
@@ -197,14 +208,57 @@ fn route(
                     state.delete(collection, project, &scope, name, path)
                 }
                 (&Method::PATCH | &Method::PUT, [name])
-                    if matches!(collection, Collection::Firewalls | Collection::HttpHealthChecks) =>
+                    if matches!(
+                        collection,
+                        Collection::Firewalls
+                            | Collection::HttpHealthChecks
+                            | Collection::HealthChecks
+                            | Collection::BackendServices
+                    ) =>
                 {
                     let body = parse_body()?;
                     let replace = method == Method::PUT;
                     let key = (collection, project.to_string(), scope.clone(), name.to_string());
+                    let seed = state.next_seed();
                     state.update(key, if replace { "update" } else { "patch" }, path, |existing| {
+                        if collection == Collection::BackendServices {
+                            // As Compute: a write must carry the fingerprint it read; it gets a new one.
+                            if body["fingerprint"] != existing["fingerprint"] {
+                                return Err(ApiError::new(412, "conditionNotMet", "Invalid fingerprint."));
+                            }
+                            merge(existing, body, replace)?;
+                            existing["fingerprint"] = fingerprint(seed).into();
+                            return Ok(());
+                        }
                         merge(existing, body, replace)
                     })
+                }
+                (&Method::POST, [name, action @ ("addInstances" | "removeInstances")])
+                    if collection == Collection::InstanceGroups =>
+                {
+                    let body = parse_body()?;
+                    let add = *action == "addInstances";
+                    let key = (collection, project.to_string(), scope.clone(), name.to_string());
+                    state.update(key, action, path, |group| {
+                        change_group_instances(group, &body, add)
+                    })
+                }
+                (&Method::POST, [name, "listInstances"]) if collection == Collection::InstanceGroups => {
+                    let members = state.members(project, &scope, name).ok_or_else(|| {
+                        ApiError::not_found(&format!("projects/{project}/{scope}/instanceGroups/{name}"))
+                    })?;
+                    let items: Vec<Value> = members
+                        .iter()
+                        .map(|m| serde_json::json!({"instance": m, "status": "RUNNING"}))
+                        .collect();
+                    let list: google_cloud_compute_v1::model::InstanceGroupsListInstances =
+                        serde_json::from_value(serde_json::json!({
+                            "kind": "compute#instanceGroupsListInstances",
+                            "id": format!("projects/{project}/{scope}/instanceGroups/{name}"),
+                            "items": items,
+                        }))
+                        .expect("a model-shaped list");
+                    Ok(serde_json::to_value(list).expect("it serialises"))
                 }
                 (&Method::POST, [name, action @ ("addInstance" | "removeInstance")])
                     if collection == Collection::TargetPools =>
@@ -244,6 +298,48 @@ fn merge(existing: &mut Value, body: Value, replace: bool) -> Result<(), ApiErro
             object.insert(key, value);
         }
     }
+    Ok(())
+}
+
+/// `addInstances`/`removeInstances` of an unmanaged instance group: `{"instances": [{"instance": URL},
+/// …]}`, compared by `projects/…` path. Adding a member is refused as Compute does
+/// (`memberAlreadyExists`); removing one that is not a member changes nothing.
+fn change_group_instances(group: &mut Value, body: &Value, add: bool) -> Result<(), ApiError> {
+    fn key(url: &str) -> &str {
+        url.find("projects/").map_or(url, |i| &url[i..])
+    }
+    let requested: Vec<String> = body["instances"]
+        .as_array()
+        .ok_or_else(|| ApiError::new(400, "required", "Required field 'instances' not specified"))?
+        .iter()
+        .filter_map(|i| i["instance"].as_str().map(str::to_owned))
+        .collect();
+    let mut members: Vec<String> = group[MEMBERS]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    for url in requested {
+        let present = members.iter().position(|m| key(m) == key(&url));
+        match (add, present) {
+            (true, None) => members.push(format!("https://www.googleapis.com/compute/v1/{}", key(&url))),
+            (true, Some(_)) => {
+                return Err(ApiError::new(
+                    400,
+                    "memberAlreadyExists",
+                    format!(
+                        "The resource '{}' is already a member of the instance group",
+                        key(&url)
+                    ),
+                ));
+            }
+            (false, Some(at)) => {
+                members.remove(at);
+            }
+            (false, None) => {}
+        }
+    }
+    group["size"] = members.len().into();
+    group[MEMBERS] = members.into();
     Ok(())
 }
 

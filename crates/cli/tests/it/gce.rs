@@ -231,6 +231,48 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
     })
     .await;
 
+    // An internal load balancer: upstream's finalizer on the service while it lives, its pieces in the
+    // cloud; deleting the service takes them down and lets the service go.
+    let db: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "annotations": {"networking.gke.io/load-balancer-type": "Internal"}},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "db"}, "ports": [{"port": 5432, "targetPort": 5432, "nodePort": 30432}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &db).await.unwrap();
+    let internal_ip = eventually("the internal service got no load balancer", &log, || async {
+        let status = services.get("db").await.unwrap().status?.load_balancer?;
+        status.ingress?.first()?.ip.clone()
+    })
+    .await;
+    assert!(internal_ip.starts_with("10."), "{internal_ip}");
+    let finalizers = services
+        .get("db")
+        .await
+        .unwrap()
+        .metadata
+        .finalizers
+        .unwrap_or_default();
+    assert!(
+        finalizers.contains(&"gke.networking.io/l4-ilb-v1".to_owned())
+            && finalizers.contains(&"service.kubernetes.io/load-balancer-cleanup".to_owned()),
+        "{finalizers:?}"
+    );
+    assert_eq!(double.backend_services(PROJECT).len(), 1);
+    assert_eq!(
+        double.instance_groups(PROJECT)[0].name.as_deref(),
+        Some(format!("k8s-ig--{cluster_id}").as_str())
+    );
+    services.delete("db", &Default::default()).await.unwrap();
+    eventually("the internal service was not let go", &log, || async {
+        services.get_opt("db").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(double.forwarding_rules(PROJECT).is_empty());
+    assert!(double.backend_services(PROJECT).is_empty());
+    assert!(double.instance_groups(PROJECT).is_empty());
+    assert!(double.health_checks(PROJECT).is_empty());
+    assert!(double.firewalls(PROJECT).is_empty());
+
     // The instance is deleted: so is the node, and the route controller removes its route.
     assert!(double.delete_instance(PROJECT, ZONE, "node-1"));
     eventually("the node of a deleted instance was not deleted", &log, || async {

@@ -20,11 +20,21 @@ pub enum Collection {
     ForwardingRules,
     /// `regions/R/addresses`.
     Addresses,
+    /// `global/healthChecks`.
+    HealthChecks,
+    /// `regions/R/backendServices`.
+    BackendServices,
+    /// `zones/Z/instanceGroups` (unmanaged); their members are kept in [`MEMBERS`], never shown.
+    InstanceGroups,
 }
+
+/// The field of an instance group's stored JSON that holds its members' links (the model keeps unknown
+/// fields; answers leave it out).
+pub(crate) const MEMBERS: &str = "doubleMembers";
 
 impl Collection {
     /// All of them.
-    pub const ALL: [Collection; 7] = [
+    pub const ALL: [Collection; 10] = [
         Collection::Instances,
         Collection::Routes,
         Collection::Firewalls,
@@ -32,6 +42,9 @@ impl Collection {
         Collection::TargetPools,
         Collection::ForwardingRules,
         Collection::Addresses,
+        Collection::HealthChecks,
+        Collection::BackendServices,
+        Collection::InstanceGroups,
     ];
 
     /// The collection's name in URLs.
@@ -44,6 +57,9 @@ impl Collection {
             Collection::TargetPools => "targetPools",
             Collection::ForwardingRules => "forwardingRules",
             Collection::Addresses => "addresses",
+            Collection::HealthChecks => "healthChecks",
+            Collection::BackendServices => "backendServices",
+            Collection::InstanceGroups => "instanceGroups",
         }
     }
 
@@ -52,12 +68,34 @@ impl Collection {
         Collection::ALL.into_iter().find(|c| c.path() == path)
     }
 
+    /// Its name in Compute's "in use" messages (`http_health_check`).
+    pub(crate) fn singular(self) -> &'static str {
+        match self {
+            Collection::Instances => "instance",
+            Collection::Routes => "route",
+            Collection::Firewalls => "firewall",
+            Collection::HttpHealthChecks => "http_health_check",
+            Collection::TargetPools => "target_pool",
+            Collection::ForwardingRules => "forwarding_rule",
+            Collection::Addresses => "address",
+            Collection::HealthChecks => "health_check",
+            Collection::BackendServices => "backend_service",
+            Collection::InstanceGroups => "instance_group",
+        }
+    }
+
     /// The scope kind its resources live in: `zones`, `regions` or `global`.
     pub fn scope_kind(self) -> &'static str {
         match self {
-            Collection::Instances => "zones",
-            Collection::Routes | Collection::Firewalls | Collection::HttpHealthChecks => "global",
-            Collection::TargetPools | Collection::ForwardingRules | Collection::Addresses => "regions",
+            Collection::Instances | Collection::InstanceGroups => "zones",
+            Collection::Routes
+            | Collection::Firewalls
+            | Collection::HttpHealthChecks
+            | Collection::HealthChecks => "global",
+            Collection::TargetPools
+            | Collection::ForwardingRules
+            | Collection::Addresses
+            | Collection::BackendServices => "regions",
         }
     }
 
@@ -70,6 +108,9 @@ impl Collection {
             Collection::TargetPools => "compute#targetPool",
             Collection::ForwardingRules => "compute#forwardingRule",
             Collection::Addresses => "compute#address",
+            Collection::HealthChecks => "compute#healthCheck",
+            Collection::BackendServices => "compute#backendService",
+            Collection::InstanceGroups => "compute#instanceGroup",
         }
     }
 
@@ -88,6 +129,9 @@ impl Collection {
             Collection::TargetPools => through::<model::TargetPool>(value),
             Collection::ForwardingRules => through::<model::ForwardingRule>(value),
             Collection::Addresses => through::<model::Address>(value),
+            Collection::HealthChecks => through::<model::HealthCheck>(value),
+            Collection::BackendServices => through::<model::BackendService>(value),
+            Collection::InstanceGroups => through::<model::InstanceGroup>(value),
         }
     }
 
@@ -107,6 +151,9 @@ impl Collection {
             Collection::TargetPools => through::<model::TargetPoolList>(value),
             Collection::ForwardingRules => through::<model::ForwardingRuleList>(value),
             Collection::Addresses => through::<model::AddressList>(value),
+            Collection::HealthChecks => through::<model::HealthCheckList>(value),
+            Collection::BackendServices => through::<model::BackendServiceList>(value),
+            Collection::InstanceGroups => through::<model::InstanceGroupList>(value),
         }
     }
 }

@@ -154,7 +154,7 @@ impl State {
         );
         let items = items
             .into_iter()
-            .map(|(_, v)| self.with_warnings(collection, v))
+            .map(|(_, v)| self.presented(collection, v))
             .collect();
         Ok(collection.list(items, next, link))
     }
@@ -173,7 +173,10 @@ impl State {
         let (items, next) = self.page(collection, project, None, query)?;
         let mut scoped: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for (scope, value) in items {
-            scoped.entry(scope).or_default().push(value);
+            scoped
+                .entry(scope)
+                .or_default()
+                .push(self.presented(collection, value));
         }
         let items: serde_json::Map<String, Value> = scoped
             .into_iter()
@@ -190,6 +193,7 @@ impl State {
             Collection::TargetPools => through::<model::TargetPoolAggregatedList>(value),
             Collection::ForwardingRules => through::<model::ForwardingRuleAggregatedList>(value),
             Collection::Addresses => through::<model::AddressAggregatedList>(value),
+            Collection::InstanceGroups => through::<model::InstanceGroupAggregatedList>(value),
             _ => {
                 return Err(ApiError::new(
                     404,

@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub use self::collection::Collection;
+pub(crate) use self::collection::MEMBERS;
 pub(crate) use self::errors::ApiError;
 pub(crate) use self::listing::ListQuery;
 pub(crate) use self::operations::OperationFault;
@@ -59,6 +60,11 @@ impl State {
             writes: Vec::new(),
             metadata: BTreeMap::new(),
         }
+    }
+
+    /// A fresh number (for a fingerprint).
+    pub(crate) fn next_seed(&mut self) -> u64 {
+        self.id()
     }
 
     fn id(&mut self) -> u64 {
@@ -112,12 +118,32 @@ impl State {
                 object.entry("status").or_insert_with(|| "RESERVED".into());
                 if !object.contains_key("address") {
                     let n = id % 250 + 1;
-                    object.insert("address".into(), format!("203.0.113.{n}").into());
+                    let internal = object.get("addressType").and_then(Value::as_str) == Some("INTERNAL");
+                    let ip = if internal {
+                        format!("10.128.1.{n}")
+                    } else {
+                        format!("203.0.113.{n}")
+                    };
+                    object.insert("address".into(), ip.into());
                 }
             }
             Collection::ForwardingRules if !object.contains_key("IPAddress") => {
                 let n = id % 250 + 1;
-                object.insert("IPAddress".into(), format!("198.51.100.{n}").into());
+                let internal = object.get("loadBalancingScheme").and_then(Value::as_str) == Some("INTERNAL");
+                let ip = if internal {
+                    format!("10.128.2.{n}")
+                } else {
+                    format!("198.51.100.{n}")
+                };
+                object.insert("IPAddress".into(), ip.into());
+            }
+            Collection::BackendServices => {
+                object.insert("fingerprint".into(), fingerprint(id).into());
+            }
+            Collection::InstanceGroups => {
+                object.insert("size".into(), 0.into());
+                object.insert("fingerprint".into(), fingerprint(id).into());
+                object.insert(MEMBERS.into(), json!([]));
             }
             Collection::Routes => {
                 object.entry("priority").or_insert_with(|| 1000.into());
@@ -150,11 +176,16 @@ impl State {
         self.resources
             .get(&(collection, project.into(), scope.into(), name.into()))
             .cloned()
-            .map(|v| self.with_warnings(collection, v))
+            .map(|v| self.presented(collection, v))
     }
 
-    /// A route whose next-hop instance is gone carries Compute's `NEXT_HOP_INSTANCE_NOT_FOUND` warning.
-    fn with_warnings(&self, collection: Collection, mut value: Value) -> Value {
+    /// A resource as an answer shows it: without what only the double keeps (an instance group's
+    /// members), and a route whose next-hop instance is gone with Compute's `NEXT_HOP_INSTANCE_NOT_FOUND`
+    /// warning.
+    pub(super) fn presented(&self, collection: Collection, mut value: Value) -> Value {
+        if let Some(object) = value.as_object_mut() {
+            object.remove(MEMBERS);
+        }
         if collection != Collection::Routes {
             return value;
         }
@@ -217,8 +248,33 @@ impl State {
         self.resources
             .iter()
             .filter(|((c, p, _, _), _)| *c == collection && p == project)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| self.presented(collection, v.clone()))
             .collect()
+    }
+
+    /// Sets an instance group's members (`put` makes a group empty).
+    pub(crate) fn set_members(&mut self, project: &str, scope: &str, name: &str, members: &[String]) {
+        let key = (
+            Collection::InstanceGroups,
+            project.into(),
+            scope.into(),
+            name.into(),
+        );
+        if let Some(group) = self.resources.get_mut(&key) {
+            group[MEMBERS] = members.into();
+            group["size"] = members.len().into();
+        }
+    }
+
+    /// The members (instance links) of an instance group.
+    pub(crate) fn members(&self, project: &str, scope: &str, name: &str) -> Option<Vec<String>> {
+        let group = self.resources.get(&(
+            Collection::InstanceGroups,
+            project.into(),
+            scope.into(),
+            name.into(),
+        ))?;
+        Some(links(&group[MEMBERS]).into_iter().map(str::to_owned).collect())
     }
 
     /// The fault for this request, if one is armed (and spends it).
@@ -289,30 +345,48 @@ impl State {
             )));
         };
         let target = existing["selfLink"].as_str().unwrap_or_default().to_owned();
-        // As Compute: a health check a target pool uses cannot be deleted.
-        if collection == Collection::HttpHealthChecks {
-            let user = self.resources.iter().find(|((c, p, _, _), pool)| {
-                *c == Collection::TargetPools
-                    && p == project
-                    && pool["healthChecks"].as_array().is_some_and(|checks| {
-                        checks
-                            .iter()
-                            .any(|h| h.as_str().is_some_and(|h| same_link(h, &target)))
-                    })
-            });
-            if let Some((_, pool)) = user {
-                return Err(ApiError::new(
-                    400,
-                    "resourceInUseByAnotherResource",
-                    format!(
-                        "The http_health_check resource '{}' is already being used by '{}'",
-                        link_path(&target),
-                        link_path(pool["selfLink"].as_str().unwrap_or_default())
-                    ),
-                ));
-            }
+        // As Compute: what another resource uses cannot be deleted.
+        if let Some(user) = self.user_of(collection, project, &target) {
+            return Err(ApiError::new(
+                400,
+                "resourceInUseByAnotherResource",
+                format!(
+                    "The {} resource '{}' is already being used by '{}'",
+                    collection.singular(),
+                    link_path(&target),
+                    link_path(&user)
+                ),
+            ));
         }
         Ok(self.operation(project, scope, "delete", &target, Effect::Remove(key), path))
+    }
+
+    /// The link of a resource that uses the `collection` resource at `target` (a target pool or backend
+    /// service its health check, a forwarding rule its backend service, a backend service its instance
+    /// group), if any.
+    fn user_of(&self, collection: Collection, project: &str, target: &str) -> Option<String> {
+        let (user, refers): (Collection, fn(&Value) -> Vec<&str>) = match collection {
+            Collection::HttpHealthChecks => (Collection::TargetPools, |v| links(&v["healthChecks"])),
+            Collection::HealthChecks => (Collection::BackendServices, |v| links(&v["healthChecks"])),
+            Collection::BackendServices => (Collection::ForwardingRules, |v| {
+                v["backendService"].as_str().into_iter().collect()
+            }),
+            Collection::InstanceGroups => (Collection::BackendServices, |v| {
+                v["backends"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b["group"].as_str())
+                    .collect()
+            }),
+            _ => return None,
+        };
+        self.resources
+            .iter()
+            .find(|((c, p, _, _), value)| {
+                *c == user && p == project && refers(value).into_iter().any(|l| same_link(l, target))
+            })
+            .map(|(_, value)| value["selfLink"].as_str().unwrap_or_default().to_owned())
     }
 
     /// A change to an existing resource (`addInstance`, `removeInstance`), applied when its operation is
@@ -339,6 +413,30 @@ impl State {
         let target = changed["selfLink"].as_str().unwrap_or_default().to_owned();
         Ok(self.operation(&project, &scope, kind, &target, Effect::Put(key, changed), path))
     }
+}
+
+/// The strings of a JSON array.
+fn links(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// A resource's fingerprint: 12 base64 letters and digits (9 bytes), which read and write back the same
+/// in either base64 alphabet.
+pub(crate) fn fingerprint(seed: u64) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut n = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..12)
+        .map(|_| {
+            let c = ALPHABET[(n % 62) as usize];
+            n = n / 62 + 0x2545_F491_4F6C_DD1D;
+            char::from(c)
+        })
+        .collect()
 }
 
 /// A link's `projects/…` path (links may be full URLs or partial).

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use google_cloud_auth::credentials::{self, Credentials};
 use google_cloud_compute_v1::client::{
-    Addresses, Firewalls, ForwardingRules, HttpHealthChecks, Instances, Routes, TargetPools,
+    Addresses, Firewalls, ForwardingRules, HealthChecks, HttpHealthChecks, InstanceGroups, Instances,
+    RegionBackendServices, Routes, TargetPools,
 };
 use google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder;
 use google_cloud_gax::options::RequestOptionsBuilder;
@@ -49,6 +50,12 @@ pub struct Clients {
     pub http_health_checks: HttpHealthChecks,
     /// `addresses`.
     pub addresses: Addresses,
+    /// `healthChecks` (global).
+    pub health_checks: HealthChecks,
+    /// `regionBackendServices`.
+    pub backend_services: RegionBackendServices,
+    /// `instanceGroups` (unmanaged).
+    pub instance_groups: InstanceGroups,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -97,6 +104,9 @@ impl Clients {
             firewalls: configured!(Firewalls, config, credentials),
             http_health_checks: configured!(HttpHealthChecks, config, credentials),
             addresses: configured!(Addresses, config, credentials),
+            health_checks: configured!(HealthChecks, config, credentials),
+            backend_services: configured!(RegionBackendServices, config, credentials),
+            instance_groups: configured!(InstanceGroups, config, credentials),
         })
     }
 }

@@ -3,9 +3,9 @@
 //! Built so far: upstream's `gce.conf` ([`config`]), the Compute clients with Application Default
 //! Credentials, an endpoint override, an explicit retry policy and timeouts ([`client`]), instances for
 //! the node controllers, batched: one `instances.aggregatedList` answers up to 100 nodes ([`instances`]),
-//! cluster routes ([`routes`]), external load balancers ([`load_balancer`]), and a controller of its own,
-//! the node-IPAM cloud allocator ([`ipam`], for a binary's controller registry: [`controllers`]). Not yet:
-//! internal load balancers.
+//! cluster routes ([`routes`]), external and internal load balancers ([`load_balancer`]), upstream's
+//! flags ([`flags`]), and a controller of its own, the node-IPAM cloud allocator ([`ipam`], for a
+//! binary's controller registry: [`controllers`]).
 //!
 //! Compute errors map to the framework's: rate limits and quota (HTTP 429, `RESOURCE_EXHAUSTED`, 403
 //! `rateLimitExceeded`) to a retry after [`RATE_LIMITED_RETRY_AFTER`], after the client's own retries.
@@ -350,6 +350,21 @@ impl WriteError {
         match self {
             WriteError::Request(e) => is_not_found(e),
             WriteError::Failed { http, code, .. } => *http == Some(404) || code.contains("NOT_FOUND"),
+        }
+    }
+
+    /// Another resource uses it (Compute's 400 `resourceInUseByAnotherResource`, "… is already being
+    /// used by …"): a delete that must leave it.
+    pub(crate) fn is_in_use(&self) -> bool {
+        match self {
+            WriteError::Request(e) => {
+                e.http_payload()
+                    .is_some_and(|b| String::from_utf8_lossy(b).contains("resourceInUseByAnotherResource"))
+                    || e.to_string().contains("being used by")
+            }
+            WriteError::Failed { code, message, .. } => {
+                code.contains("RESOURCE_IN_USE") || message.contains("being used by")
+            }
         }
     }
 

@@ -244,4 +244,82 @@ async fn gcloud_reads_what_the_provider_made() {
         (check["port"].as_i64(), check["requestPath"].as_str()),
         (Some(10256), Some("/healthz"))
     );
+
+    // An internal load balancer of another service, read by gcloud: its forwarding rule, regional
+    // backend service, health check and the per-zone instance groups with their instances.
+    let internal: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "namespace": "shop", "uid": "1a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+            "annotations": {"networking.gke.io/load-balancer-type": "Internal"}},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 5432}]},
+    }))
+    .unwrap();
+    let status = provider
+        .ensure_load_balancer(&cx, "kubernetes", &internal, &nodes)
+        .await
+        .unwrap();
+    let ip = status.ingress.unwrap()[0].ip.clone().unwrap();
+    let ilb = "a1a1b2c3d4e5f60718293a4b5c6d7e8f";
+    let mut args = vec!["compute", "forwarding-rules", "describe", ilb];
+    args.extend(region);
+    let rule = gcloud.json(&args);
+    assert_eq!(rule["IPAddress"], ip.as_str());
+    assert_eq!(rule["loadBalancingScheme"], "INTERNAL");
+    assert_eq!(rule["ports"], serde_json::json!(["5432"]));
+    assert!(
+        rule["backendService"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("regions/us-central1/backendServices/{ilb}"))
+    );
+    let mut args = vec!["compute", "backend-services", "describe", ilb];
+    args.extend(region);
+    let backend = gcloud.json(&args);
+    assert_eq!(backend["loadBalancingScheme"], "INTERNAL");
+    assert_eq!(backend["protocol"], "TCP");
+    assert_eq!(backend["backends"].as_array().unwrap().len(), 2, "{backend}");
+    assert!(
+        backend["healthChecks"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("global/healthChecks/k8s-c1d2e3f4a5b6c7d8-node")
+    );
+    let check = gcloud.json(&[
+        "compute",
+        "health-checks",
+        "describe",
+        "k8s-c1d2e3f4a5b6c7d8-node",
+    ]);
+    assert_eq!(check["type"], "HTTP");
+    assert_eq!(check["httpHealthCheck"]["port"], 10256);
+    // (`gcloud compute instance-groups unmanaged list` sends Compute's batch API, which the double does
+    // not serve: each zone's group is described instead.)
+    for zone in [ZONE, "us-central1-b"] {
+        let group = gcloud.json(&[
+            "compute",
+            "instance-groups",
+            "unmanaged",
+            "describe",
+            "k8s-ig--c1d2e3f4a5b6c7d8",
+            "--zone",
+            zone,
+        ]);
+        assert_eq!(group["size"], 1, "{group}");
+        assert!(group["zone"].as_str().unwrap().ends_with(zone), "{group}");
+    }
+    let members = gcloud.json(&[
+        "compute",
+        "instance-groups",
+        "unmanaged",
+        "list-instances",
+        "k8s-ig--c1d2e3f4a5b6c7d8",
+        "--zone",
+        "us-central1-b",
+    ]);
+    assert!(
+        members[0]["instance"]
+            .as_str()
+            .unwrap()
+            .ends_with("zones/us-central1-b/instances/node-2"),
+        "{members}"
+    );
 }

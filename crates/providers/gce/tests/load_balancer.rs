@@ -368,7 +368,7 @@ async fn an_in_tree_load_balancer_is_adopted_without_being_made_again() {
 }
 
 #[tokio::test]
-async fn requested_addresses_internal_services_and_other_classes() {
+async fn requested_addresses_and_other_classes() {
     let (double, provider, nodes) = setup(true).await;
     let pinned = service(
         serde_json::json!({"ports": [{"port": 80}], "loadBalancerIP": "35.9.9.9"}),
@@ -409,16 +409,6 @@ async fn requested_addresses_internal_services_and_other_classes() {
         .collect();
     assert_eq!(left, ["my-ip"], "the user's address is theirs");
 
-    let internal: Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "db", "namespace": "shop", "uid": UID, "annotations": {"networking.gke.io/load-balancer-type": "Internal"}},
-        "spec": {"ports": [{"port": 5432}]},
-    }))
-    .unwrap();
-    let error = provider
-        .ensure_load_balancer(&cx(), "k", &internal, &nodes)
-        .await
-        .unwrap_err();
-    assert!(error.to_string().contains("internal load balancers"), "{error}");
     let other = service(
         serde_json::json!({"ports": [{"port": 80}], "loadBalancerClass": "example.com/lb"}),
         UID,

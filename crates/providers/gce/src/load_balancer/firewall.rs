@@ -124,13 +124,14 @@ impl GceProvider {
         deleted(WriteError::check(done), "firewalls.delete")
     }
 
-    /// A firewall letting `sources` reach `ip` on `(protocol, ports)` of the instances tagged `tags`.
+    /// A firewall letting `sources` reach `destination` (else any address) on `(protocol, ports)` of the
+    /// instances tagged `tags`.
     pub(super) fn firewall(
         &self,
         name: String,
         description: String,
         sources: Vec<String>,
-        ip: &str,
+        destination: Option<&str>,
         (protocol, ports): (&str, Vec<String>),
         tags: Vec<String>,
     ) -> Result<Firewall, CloudError> {
@@ -142,7 +143,7 @@ impl GceProvider {
         firewall.description = Some(description);
         firewall.network = Some(self.network_url()?);
         firewall.source_ranges = sources;
-        firewall.destination_ranges = vec![ip.to_owned()];
+        firewall.destination_ranges = destination.into_iter().map(str::to_owned).collect();
         firewall.target_tags = tags;
         firewall.allowed = vec![allowed];
         firewall.priority = Some(1000);

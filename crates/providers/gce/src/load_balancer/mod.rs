@@ -3,17 +3,21 @@
 //! [`LoadBalancer`] implementation that sends each service to its kind.
 //!
 //! - [`external`]: upstream's target-pool based external network load balancer.
+//! - [`internal`]: upstream's internal load balancer (regional backend service over the cluster's
+//!   [`instance_groups`]), for `networking.gke.io/load-balancer-type: Internal` (or the deprecated
+//!   `cloud.google.com/load-balancer-type`, or the class `networking.gke.io/l4-regional-internal-legacy`).
 //! - [`firewall`]: firewalls, compared as Compute returns them, and the nodes' target tags.
-//! - [`health_check`]: upstream's HTTP health checks, shared per cluster or per service.
+//! - [`health_check`]: upstream's health checks, shared per cluster or per service.
 //!
 //! Services for other implementations (`spec.loadBalancerClass` other than upstream's legacy classes,
-//! `cloud.google.com/l4-rbs: enabled`) are `ImplementedElsewhere`. Internal load balancers
-//! (`networking.gke.io/load-balancer-type: Internal`): not yet, a clear error, which the service
-//! controller reports as an event.
+//! `cloud.google.com/l4-rbs: enabled`) are `ImplementedElsewhere`. A service that changes kind has the
+//! other kind's load balancer taken down by its next ensure.
 
 pub mod external;
 pub mod firewall;
 pub mod health_check;
+pub mod instance_groups;
+pub mod internal;
 
 use std::sync::Arc;
 
@@ -235,9 +239,12 @@ impl LoadBalancer for GceProvider {
             return Err(CloudError::ImplementedElsewhere);
         }
         if wants_internal(service) {
-            return Err(CloudError::provider(format!(
-                "internal load balancers ({ANNOTATION_LOAD_BALANCER_TYPE}: Internal) are not supported by the gce provider yet; remove the annotation for an external one"
-            )));
+            return cx
+                .call(
+                    "ensure_internal_load_balancer",
+                    self.ensure_internal(service, nodes),
+                )
+                .await;
         }
         cx.call(
             "ensure_external_load_balancer",
@@ -257,7 +264,12 @@ impl LoadBalancer for GceProvider {
             return Err(CloudError::ImplementedElsewhere);
         }
         if wants_internal(service) {
-            return Ok(());
+            return cx
+                .call(
+                    "update_internal_load_balancer",
+                    self.update_internal(service, nodes),
+                )
+                .await;
         }
         cx.call(
             "update_external_load_balancer",
@@ -274,6 +286,11 @@ impl LoadBalancer for GceProvider {
     ) -> Result<(), CloudError> {
         if implemented_elsewhere(service) {
             return Ok(());
+        }
+        if wants_internal(service) {
+            return cx
+                .call("delete_internal_load_balancer", self.delete_internal(service))
+                .await;
         }
         cx.call("delete_external_load_balancer", self.delete_external(service))
             .await

@@ -202,7 +202,17 @@ impl GceProvider {
         let plan = plan(service, &cluster_id)?;
         let (instances, vms) = self.node_instances(nodes).await?;
         let tags = self.target_tags(&vms)?;
-        let rule = self.get_rule(&plan.name).await?;
+        let mut rule = self.get_rule(&plan.name).await?;
+        if rule.as_ref().is_some_and(|r| {
+            r.load_balancing_scheme
+                .as_ref()
+                .and_then(|s| s.name())
+                .is_some_and(|s| s.eq_ignore_ascii_case(super::internal::SCHEME_INTERNAL))
+        }) {
+            // The service had an internal load balancer: it goes first.
+            self.delete_internal(service).await?;
+            rule = None;
+        }
         let pool = self.get_pool(&plan.name).await?;
         let (hc_name, hc_port) = plan.health_check.clone();
         let hc_path = format!("projects/{}/global/httpHealthChecks/{hc_name}", self.project());
@@ -234,7 +244,7 @@ impl GceProvider {
             format!("k8s-fw-{}", plan.name),
             firewall_description(&plan, &ip),
             plan.source_ranges.clone(),
-            &ip,
+            Some(&ip),
             (&plan.protocol, plan.ports.clone()),
             tags.clone(),
         )?;
@@ -268,7 +278,7 @@ impl GceProvider {
                 format!("{{\"kubernetes.io/cluster-id\":\"{cluster_id}\"}}")
             },
             self.load_balancer_source_ranges(),
-            &ip,
+            Some(&ip),
             ("TCP", vec![hc_port.to_string()]),
             tags,
         )?;
