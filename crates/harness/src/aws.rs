@@ -208,11 +208,16 @@ impl ProxiedRequest {
     }
 }
 
-#[derive(Debug, Default)]
+/// An answer the proxy gives itself: `(HTTP status, body)` for a request's form body.
+pub type Answer = Arc<dyn Fn(&str) -> (u16, String) + Send + Sync>;
+
+#[derive(Default)]
 struct Log {
     records: Vec<ProxiedRequest>,
     /// Where the last take of counts ended.
     taken: usize,
+    /// Actions answered here instead of by moto.
+    answers: BTreeMap<String, Answer>,
 }
 
 /// An HTTP proxy in front of moto that records every request (its `Action`, `User-Agent`, arrival and
@@ -261,6 +266,12 @@ impl RecordingProxy {
         Ok(RecordingProxy { log, url, task })
     }
 
+    /// Answers `action` here with `answer` (given the request's form body) instead of forwarding it: for
+    /// an API moto does not have, from a recorded answer. The request is recorded as any other.
+    pub fn answer(&self, action: &str, answer: impl Fn(&str) -> (u16, String) + Send + Sync + 'static) {
+        self.lock().answers.insert(action.to_owned(), Arc::new(answer));
+    }
+
     /// Every request so far, in order of arrival.
     pub fn requests(&self) -> Vec<ProxiedRequest> {
         self.lock().records.clone()
@@ -304,6 +315,29 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    let canned = log
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .answers
+        .get(&action)
+        .cloned();
+    if let Some(answer) = canned {
+        let (status, text) = answer(&String::from_utf8_lossy(&body));
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .records
+            .push(ProxiedRequest {
+                time_us,
+                action,
+                user_agent,
+                status,
+            });
+        return http::Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, "text/xml;charset=UTF-8")
+            .body(Full::new(Bytes::from(text)))
+            .map_err(std::io::Error::other);
+    }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = format!("{upstream}{path}")
         .parse()

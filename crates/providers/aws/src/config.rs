@@ -236,6 +236,15 @@ impl CloudConfig {
             "kubernetesclusterid" => text(&mut self.kubernetes_cluster_id),
             "elbsecuritygroup" => text(&mut self.elb_security_group),
             "supportedtopologyinstancetypepattern" => {
+                regex::Regex::new(value).map_err(|e| {
+                    let text = e.to_string();
+                    let why = text
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ");
+                    format!("not a regular expression: {why}")
+                })?;
                 text(&mut self.supported_topology_instance_type_pattern)
             }
             "clusterserviceloadbalancerhealthprobemode" => match value {
@@ -420,6 +429,10 @@ mod tests {
             (
                 "[Global]\nVPC = \"vpc-1\n",
                 "cloud-config line 2: value \"vpc-1 has no closing quote",
+            ),
+            (
+                "[Global]\nSupportedTopologyInstanceTypePattern = ^(p[0-9\n",
+                "cloud-config line 2: [Global] SupportedTopologyInstanceTypePattern: not a regular expression: unclosed character class",
             ),
         ];
         for (text, expected) in cases {

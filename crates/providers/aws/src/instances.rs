@@ -447,6 +447,25 @@ impl InstancesV2 for AwsProvider {
         nodes: &[Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
         let found = self.lookup(cx, nodes).await;
+        // The topology of the instances whose nodes need its labels: one request per 100 instances.
+        let wanted: Vec<(String, String)> = nodes
+            .iter()
+            .zip(&found)
+            .filter_map(|(node, found)| match found {
+                Ok(Some(Found::Instance(instance))) if !has_topology_labels(node) => Some((
+                    instance.instance_id()?.to_owned(),
+                    instance.instance_type()?.as_str().to_owned(),
+                )),
+                _ => None,
+            })
+            .collect();
+        let ask = self.topology.to_ask(&self.region, &wanted);
+        let topology = if ask.is_empty() {
+            Ok(HashMap::new())
+        } else {
+            cx.call("DescribeInstanceTopology", self.network_nodes(&ask))
+                .await
+        };
         let mut out = Vec::with_capacity(nodes.len());
         for (node, found) in nodes.iter().zip(found) {
             let found = match found {
@@ -475,7 +494,26 @@ impl InstancesV2 for AwsProvider {
                 }
             };
             out.push(Ok(match &found {
-                Found::Instance(instance) => self.metadata(instance, zone_id),
+                Found::Instance(instance) => {
+                    let mut metadata = self.metadata(instance, zone_id);
+                    let id = instance.instance_id().unwrap_or_default();
+                    if ask.contains(&id) {
+                        match &topology {
+                            Ok(nodes) => {
+                                for (layer, network_node) in nodes.get(id).into_iter().flatten().enumerate() {
+                                    metadata
+                                        .additional_labels
+                                        .insert(crate::topology::label(layer + 1), network_node.clone());
+                                }
+                            }
+                            Err(error) => {
+                                out.push(Err(copy(error)));
+                                continue;
+                            }
+                        }
+                    }
+                    metadata
+                }
                 Found::Fargate(interface) => {
                     let provider_id = node
                         .spec
@@ -488,6 +526,14 @@ impl InstancesV2 for AwsProvider {
         }
         out
     }
+}
+
+/// Whether the node has its topology labels already (upstream asks again only without them).
+fn has_topology_labels(node: &Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(&crate::topology::label(1)))
 }
 
 /// One failure, again (for each node it concerns).

@@ -26,6 +26,7 @@ pub mod instances;
 pub mod load_balancer;
 pub mod routes;
 pub mod tagging;
+pub mod topology;
 
 pub use client::RequestCounter;
 pub use config::{CloudConfig, ConfigError};
@@ -46,6 +47,7 @@ pub struct AwsProvider {
     zone_ids: Mutex<HashMap<String, String>>,
     route_table: Mutex<Option<String>>,
     describer: batch::Describer,
+    topology: topology::Topology,
 }
 
 impl std::fmt::Debug for AwsProvider {
@@ -83,6 +85,7 @@ impl AwsProvider {
         let elb = client::elb(sdk, &config, &requests, &http);
         let elbv2 = client::elbv2(sdk, &config, &requests, &http);
         let region = sdk.region().map(|r| r.as_ref().to_owned()).unwrap_or_default();
+        let config_pattern = config.supported_topology_instance_type_pattern.clone();
         AwsProvider {
             config,
             region,
@@ -93,6 +96,8 @@ impl AwsProvider {
             zone_ids: Mutex::new(HashMap::new()),
             route_table: Mutex::new(None),
             describer: batch::Describer::default(),
+            topology: topology::Topology::new(&config_pattern)
+                .expect("SupportedTopologyInstanceTypePattern is checked when the cloud-config is read"),
         }
     }
 

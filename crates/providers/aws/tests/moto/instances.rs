@@ -312,3 +312,143 @@ async fn fargate_nodes_are_found_by_their_attached_interface_and_uninterpretable
         Err(CloudError::Provider(_))
     ));
 }
+
+/// moto has no `DescribeInstanceTopology`: a proxy in front of it answers that action with EC2's
+/// documented answer (its shape recorded; the instance IDs the request names, three network nodes each)
+/// and forwards everything else.
+fn recorded_topology(body: &str) -> (u16, String) {
+    let ids: Vec<String> = body
+        .split('&')
+        .filter(|pair| pair.starts_with("InstanceId."))
+        .filter_map(|pair| pair.split_once('=').map(|(_, id)| id.to_owned()))
+        .collect();
+    let items: String = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| {
+            format!(
+                "<item><instanceId>{id}</instanceId><instanceType>p5.48xlarge</instanceType><groupName>ml-cpg</groupName>\
+                 <networkNodeSet><item>nn-1111111111example</item><item>nn-2222222222example</item><item>nn-33333333333{n}example</item></networkNodeSet>\
+                 <availabilityZone>us-east-1a</availabilityZone><zoneId>use1-az6</zoneId></item>"
+            )
+        })
+        .collect();
+    (
+        200,
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<DescribeInstanceTopologyResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>a1b2c3d4-5678-90ab-cdef-EXAMPLE11111</requestId><instanceSet>{items}</instanceSet></DescribeInstanceTopologyResponse>"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn topology_labels_for_supported_types_in_one_request_and_none_again() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let gpus = run_instances_of(&ec2, 3, InstanceType::P548xlarge).await;
+    let plain = run_instances(&ec2, 1, true).await;
+    let proxy = harness::aws::RecordingProxy::start(moto.0.url()).await.unwrap();
+    proxy.answer("DescribeInstanceTopology", recorded_topology);
+    let provider = moto.provider_via(&proxy.url, "");
+    let instances = provider.instances_v2().unwrap();
+    let nodes: Vec<Arc<Node>> = gpus
+        .iter()
+        .chain(&plain)
+        .enumerate()
+        .map(|(n, i)| {
+            node(
+                &format!("node-{n}"),
+                Some(&format!("aws:///us-east-1a/{}", i.instance_id().unwrap())),
+            )
+        })
+        .collect();
+    let metadata = instances.instance_metadata_batch(&cx(), &nodes).await;
+    assert_eq!(
+        proxy.take_all().get("DescribeInstanceTopology"),
+        Some(&1),
+        "one request for three"
+    );
+    for (n, found) in metadata[..3].iter().enumerate() {
+        let labels = &found.as_ref().unwrap().additional_labels;
+        assert_eq!(
+            labels["topology.k8s.aws/network-node-layer-1"],
+            "nn-1111111111example"
+        );
+        assert_eq!(
+            labels["topology.k8s.aws/network-node-layer-2"],
+            "nn-2222222222example"
+        );
+        assert_eq!(
+            labels["topology.k8s.aws/network-node-layer-3"],
+            format!("nn-33333333333{n}example")
+        );
+    }
+    let other = &metadata[3].as_ref().unwrap().additional_labels;
+    assert!(
+        !other
+            .keys()
+            .any(|k| k.starts_with("topology.k8s.aws/network-node-layer-")),
+        "m5.large is not a topology type: {other:?}"
+    );
+
+    // Nodes that have their labels are not asked about again.
+    let labelled: Vec<Arc<Node>> = nodes[..3]
+        .iter()
+        .map(|n| {
+            let mut node = (**n).clone();
+            node.metadata.labels = Some(
+                [(
+                    "topology.k8s.aws/network-node-layer-1".to_owned(),
+                    "nn-1".to_owned(),
+                )]
+                .into(),
+            );
+            Arc::new(node)
+        })
+        .collect();
+    instances.instance_metadata_batch(&cx(), &labelled).await;
+    assert_eq!(proxy.take_all().get("DescribeInstanceTopology"), None);
+
+    // A region without the API: no labels, no error, and not asked again.
+    let unsupported = harness::aws::RecordingProxy::start(moto.0.url()).await.unwrap();
+    unsupported.answer("DescribeInstanceTopology", |_| {
+        (
+            400,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>UnsupportedOperation</Code><Message>The functionality you requested is not available in this region.</Message></Error></Errors><RequestID>a1b2c3d4-5678-90ab-cdef-EXAMPLE22222</RequestID></Response>".to_owned(),
+        )
+    });
+    let provider = moto.provider_via(&unsupported.url, "");
+    let instances = provider.instances_v2().unwrap();
+    for _ in 0..2 {
+        let metadata = instances.instance_metadata_batch(&cx(), &nodes[..3]).await;
+        for found in &metadata {
+            let labels = &found.as_ref().unwrap().additional_labels;
+            assert!(
+                !labels.contains_key("topology.k8s.aws/network-node-layer-1"),
+                "{labels:?}"
+            );
+        }
+    }
+    assert_eq!(
+        unsupported.take_all().get("DescribeInstanceTopology"),
+        Some(&1),
+        "the region is remembered"
+    );
+
+    // Any other failure fails the nodes that needed the labels (asked again), not the others.
+    let failing = harness::aws::RecordingProxy::start(moto.0.url()).await.unwrap();
+    failing.answer("DescribeInstanceTopology", |_| {
+        (
+            400,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>InvalidParameterValue</Code><Message>bad</Message></Error></Errors><RequestID>r</RequestID></Response>".to_owned(),
+        )
+    });
+    let provider = moto.provider_via(&failing.url, "");
+    let metadata = provider
+        .instances_v2()
+        .unwrap()
+        .instance_metadata_batch(&cx(), &nodes)
+        .await;
+    assert!(metadata[..3].iter().all(Result::is_err), "{metadata:?}");
+    assert!(metadata[3].is_ok(), "{:?}", metadata[3]);
+}

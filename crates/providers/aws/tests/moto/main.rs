@@ -52,9 +52,14 @@ impl Moto {
 
     /// The provider, reaching moto through the cloud-config's endpoint override.
     fn provider(&self, extra: &str) -> AwsProvider {
+        self.provider_via(self.0.url(), extra)
+    }
+
+    /// The provider, reaching moto at `url` (a proxy in front of it).
+    fn provider_via(&self, url: &str, extra: &str) -> AwsProvider {
         let text = format!(
             "[Global]\nRegion = us-east-1\nKubernetesClusterID = test\n{extra}\n[ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n[ServiceOverride \"2\"]\nService = elasticloadbalancing\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n\n[ServiceOverride \"3\"]\nService = elasticloadbalancingv2\nRegion = us-east-1\nURL = {url}\nSigningRegion = us-east-1\n",
-            url = self.0.url()
+            url = url
         );
         AwsProvider::new(CloudConfig::parse(&text).unwrap().config, &self.sdk())
     }
@@ -66,10 +71,28 @@ async fn run_instances(
     count: i32,
     tagged: bool,
 ) -> Vec<aws_sdk_ec2::types::Instance> {
+    run_typed_instances(ec2, count, tagged, InstanceType::M5Large).await
+}
+
+/// Starts `count` tagged instances of `kind`.
+async fn run_instances_of(
+    ec2: &aws_sdk_ec2::Client,
+    count: i32,
+    kind: InstanceType,
+) -> Vec<aws_sdk_ec2::types::Instance> {
+    run_typed_instances(ec2, count, true, kind).await
+}
+
+async fn run_typed_instances(
+    ec2: &aws_sdk_ec2::Client,
+    count: i32,
+    tagged: bool,
+    kind: InstanceType,
+) -> Vec<aws_sdk_ec2::types::Instance> {
     let mut request = ec2
         .run_instances()
         .image_id("ami-12c6146b")
-        .instance_type(InstanceType::M5Large)
+        .instance_type(kind)
         .min_count(count)
         .max_count(count);
     if tagged {
