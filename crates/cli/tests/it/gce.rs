@@ -262,6 +262,9 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
         double.instance_groups(PROJECT)[0].name.as_deref(),
         Some(format!("k8s-ig--{cluster_id}").as_str())
     );
+    // The delete fails half-way once (the rule gone, the backend service not): upstream's finalizer
+    // keeps the service, and the next delete finishes.
+    double.fail_operations("/backendServices/", 500, "INTERNAL_ERROR", 1);
     services.delete("db", &Default::default()).await.unwrap();
     eventually("the internal service was not let go", &log, || async {
         services.get_opt("db").await.unwrap().is_none().then_some(())

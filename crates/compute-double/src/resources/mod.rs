@@ -110,6 +110,16 @@ impl State {
             }
             _ => {}
         }
+        let internal_rule = collection == Collection::ForwardingRules
+            && object.get("loadBalancingScheme").and_then(Value::as_str) == Some("INTERNAL");
+        if internal_rule && !object.contains_key("subnetwork") {
+            // As Compute on an auto-mode network: the region's subnet.
+            let subnet = format!(
+                "{}/compute/v1/projects/{project}/{scope}/subnetworks/default",
+                self.base
+            );
+            object.insert("subnetwork".into(), subnet.into());
+        }
         match collection {
             Collection::Instances => {
                 object.entry("status").or_insert_with(|| "RUNNING".into());

@@ -27,6 +27,11 @@ fn cx() -> CallContext {
 /// Three nodes in `us-central1-a` and one in `us-central1-b` (a regional cluster), a subnet in the
 /// cloud-config.
 async fn setup() -> (ComputeDouble, GceProvider, Vec<Arc<Node>>) {
+    setup_with("subnetwork-name = nodes\n").await
+}
+
+/// As [`setup`], with `subnet` (a cloud-config line, or nothing) naming the subnet.
+async fn setup_with(subnet: &str) -> (ComputeDouble, GceProvider, Vec<Arc<Node>>) {
     let double = ComputeDouble::start().await.unwrap();
     let mut nodes = Vec::new();
     for (i, zone) in [(1, ZONE), (2, ZONE), (3, ZONE), (4, OTHER_ZONE)] {
@@ -46,7 +51,7 @@ async fn setup() -> (ComputeDouble, GceProvider, Vec<Arc<Node>>) {
         ));
     }
     let text = format!(
-        "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nregional = true\nnetwork-name = default\nsubnetwork-name = nodes\nnode-tags = cluster-node\napi-endpoint = {}\n",
+        "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nregional = true\nnetwork-name = default\n{subnet}node-tags = cluster-node\napi-endpoint = {}\n",
         double.endpoint()
     );
     let provider = GceProvider::new(CloudConfig::parse(&text).unwrap().config)
@@ -586,4 +591,104 @@ async fn a_service_that_changes_kind_leaves_nothing_of_the_other() {
         .unwrap();
     nothing_left(&double, "deleted");
     assert!(double.target_pools(PROJECT).is_empty());
+}
+
+/// Without a subnet named, Compute chooses the region's for the rule, and the rule keeps it: a second
+/// ensure writes nothing (it would remake the rule on a new IP if it compared the rule against none).
+#[tokio::test]
+async fn without_a_subnet_named_the_rule_keeps_the_one_compute_chose() {
+    let (double, provider, nodes) = setup_with("").await;
+    let status = provider
+        .ensure_load_balancer(&cx(), "k", &db(), &nodes)
+        .await
+        .unwrap();
+    let rule = &double.forwarding_rules(PROJECT)[0];
+    assert!(
+        rule.subnetwork
+            .as_deref()
+            .unwrap()
+            .ends_with("/subnetworks/default")
+    );
+    let before = writes(&double).len();
+    let again = provider
+        .ensure_load_balancer(&cx(), "k", &db(), &nodes)
+        .await
+        .unwrap();
+    assert_eq!(writes(&double)[before..], [] as [String; 0]);
+    assert_eq!(ip_of(&again), ip_of(&status));
+}
+
+/// Upstream's rules about who owns a service and when a delete is finished.
+#[tokio::test]
+async fn ownership_by_finalizers_and_a_delete_that_is_not_finished() {
+    let (double, provider, nodes) = setup().await;
+    // GKE's newer controller's service (its finalizer, no load balancer of ours): not ours.
+    let mut theirs = db();
+    theirs.metadata.finalizers = Some(vec!["gke.networking.io/l4-ilb-v2".into()]);
+    assert!(matches!(
+        provider.ensure_load_balancer(&cx(), "k", &theirs, &nodes).await,
+        Err(cloud_provider::CloudError::ImplementedElsewhere)
+    ));
+    assert!(double.forwarding_rules(PROJECT).is_empty() && double.backend_services(PROJECT).is_empty());
+    // Ours (upstream's finalizer) with its rule already gone: the delete is not finished, so the load
+    // balancer still "exists" for the service controller, which then deletes it again.
+    let mut ours = db();
+    ours.metadata.finalizers = Some(vec!["gke.networking.io/l4-ilb-v1".into()]);
+    assert!(
+        provider
+            .get_load_balancer(&cx(), "k", &ours)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        provider
+            .get_load_balancer(&cx(), "k", &db())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// A delete takes down what the rule points at, though the spec changed since (the service's own
+/// health check of local traffic, after the policy went back to Cluster).
+#[tokio::test]
+async fn a_delete_follows_the_rule_not_a_changed_spec() {
+    let (double, provider, nodes) = setup().await;
+    let local = internal(
+        serde_json::json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000, "ports": [{"port": 5432}]}),
+        serde_json::json!({}),
+        UID,
+    );
+    provider
+        .ensure_load_balancer(&cx(), "k", &local, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(double.health_checks(PROJECT)[0].name.as_deref(), Some(LB));
+    provider
+        .ensure_load_balancer_deleted(&cx(), "k", &db())
+        .await
+        .unwrap();
+    nothing_left(&double, "deleted after the policy changed");
+}
+
+/// The temporary address could not be released after the rule took its IP: the next ensure, with
+/// nothing else to change, releases it.
+#[tokio::test]
+async fn an_address_left_held_is_released_by_the_next_ensure() {
+    let (double, provider, nodes) = setup().await;
+    double.set_operation_polls(0);
+    double.fail_operations(&format!("/addresses/{LB}"), 500, "INTERNAL_ERROR", 1);
+    assert!(
+        provider
+            .ensure_load_balancer(&cx(), "k", &db(), &nodes)
+            .await
+            .is_err()
+    );
+    assert_eq!(double.addresses(PROJECT).len(), 1);
+    provider
+        .ensure_load_balancer(&cx(), "k", &db(), &nodes)
+        .await
+        .unwrap();
+    assert!(double.addresses(PROJECT).is_empty());
 }

@@ -220,12 +220,20 @@ impl LoadBalancer for GceProvider {
     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
         let name = default_load_balancer_name(service);
         let rule = cx.call("forwardingRules.get", self.get_rule(&name)).await?;
-        Ok(rule.map(|r| LoadBalancerStatus {
-            ingress: Some(vec![LoadBalancerIngress {
-                ip: r.ip_address,
-                ..LoadBalancerIngress::default()
-            }]),
-        }))
+        match rule {
+            Some(rule) => Ok(Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: rule.ip_address,
+                    ..LoadBalancerIngress::default()
+                }]),
+            })),
+            // As upstream: the finalizer says a delete is not finished (the rule goes second), so the
+            // service controller asks for the delete again instead of letting the service go.
+            None if internal::has_finalizer(service, internal::FINALIZER_ILB_V1) => {
+                Ok(Some(LoadBalancerStatus::default()))
+            }
+            None => Ok(None),
+        }
     }
 
     async fn ensure_load_balancer(

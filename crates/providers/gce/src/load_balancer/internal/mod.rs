@@ -31,6 +31,10 @@
 //! subresource, with the client of the leading process; a provider used without one, in tests and tools,
 //! leaves the service alone). A service upstream gave the finalizer loses it when this provider deletes
 //! its load balancer.
+//! While it is there the load balancer exists for the service controller, even once the rule is gone (a
+//! delete that failed half-way is made again). A service with GKE's newer controller's finalizer
+//! (`gke.networking.io/l4-ilb-v2`) and no rule of ours is that controller's. A delete follows what the
+//! rule points at (backend service, its health checks), as the spec may have changed since.
 //!
 //! Not here (upstream has them): the `LoadBalancerPortsError` condition on the service, the `ILBSubsets`
 //! and `SkipIGsManagement` gates, nodes filtered by `cloud.google.com/gke-node-pool-subnet`, and legacy
@@ -63,6 +67,18 @@ use crate::{GceProvider, WriteError, gce_error, last_component};
 pub const SCHEME_INTERNAL: &str = "INTERNAL";
 /// Upstream's finalizer on a service with an internal load balancer.
 pub const FINALIZER_ILB_V1: &str = "gke.networking.io/l4-ilb-v1";
+/// The finalizer of GKE's newer internal load-balancer controller: such a service is not this one's.
+pub const FINALIZER_ILB_V2: &str = "gke.networking.io/l4-ilb-v2";
+
+/// Whether the service carries `finalizer`.
+pub fn has_finalizer(service: &Service, finalizer: &str) -> bool {
+    service
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == finalizer)
+}
 
 /// The rule `plan` wants (`backend_service` and `subnet` links, the IP if known).
 fn wanted_rule(
@@ -224,8 +240,16 @@ impl GceProvider {
         let plan = plan(service, &cluster_id)?;
         let (instances, vms) = self.node_instances(nodes).await?;
         let tags = self.target_tags(&vms)?;
-        self.add_ilb_finalizer(service).await?;
         let mut rule = self.get_rule(&plan.name).await?;
+        // As upstream: a service GKE's newer controller owns (its finalizer, no rule of ours, not ours
+        // before) is its.
+        if rule.is_none()
+            && !has_finalizer(service, FINALIZER_ILB_V1)
+            && has_finalizer(service, FINALIZER_ILB_V2)
+        {
+            return Err(CloudError::ImplementedElsewhere);
+        }
+        self.add_ilb_finalizer(service).await?;
         if rule.as_ref().is_some_and(|r| {
             r.load_balancing_scheme
                 .as_ref()
@@ -252,7 +276,11 @@ impl GceProvider {
         let hc_link = self
             .ensure_internal_health_check(&hc_name, hc_port, hc_description)
             .await?;
-        let subnet = self.subnet_url(&plan);
+        // Without a subnet named (annotation or cloud-config), the one Compute chose for the rule stays
+        // (upstream finds the region's subnet at start; a rule compared against none would be remade).
+        let subnet = self
+            .subnet_url(&plan)
+            .or_else(|| rule.as_ref().and_then(|r| r.subnetwork.clone()));
         let ip = plan.requested_ip.clone().or_else(|| {
             rule.as_ref()
                 .filter(|r| {
@@ -275,7 +303,8 @@ impl GceProvider {
             )
         });
         let (ip, ours) = match unchanged.and_then(|r| r.ip_address.clone()) {
-            Some(ip) => (ip, false),
+            // An address an earlier ensure held and could not release goes now.
+            Some(ip) => (ip, self.get_address(&plan.name).await?.is_some()),
             None => {
                 self.hold_internal_address(&plan, service, ip.as_deref(), subnet.as_deref())
                     .await?
@@ -433,18 +462,43 @@ impl GceProvider {
     pub(super) async fn delete_internal(&self, service: &Service) -> Result<(), CloudError> {
         let cluster_id = self.load_cluster_id().await?;
         let name = default_load_balancer_name(service);
-        // What the spec says now; a service whose spec is no longer valid still has its names.
-        let (backend, (check, _)) = match plan(service, &cluster_id) {
-            Ok(plan) => (plan.backend_service, plan.health_check),
-            Err(_) => (name.clone(), (format!("k8s-{cluster_id}-node"), 0)),
+        // What the rule points at, when it is still there: the spec may have changed since (traffic
+        // policy, backend sharing, type). Else the names the spec gives, as upstream.
+        let referenced = match self.get_rule(&name).await? {
+            Some(rule) => match rule.backend_service.as_deref().map(last_component) {
+                Some(backend) => self.get_backend_service(backend).await?,
+                None => None,
+            },
+            None => None,
+        };
+        let (backend, checks) = match referenced {
+            Some(backend) => (
+                backend.name.clone().unwrap_or_else(|| name.clone()),
+                backend
+                    .health_checks
+                    .iter()
+                    .map(|c| last_component(c).to_owned())
+                    .collect::<Vec<_>>(),
+            ),
+            None => {
+                let backend = plan(service, &cluster_id).map_or_else(|_| name.clone(), |p| p.backend_service);
+                let check = if cloud_provider::service::requests_only_local_traffic(service) {
+                    name.clone()
+                } else {
+                    format!("k8s-{cluster_id}-node")
+                };
+                (backend, vec![check])
+            }
         };
         self.delete_address(&name).await?;
         self.delete_rule(&name).await?;
         self.delete_backend_service(&backend).await?;
         self.delete_firewall(&format!("k8s-fw-{name}")).await?;
         self.delete_firewall(&name).await?;
-        self.delete_internal_health_check(&check, &format!("{check}-hc"))
-            .await?;
+        for check in &checks {
+            self.delete_internal_health_check(check, &format!("{check}-hc"))
+                .await?;
+        }
         self.delete_instance_groups(&group_name(&cluster_id)).await?;
         self.remove_ilb_finalizer(service).await
     }
