@@ -48,6 +48,10 @@ pub(crate) fn command(registry: &Registry) -> Command {
 /// Exit codes: 0 done; 1 failure at run time (including lost leadership, as upstream); 2 invalid
 /// command line or settings.
 pub fn main(registry: Registry) -> ExitCode {
+    if let Err(problem) = settings::check_declared_flags(&registry) {
+        eprintln!("error: {problem}");
+        return ExitCode::FAILURE;
+    }
     let matches = match command(&registry).try_get_matches() {
         Ok(matches) => matches,
         Err(error) => error.exit(),

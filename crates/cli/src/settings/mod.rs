@@ -242,6 +242,24 @@ fn declared_flags(registry: &Registry) -> impl Iterator<Item = (Owner<'_>, &'sta
     providers.chain(controllers)
 }
 
+/// `Err` naming the owner when a provider or controller of `registry` declares a flag of the manager's
+/// own (or `config`): the binary was put together wrong, and says so before anything starts.
+pub(crate) fn check_declared_flags(registry: &Registry) -> Result<(), String> {
+    for (owner, flag) in declared_flags(registry) {
+        if flag.name == "config" || FLAGS.iter().any(|f| f.name == flag.name) {
+            let owner = match owner {
+                Owner::Provider(provider) => format!("provider {provider}"),
+                Owner::Controller(definition) => format!("controller {}", definition.name()),
+            };
+            return Err(format!(
+                "{owner}'s flag --{} is a flag of the manager; the binary's registry must not declare it",
+                flag.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Adds every flag of [`FLAGS`] to `command`, then those `registry`'s controllers declare, with no clap
 /// defaults; the help of `--cloud-provider` and `--controllers` lists what `registry` holds.
 ///
@@ -813,6 +831,18 @@ pub(crate) mod tests {
         assert_eq!(
             error.to_string(),
             "controller labeller-controller's flag --tags is already controller tagging-controller's"
+        );
+    }
+
+    #[test]
+    fn a_declared_flag_of_the_managers_own_is_one_error_naming_its_owner() {
+        const CLASH: &[ControllerFlag] = &[ControllerFlag::value("cluster-name", "", "Clash.")];
+        let mut registry = with_controller_flags();
+        assert_eq!(check_declared_flags(&registry), Ok(()));
+        registry.register_provider_flags("gce", CLASH).unwrap();
+        assert_eq!(
+            check_declared_flags(&registry).unwrap_err(),
+            "provider gce's flag --cluster-name is a flag of the manager; the binary's registry must not declare it"
         );
     }
 
