@@ -74,6 +74,51 @@ impl Cidr {
         }
     }
 
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// The address bits of the family (32 or 128).
+    pub fn family_bits(&self) -> u8 {
+        if self.is_ipv4() { 32 } else { 128 }
+    }
+
+    /// The `index`-th network of prefix `sub_prefix` inside this one (`10.64.0.0/14`, 24, 3 is
+    /// `10.64.3.0/24`); `None` when `sub_prefix` is shorter than this network's, longer than the
+    /// family's, or `index` is past the last one.
+    pub fn subnet(&self, sub_prefix: u8, index: u128) -> Option<Cidr> {
+        if sub_prefix < self.prefix || sub_prefix > self.family_bits() {
+            return None;
+        }
+        let count_bits = u32::from(sub_prefix - self.prefix);
+        if count_bits < 128 && index >= 1u128 << count_bits {
+            return None;
+        }
+        let step = 128 - u32::from(sub_prefix); // the subnet's host bits, in the 128-bit layout
+        let bits = self.masked(self.prefix) | index.checked_shl(step).unwrap_or(0);
+        let address = if self.is_ipv4() {
+            IpAddr::V4(std::net::Ipv4Addr::from((bits >> 96) as u32))
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        };
+        Some(Cidr {
+            address,
+            prefix: sub_prefix,
+        })
+    }
+
+    /// The indexes of the networks of prefix `sub_prefix` that `inner` covers, first and last (`inner`
+    /// may be larger or smaller than one); `None` when `inner` is not inside this network.
+    pub fn subnet_indexes(&self, sub_prefix: u8, inner: &Cidr) -> Option<(u128, u128)> {
+        if !self.contains(inner) || sub_prefix < self.prefix || sub_prefix > self.family_bits() {
+            return None;
+        }
+        let step = 128 - u32::from(sub_prefix);
+        let offset = |bits: u128| (bits - self.masked(self.prefix)).checked_shr(step).unwrap_or(0);
+        Some((offset(inner.masked(inner.prefix)), offset(inner.last())))
+    }
+
     /// Whether the two networks share any address.
     pub fn overlaps(&self, other: &Cidr) -> bool {
         if self.is_ipv4() != other.is_ipv4() {
@@ -200,6 +245,23 @@ mod tests {
             &[cidr("10.244.0.0/16")],
             &cidr("10.244.255.255/32")
         ));
+    }
+
+    #[test]
+    fn subnets_by_index_and_back() {
+        let cluster = cidr("10.64.0.0/14");
+        assert_eq!(cluster.subnet(24, 0).unwrap().to_string(), "10.64.0.0/24");
+        assert_eq!(cluster.subnet(24, 3).unwrap().to_string(), "10.64.3.0/24");
+        assert_eq!(cluster.subnet(24, 1023).unwrap().to_string(), "10.67.255.0/24");
+        assert!(cluster.subnet(24, 1024).is_none());
+        assert!(cluster.subnet(13, 0).is_none() && cluster.subnet(33, 0).is_none());
+        assert_eq!(cluster.subnet_indexes(24, &cidr("10.64.3.0/24")), Some((3, 3)));
+        assert_eq!(cluster.subnet_indexes(24, &cidr("10.64.4.0/23")), Some((4, 5)));
+        assert_eq!(cluster.subnet_indexes(24, &cidr("10.64.4.128/25")), Some((4, 4)));
+        assert_eq!(cluster.subnet_indexes(24, &cidr("10.68.0.0/24")), None);
+        let v6 = cidr("fd00:10::/56");
+        assert_eq!(v6.subnet(64, 5).unwrap().to_string(), "fd00:10:0:5::/64");
+        assert_eq!(v6.subnet_indexes(64, &cidr("fd00:10:0:5::/64")), Some((5, 5)));
     }
 
     #[test]

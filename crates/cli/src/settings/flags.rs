@@ -82,7 +82,7 @@ settings! {
     allocate_node_cidrs: bool = ("allocate-node-cidrs", GENERIC, "false",
         "Should CIDRs for Pods be allocated and set on the cloud provider. Only a provider's node-IPAM controller allocates them: gce's node-ipam-controller (disabled by default; name it in --controllers)."),
     cidr_allocator_type: String = ("cidr-allocator-type", GENERIC, "RangeAllocator",
-        "Type of CIDR allocator to use. gce's node-ipam-controller implements CloudAllocator (pod CIDRs from the instance's alias IP range) and is skipped, with the reason logged, for any other type."),
+        "Type of CIDR allocator to use. gce's node-ipam-controller implements CloudAllocator (pod CIDRs from the instance's alias IP range) and RangeAllocator (the next free networks of --cluster-cidr), and is skipped, with the reason logged, for any other type."),
     configure_cloud_routes: bool = ("configure-cloud-routes", GENERIC, "true",
         "Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider."),
     node_sync_period: GoDuration = ("node-sync-period", GENERIC, "0s",

@@ -483,3 +483,69 @@ fn a_bad_load_balancer_source_range_stops_the_start_naming_the_flag() {
         "{help}"
     );
 }
+
+/// `--cidr-allocator-type=RangeAllocator` (route-based clusters): a node found with a range keeps it and
+/// the range is taken; new nodes get the next free networks of each family of `--cluster-cidr`, one each;
+/// a deleted node's networks go back and are given again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gce_range_allocator_gives_each_node_its_own_networks_of_the_cluster_cidrs() {
+    let double = ComputeDouble::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let nodes: Api<Node> = Api::all(server.client());
+    let mut existing = registered_node("node-0");
+    let spec = existing.spec.get_or_insert_with(Default::default);
+    spec.pod_cidr = Some("10.64.0.0/24".into());
+    spec.pod_cidrs = Some(vec!["10.64.0.0/24".into(), "fd00:10::/64".into()]);
+    nodes.create(&PostParams::default(), &existing).await.unwrap();
+    let (_manager, log) = start_manager(
+        &double,
+        &server,
+        dir.path(),
+        &[
+            "--controllers=*,node-ipam-controller",
+            "--allocate-node-cidrs=true",
+            "--cidr-allocator-type=RangeAllocator",
+            "--cluster-cidr=10.64.0.0/22,fd00:10::/62",
+            "--configure-cloud-routes=false",
+        ],
+    );
+    for name in ["node-1", "node-2", "node-3"] {
+        nodes
+            .create(&PostParams::default(), &registered_node(name))
+            .await
+            .unwrap();
+    }
+    let cidrs_of = |name: &'static str| {
+        let nodes = nodes.clone();
+        async move {
+            let node = nodes.get(name).await.unwrap();
+            node.spec?.pod_cidrs.filter(|c| !c.is_empty())
+        }
+    };
+    let mut given = Vec::new();
+    for name in ["node-1", "node-2", "node-3"] {
+        let cidrs = eventually("a node got no pod CIDRs", &log, || cidrs_of(name)).await;
+        assert_eq!(cidrs.len(), 2, "{name}: {cidrs:?}");
+        given.push(cidrs);
+    }
+    let mut ipv4: Vec<&str> = given.iter().map(|c| c[0].as_str()).collect();
+    ipv4.sort();
+    assert_eq!(
+        ipv4,
+        ["10.64.1.0/24", "10.64.2.0/24", "10.64.3.0/24"],
+        "node-0's is taken"
+    );
+    let mut ipv6: Vec<&str> = given.iter().map(|c| c[1].as_str()).collect();
+    ipv6.sort();
+    assert_eq!(ipv6, ["fd00:10:0:1::/64", "fd00:10:0:2::/64", "fd00:10:0:3::/64"]);
+    // Both families are taken now: a fifth node waits, then gets the networks a deleted node gave back.
+    nodes
+        .create(&PostParams::default(), &registered_node("node-4"))
+        .await
+        .unwrap();
+    let freed = given[1].clone();
+    nodes.delete("node-2", &Default::default()).await.unwrap();
+    let cidrs = eventually("the fifth node got no pod CIDRs", &log, || cidrs_of("node-4")).await;
+    assert_eq!(cidrs, freed);
+}

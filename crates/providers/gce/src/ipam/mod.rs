@@ -1,9 +1,11 @@
 //! `node-ipam-controller` with upstream's `CloudAllocator`: each node's pod CIDRs are its instance's alias
-//! IP range, as the GCP cloud-controller-manager's `cloudCIDRAllocator` sets them.
+//! IP range, as the GCP cloud-controller-manager's `cloudCIDRAllocator` sets them; or, with
+//! `--cidr-allocator-type=RangeAllocator` (route-based clusters), upstream's range allocator ([`range`]):
+//! the next free networks of `--cluster-cidr`.
 //!
 //! A provider's own controller, registered through the framework's controller registry
 //! ([`definition`]): it runs only with `--cloud-provider=gce`, `--allocate-node-cidrs` and
-//! `--cidr-allocator-type=CloudAllocator`, and only when named (`--controllers=*,node-ipam-controller`,
+//! `--cidr-allocator-type=CloudAllocator` (or `RangeAllocator`), and only when named (`--controllers=*,node-ipam-controller`,
 //! or its alias `nodeipam`).
 //!
 //! Per node, as upstream:
@@ -36,8 +38,8 @@
 //!   and `/readyz?verbose`, and the other controllers run.
 //! - GKE's multi-networking (`Network` objects, several interfaces' ranges) and multi-subnet clusters are
 //!   not implemented: with `--enable-multi-networking` or `--enable-multi-subnet-cluster` the manager
-//!   does not start when this controller is enabled. `--node-cidr-mask-size*` are checked and unused
-//!   (they size the range allocator's CIDRs).
+//!   does not start when this controller is enabled. `--node-cidr-mask-size*` size the range
+//!   allocator's networks (the cloud allocator takes each node's from Compute).
 //! - An unparsable `--service-cluster-ip-range` stops the start (upstream warns and ignores it).
 
 use std::collections::{BTreeMap, HashMap};
@@ -60,10 +62,14 @@ use serde_json::json;
 
 use crate::{GceProvider, PROVIDER_NAME};
 
+pub mod range;
+
 /// The controller's name, as upstream's.
 pub const NODE_IPAM_CONTROLLER: &str = "node-ipam-controller";
-/// `--cidr-allocator-type` for this allocator.
+/// `--cidr-allocator-type` for the cloud allocator.
 pub const CLOUD_ALLOCATOR: &str = "CloudAllocator";
+/// `--cidr-allocator-type` for the range allocator.
+pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
 /// The taint a node carries while its network is not ready.
 pub const TAINT_NETWORK_UNAVAILABLE: &str = "node.kubernetes.io/network-unavailable";
 /// Syncs at once (upstream's `cidrUpdateWorkers`).
@@ -78,7 +84,7 @@ pub fn definition() -> ControllerDefinition {
         .aliases(&["nodeipam"])
         .for_provider(PROVIDER_NAME)
         .disabled_by_default()
-        .requires_settings(cloud_allocator_configured)
+        .requires_settings(allocator_configured)
         .flags(FLAGS)
         .validated_by(no_gke_features)
         .event_reporter("cidrAllocator")
@@ -97,19 +103,19 @@ pub const FLAGS: &[ControllerFlag] = &[
     ControllerFlag::value(
         "node-cidr-mask-size",
         "0",
-        "Accepted for compatibility: the cloud allocator takes each node's range from Compute.",
+        "Mask size for node CIDRs of a single-stack cluster (range allocator; default 24 for IPv4, 64 for IPv6). The cloud allocator takes each node's range from Compute.",
     )
     .checked(check_mask),
     ControllerFlag::value(
         "node-cidr-mask-size-ipv4",
         "0",
-        "Accepted for compatibility: the cloud allocator takes each node's range from Compute.",
+        "Mask size for IPv4 node CIDRs (range allocator; default 24). The cloud allocator takes each node's range from Compute.",
     )
     .checked(check_mask),
     ControllerFlag::value(
         "node-cidr-mask-size-ipv6",
         "0",
-        "Accepted for compatibility: the cloud allocator takes each node's range from Compute.",
+        "Mask size for IPv6 node CIDRs (range allocator; default 64). The cloud allocator takes each node's range from Compute.",
     )
     .checked(check_mask),
     ControllerFlag::bool(
@@ -145,18 +151,41 @@ pub fn no_gke_features(flags: &FlagValues) -> Result<(), String> {
     Ok(())
 }
 
-/// `--allocate-node-cidrs` and `--cidr-allocator-type=CloudAllocator`.
-pub fn cloud_allocator_configured(settings: &ControllerSettings) -> Result<(), String> {
+/// `--allocate-node-cidrs` and `--cidr-allocator-type=CloudAllocator`, or `RangeAllocator` with a
+/// `--cluster-cidr` its mask sizes fit.
+pub fn allocator_configured(settings: &ControllerSettings) -> Result<(), String> {
     if !settings.allocate_node_cidrs {
-        Err("--allocate-node-cidrs is false (upstream: the AllocateNodeCIDRs is not enabled)".to_owned())
-    } else if settings.cidr_allocator_type != CLOUD_ALLOCATOR {
-        Err(format!(
-            "--cidr-allocator-type is {:?}; this controller implements {CLOUD_ALLOCATOR} only",
-            settings.cidr_allocator_type
-        ))
-    } else {
-        Ok(())
+        return Err(
+            "--allocate-node-cidrs is false (upstream: the AllocateNodeCIDRs is not enabled)".to_owned(),
+        );
     }
+    match settings.cidr_allocator_type.as_str() {
+        CLOUD_ALLOCATOR => Ok(()),
+        RANGE_ALLOCATOR => range_sets(settings).map(drop),
+        other => Err(format!(
+            "--cidr-allocator-type is {other:?}; this controller implements {CLOUD_ALLOCATOR} and {RANGE_ALLOCATOR}"
+        )),
+    }
+}
+
+/// The range allocator's sets: `--cluster-cidr` cut by the mask sizes (IPv4 24 and IPv6 64 unless
+/// `--node-cidr-mask-size-ipv4`/`-ipv6`, or `--node-cidr-mask-size` for a single-stack cluster, say).
+pub fn range_sets(settings: &ControllerSettings) -> Result<Vec<range::CidrSet>, String> {
+    let size = |flag: &str| settings.flags.text(flag).trim().parse::<u8>().unwrap_or(0);
+    let (single, v4, v6) = (
+        size("node-cidr-mask-size"),
+        size("node-cidr-mask-size-ipv4"),
+        size("node-cidr-mask-size-ipv6"),
+    );
+    if single != 0 && settings.cluster_cidrs.len() > 1 {
+        return Err("--node-cidr-mask-size is for a single-stack cluster; use --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6".to_owned());
+    }
+    let pick = |family: u8, default: u8| match (family, single) {
+        (0, 0) => default,
+        (0, single) => single,
+        (family, _) => family,
+    };
+    range::sets(&settings.cluster_cidrs, pick(v4, 24), pick(v6, 64))
 }
 
 /// Which families of pod CIDRs nodes get, in order: upstream's cluster stack type, from the families of
@@ -310,6 +339,15 @@ struct Ipam {
 }
 
 async fn run(controller: ControllerContext) {
+    if controller.settings().cidr_allocator_type == RANGE_ALLOCATOR {
+        match range_sets(controller.settings()) {
+            Ok(sets) => range::run(controller, sets).await,
+            Err(error) => {
+                tracing::error!(controller = NODE_IPAM_CONTROLLER, %error, "the range allocator does nothing");
+            }
+        }
+        return;
+    }
     let Some(provider) = controller.provider_as::<GceProvider>() else {
         tracing::error!(
             controller = NODE_IPAM_CONTROLLER,
@@ -649,21 +687,52 @@ mod tests {
     }
 
     #[test]
-    fn the_controller_runs_only_with_the_cloud_allocator() {
+    fn the_controller_runs_with_the_cloud_or_the_range_allocator() {
         let mut settings = ControllerSettings::defaults("test");
         assert!(
-            cloud_allocator_configured(&settings)
+            allocator_configured(&settings)
                 .unwrap_err()
                 .contains("--allocate-node-cidrs is false")
         );
         settings.allocate_node_cidrs = true;
+        assert_eq!(
+            settings.cidr_allocator_type, RANGE_ALLOCATOR,
+            "upstream's default"
+        );
         assert!(
-            cloud_allocator_configured(&settings)
+            allocator_configured(&settings)
                 .unwrap_err()
-                .contains("\"RangeAllocator\"")
+                .contains("--cluster-cidr is empty")
+        );
+        settings.cluster_cidrs = Cidr::parse_list("10.64.0.0/14,fd00:10::/56").unwrap();
+        assert_eq!(allocator_configured(&settings), Ok(()));
+        let sets = range_sets(&settings).unwrap();
+        assert_eq!(sets.len(), 2);
+        settings
+            .flags
+            .insert("node-cidr-mask-size", FlagValue::Value("26".into()));
+        assert!(
+            allocator_configured(&settings)
+                .unwrap_err()
+                .contains("single-stack")
+        );
+        settings.cluster_cidrs = Cidr::parse_list("10.64.0.0/14").unwrap();
+        settings
+            .flags
+            .insert("node-cidr-mask-size", FlagValue::Value("8".into()));
+        assert!(
+            allocator_configured(&settings)
+                .unwrap_err()
+                .contains("does not fit")
+        );
+        settings.cidr_allocator_type = "IPAMFromCluster".to_owned();
+        assert!(
+            allocator_configured(&settings)
+                .unwrap_err()
+                .contains("\"IPAMFromCluster\"")
         );
         settings.cidr_allocator_type = CLOUD_ALLOCATOR.to_owned();
-        assert_eq!(cloud_allocator_configured(&settings), Ok(()));
+        assert_eq!(allocator_configured(&settings), Ok(()));
         let definition = definition();
         assert_eq!(definition.name(), NODE_IPAM_CONTROLLER);
         assert_eq!(definition.provider(), Some(PROVIDER_NAME));
