@@ -8,6 +8,7 @@
 use cloud_provider::CloudError;
 use google_cloud_compute_v1::model::{self, HealthCheck, HttpHealthCheck};
 use google_cloud_lro::Poller;
+use k8s_openapi::api::core::v1::Service;
 
 use super::{deleted, found, inserted};
 use crate::client::Attributed as _;
@@ -15,6 +16,24 @@ use crate::{GceProvider, WriteError, gce_error};
 
 /// kube-proxy's health port, for the shared node health check.
 pub const NODE_HEALTH_CHECK_PORT: i32 = 10256;
+
+/// The health check a load balancer named `lb` uses, with its port, and whether it is the service's own:
+/// `lb` on the service's `healthCheckNodePort` when it keeps traffic local, else the cluster's shared
+/// `k8s-<cluster ID>-node` on kube-proxy's port (both kinds of load balancer, as upstream).
+pub fn health_check_of(service: &Service, lb: &str, cluster_id: &str) -> ((String, i32), bool) {
+    match cloud_provider::service::health_check_path_port(service) {
+        Some((_, port)) => ((lb.to_owned(), port), true),
+        None => ((format!("k8s-{cluster_id}-node"), NODE_HEALTH_CHECK_PORT), false),
+    }
+}
+
+/// Compute's session affinity for the service's: `CLIENT_IP` or `NONE`.
+pub fn session_affinity(service: &Service) -> &'static str {
+    match service.spec.as_ref().and_then(|s| s.session_affinity.as_deref()) {
+        Some("ClientIP") => "CLIENT_IP",
+        _ => "NONE",
+    }
+}
 
 impl GceProvider {
     /// The health check, made or corrected; its link.

@@ -97,6 +97,14 @@ pub(super) fn inserted(result: Result<(), WriteError>, what: &str) -> Result<boo
     }
 }
 
+/// Whether a forwarding rule is an internal load balancer's (`loadBalancingScheme: INTERNAL`).
+pub(super) fn is_internal_rule(rule: &ForwardingRule) -> bool {
+    rule.load_balancing_scheme
+        .as_ref()
+        .and_then(|s| s.name())
+        .is_some_and(|s| s.eq_ignore_ascii_case(internal::SCHEME_INTERNAL))
+}
+
 /// Compares `projects/…` paths of links.
 pub(super) fn link_path(link: &str) -> &str {
     link.find("projects/").map_or(link, |at| &link[at..])
@@ -192,6 +200,14 @@ impl GceProvider {
                 .await,
             "addresses.get",
         )
+    }
+
+    /// The IP of the reserved address `name` (made just before: its absence is an error).
+    pub(super) async fn address_ip(&self, name: &str) -> Result<String, CloudError> {
+        self.get_address(name)
+            .await?
+            .and_then(|a| a.address)
+            .ok_or_else(|| CloudError::provider(format!("address {name} has no IP")))
     }
 
     pub(super) async fn delete_address(&self, name: &str) -> Result<(), CloudError> {

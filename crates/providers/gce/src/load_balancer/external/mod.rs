@@ -32,7 +32,7 @@ use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 pub use self::plan::{Plan, condensed_ports, plan};
-use super::{deleted, found, inserted, link_path, service_description};
+use super::{deleted, found, inserted, is_internal_rule, link_path, service_description};
 use crate::client::Attributed as _;
 use crate::{GceProvider, WriteError, gce_error, last_component};
 
@@ -185,12 +185,7 @@ impl GceProvider {
             .until_done()
             .await;
         let reserved_now = inserted(WriteError::check(done), "addresses.insert")?;
-        let address = self
-            .get_address(&plan.name)
-            .await?
-            .and_then(|a| a.address)
-            .ok_or_else(|| CloudError::provider(format!("address {} has no IP", plan.name)))?;
-        Ok((address, reserved_now))
+        Ok((self.address_ip(&plan.name).await?, reserved_now))
     }
 
     pub(super) async fn ensure_external(
@@ -203,12 +198,7 @@ impl GceProvider {
         let (instances, vms) = self.node_instances(nodes).await?;
         let tags = self.target_tags(&vms)?;
         let mut rule = self.get_rule(&plan.name).await?;
-        if rule.as_ref().is_some_and(|r| {
-            r.load_balancing_scheme
-                .as_ref()
-                .and_then(|s| s.name())
-                .is_some_and(|s| s.eq_ignore_ascii_case(super::internal::SCHEME_INTERNAL))
-        }) {
+        if rule.as_ref().is_some_and(is_internal_rule) {
             // The service had an internal load balancer: it goes first.
             self.delete_internal(service).await?;
             rule = None;

@@ -6,7 +6,7 @@ use cloud_provider::service::{self, annotation, service_key};
 use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Service;
 
-use super::super::health_check::NODE_HEALTH_CHECK_PORT;
+use super::super::health_check::{health_check_of, session_affinity};
 use super::super::{ANNOTATION_NETWORK_TIER, service_description};
 
 /// What a service wants, worked out before any request.
@@ -90,17 +90,9 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<Plan, CloudError> {
         Some("Standard") => "STANDARD",
         Some(other) => return Err(invalid(format!("unsupported network tier: {other:?}"))),
     };
-    let session_affinity = match spec.session_affinity.as_deref() {
-        Some("ClientIP") => "CLIENT_IP",
-        _ => "NONE",
-    };
+    let session_affinity = session_affinity(service);
     let name = default_load_balancer_name(service);
-    let own_check = service::health_check_path_port(service);
-    let local = own_check.is_some();
-    let health_check = match own_check {
-        Some((_, port)) => (name.clone(), port),
-        None => (format!("k8s-{cluster_id}-node"), NODE_HEALTH_CHECK_PORT),
-    };
+    let (health_check, local) = health_check_of(service, &name, cluster_id);
     Ok(Plan {
         service: service_key(service),
         description: service_description(service),

@@ -59,7 +59,7 @@ pub use self::plan::{
     InternalPlan, MAX_RULE_PORTS, plan, shared_backend_service,
 };
 use super::instance_groups::group_name;
-use super::{inserted, link_path, service_description};
+use super::{inserted, is_internal_rule, link_path, service_description};
 use crate::client::Attributed as _;
 use crate::{GceProvider, WriteError, gce_error, last_component};
 
@@ -223,12 +223,7 @@ impl GceProvider {
             }
             (Err(error), _) => return Err(error.into_cloud("addresses.insert")),
         }
-        let held = self
-            .get_address(&plan.name)
-            .await?
-            .and_then(|a| a.address)
-            .ok_or_else(|| CloudError::provider(format!("address {} has no IP", plan.name)))?;
-        Ok((held, true))
+        Ok((self.address_ip(&plan.name).await?, true))
     }
 
     pub(super) async fn ensure_internal(
@@ -250,12 +245,7 @@ impl GceProvider {
             return Err(CloudError::ImplementedElsewhere);
         }
         self.add_ilb_finalizer(service).await?;
-        if rule.as_ref().is_some_and(|r| {
-            r.load_balancing_scheme
-                .as_ref()
-                .and_then(|s| s.name())
-                .is_none_or(|s| !s.eq_ignore_ascii_case(SCHEME_INTERNAL))
-        }) {
+        if rule.as_ref().is_some_and(|r| !is_internal_rule(r)) {
             // The service had an external load balancer: it goes first.
             self.delete_external(service).await?;
             rule = None;

@@ -5,7 +5,7 @@ use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Service;
 
 use super::super::external::condensed_ports;
-use super::super::health_check::NODE_HEALTH_CHECK_PORT;
+use super::super::health_check::{health_check_of, session_affinity};
 use super::super::service_description;
 
 /// The subnet the load balancer's address is taken from (a name in the cluster's region).
@@ -94,17 +94,9 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<InternalPlan, CloudEr
         .iter()
         .map(ToString::to_string)
         .collect();
-    let session_affinity = match spec.session_affinity.as_deref() {
-        Some("ClientIP") => "CLIENT_IP",
-        _ => "NONE",
-    };
+    let session_affinity = session_affinity(service);
     let name = default_load_balancer_name(service);
-    let own_check = service::health_check_path_port(service);
-    let local = own_check.is_some();
-    let health_check = match own_check {
-        Some((_, port)) => (name.clone(), port),
-        None => (format!("k8s-{cluster_id}-node"), NODE_HEALTH_CHECK_PORT),
-    };
+    let (health_check, local) = health_check_of(service, &name, cluster_id);
     let share = [ANNOTATION_BACKEND_SHARE, ANNOTATION_BACKEND_SHARE_BETA]
         .iter()
         .any(|key| annotation(service, key) == Some("true"))
