@@ -568,8 +568,10 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
         curl(address, Some(&cert_file), path, &extra)
     };
     let deadline = Instant::now() + WAIT;
-    while get("/healthz", &[]).is_none_or(|(code, _)| code != 200) {
-        assert!(Instant::now() < deadline, "never served:\n{}", manager.log());
+    // Ready, not only alive: readiness follows the informers' first lists, which a loaded API server
+    // answers later.
+    while get("/readyz", &[]).is_none_or(|(code, _)| code != 200) {
+        assert!(Instant::now() < deadline, "never ready:\n{}", manager.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
