@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
 use crate::service_accounts::{AccountToken, ServiceAccountError, ServiceAccounts};
-use crate::transport::Fence;
+use crate::transport::{Fence, WriteInFlight};
 
 /// Settings every client shares.
 #[derive(Clone)]
@@ -275,16 +275,22 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let write = !matches!(
+            *request.method(),
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+        );
+        // Counted before the stop is checked: the lock's release waits for every write counted.
+        let in_flight = if write {
+            self.layer.fence.as_ref().map(Fence::write_in_flight)
+        } else {
+            None
+        };
         if self.stopping() {
             return DeadlineFuture::Stopping {
                 lease: self.lease.clone(),
             };
         }
         let now = Instant::now();
-        let write = !matches!(
-            *request.method(),
-            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
-        );
         let mut deadline =
             (!is_watch(&request)).then(|| (now + self.layer.timeout, Deadline::RequestTimeout));
         if let (true, Some(fence), Some(lease)) = (write, &self.layer.fence, &self.lease) {
@@ -303,8 +309,9 @@ where
                 response,
                 sleep: tokio::time::sleep_until(at),
                 why: Some((at, why)),
+                in_flight,
             },
-            None => DeadlineFuture::Unbounded { response },
+            None => DeadlineFuture::Unbounded { response, in_flight },
         }
     }
 }
@@ -315,13 +322,15 @@ pin_project_lite::pin_project! {
     pub(crate) enum DeadlineFuture<F> {
         Refused { lease: Option<Arc<str>> },
         Stopping { lease: Option<Arc<str>> },
-        Unbounded { #[pin] response: F },
+        Unbounded { #[pin] response: F, in_flight: Option<WriteInFlight> },
         Bounded {
             #[pin]
             response: F,
             #[pin]
             sleep: tokio::time::Sleep,
             why: Option<(Instant, Deadline)>,
+            // A fenced write, counted until it is answered or abandoned.
+            in_flight: Option<WriteInFlight>,
         },
     }
 }
@@ -345,15 +354,24 @@ where
                 let error: tower::BoxError = Box::new(Stopping { lease });
                 Poll::Ready(Err(error.into()))
             }
-            DeadlineProjection::Unbounded { response } => response
-                .poll(cx)
-                .map(|r| r.map(|r| r.map(|body| DeadlineBody::new(body, None)))),
-            DeadlineProjection::Bounded { response, sleep, why } => {
+            DeadlineProjection::Unbounded { response, in_flight } => {
+                let result = ready!(response.poll(cx));
+                in_flight.take();
+                Poll::Ready(result.map(|r| r.map(|body| DeadlineBody::new(body, None))))
+            }
+            DeadlineProjection::Bounded {
+                response,
+                sleep,
+                why,
+                in_flight,
+            } => {
                 if let Poll::Ready(result) = response.poll(cx) {
+                    in_flight.take();
                     let deadline = why.take();
                     return Poll::Ready(result.map(|r| r.map(|body| DeadlineBody::new(body, deadline))));
                 }
                 if sleep.poll(cx).is_ready() {
+                    in_flight.take();
                     let why = why.take().map_or(Deadline::RequestTimeout, |(_, why)| why);
                     let error: tower::BoxError = Box::new(DeadlineExceeded { why });
                     return Poll::Ready(Err(error.into()));

@@ -462,10 +462,19 @@ impl ScopeRunner for Runner {
         let fence = Fence::new(scope.leadership.clone()).stopping_with(scope.stop.clone());
         self.announce(&scope.lease_name, fence.clone());
         if scope.kind == ScopeKind::Main && !self.start_leading(Some(fence.clone()), &scope.stop).await {
+            fence.settled().await;
             return;
         }
-        self.run_controllers(&scope.lease_name, scope.controllers, Some(fence), scope.stop)
-            .await;
+        self.run_controllers(
+            &scope.lease_name,
+            scope.controllers,
+            Some(fence.clone()),
+            scope.stop,
+        )
+        .await;
+        // Nothing under the lock starts a request now; one already sent (a background Event) is answered
+        // before the lock is released.
+        fence.settled().await;
     }
 
     fn elector_started(&self, kind: ScopeKind, lease_name: &str, state: watch::Receiver<LeaderState>) {

@@ -15,6 +15,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,11 +38,33 @@ pub const HTTP_SPAN_TARGET: &str = "controller_manager::http";
 pub(crate) type Transport = BoxService<http::Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
 /// A lock's state, for fencing a client's writes and connections; with a stop signal, the controllers
-/// under the lock are stopping once it fires, and their requests not yet sent never are.
+/// under the lock are stopping once it fires, and their requests not yet sent never are. The fence counts
+/// the writes of its clients that were sent and not yet answered, so that the lock is released only after
+/// the last of them ([`Fence::settled`]).
 #[derive(Clone, Debug)]
 pub struct Fence {
     state: watch::Receiver<LeaderState>,
     stopping: Option<CancellationToken>,
+    writes: Arc<WritesInFlight>,
+}
+
+/// The writes of a fence's clients that are on their way.
+#[derive(Debug, Default)]
+struct WritesInFlight {
+    count: AtomicUsize,
+    none: tokio::sync::Notify,
+}
+
+/// One write on its way; it is answered (or abandoned) when this is dropped.
+#[derive(Debug)]
+pub(crate) struct WriteInFlight(Arc<WritesInFlight>);
+
+impl Drop for WriteInFlight {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.none.notify_waiters();
+        }
+    }
 }
 
 impl Fence {
@@ -50,6 +73,7 @@ impl Fence {
         Fence {
             state,
             stopping: None,
+            writes: Arc::default(),
         }
     }
 
@@ -75,6 +99,42 @@ impl Fence {
 
     pub(crate) fn stop_signal(&self) -> Option<&CancellationToken> {
         self.stopping.as_ref()
+    }
+
+    /// Counts a write from now until the returned value is dropped. Taken before the write is checked
+    /// against the stop signal, so that [`Fence::settled`], which looks after the signal fired, sees
+    /// every write that got past that check.
+    pub(crate) fn write_in_flight(&self) -> WriteInFlight {
+        self.writes.count.fetch_add(1, Ordering::SeqCst);
+        WriteInFlight(self.writes.clone())
+    }
+
+    /// The writes of this fence's clients that are on their way.
+    pub fn writes_in_flight(&self) -> usize {
+        self.writes.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no write of this fence's clients is on its way, or until the lock is no longer valid
+    /// (from then on their connections carry nothing: see the module's notes). Called once the
+    /// controllers under the lock stopped, before the lock is released: a write a background task sent
+    /// just before the stop (an Event) must reach the API server while the lock is still held, not after
+    /// another process took it.
+    pub async fn settled(&self) {
+        loop {
+            let none = self.writes.none.notified();
+            tokio::pin!(none);
+            none.as_mut().enable();
+            if self.writes_in_flight() == 0 {
+                return;
+            }
+            let Some(until) = self.valid_until() else {
+                return;
+            };
+            tokio::select! {
+                () = none => {}
+                () = tokio::time::sleep_until(until) => return,
+            }
+        }
     }
 }
 

@@ -349,6 +349,94 @@ async fn a_request_waiting_for_the_rate_limiter_is_never_sent_once_its_controlle
     assert!(stored.get_opt("second").await.unwrap().is_none());
 }
 
+/// A write sent just before its controllers stop (a background Event) is answered before the lock can be
+/// released: [`Fence::settled`] waits for it. One that is never answered is waited for only while the lock
+/// is valid (after that its connection carries nothing).
+#[tokio::test]
+async fn the_lock_is_released_only_after_every_write_sent_under_it_was_answered() {
+    let server = TestApiServer::start().await.unwrap();
+    server.add_fault(FaultSpec {
+        user_agent: Some("slow-controller".into()),
+        action: FaultAction::Latency { ms: 700 },
+        duration_ms: None,
+    });
+    server.add_fault(FaultSpec {
+        user_agent: Some("cut-off-controller".into()),
+        action: FaultAction::Partition,
+        duration_ms: None,
+    });
+    let clients = ClientFactory::new(
+        server.config(),
+        "cloud-controller-manager",
+        IDENTITY,
+        1000.0,
+        1000,
+    );
+    let leading = |valid_for: Duration| {
+        watch::channel(LeaderState {
+            lease: "some-lease".into(),
+            role: Role::Leading,
+            holder: Some(IDENTITY.into()),
+            renewed_at: Some(Instant::now()),
+            valid_until: Some(Instant::now() + valid_for),
+        })
+    };
+
+    let (_state, receiver) = leading(Duration::from_secs(600));
+    let stop = CancellationToken::new();
+    let fence = Fence::new(receiver).stopping_with(stop.clone());
+    let api: Api<ConfigMap> = Api::namespaced(
+        clients.client("slow-controller", Some(fence.clone())).unwrap(),
+        "default",
+    );
+    let write = tokio::spawn(async move { api.create(&PostParams::default(), &config_map("event")).await });
+    tokio::time::timeout(BOUND, async {
+        while fence.writes_in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the write is on its way");
+    stop.cancel();
+    tokio::time::timeout(BOUND, fence.settled())
+        .await
+        .expect("settled once the write is answered");
+    assert_eq!(fence.writes_in_flight(), 0);
+    let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    assert!(
+        stored.get_opt("event").await.unwrap().is_some(),
+        "the write was answered before settled() returned"
+    );
+    write.await.unwrap().unwrap();
+
+    let (_state, receiver) = leading(Duration::from_millis(500));
+    let stop = CancellationToken::new();
+    let fence = Fence::new(receiver).stopping_with(stop.clone());
+    let api: Api<ConfigMap> = Api::namespaced(
+        clients.client("cut-off-controller", Some(fence.clone())).unwrap(),
+        "default",
+    );
+    let write = tokio::spawn(async move { api.create(&PostParams::default(), &config_map("lost")).await });
+    tokio::time::timeout(BOUND, async {
+        while fence.writes_in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the write is on its way");
+    stop.cancel();
+    tokio::time::timeout(BOUND, fence.settled())
+        .await
+        .expect("settled when the lock stops being valid");
+    assert!(fence.valid_until().is_none_or(|until| until <= Instant::now()));
+    write.await.unwrap().unwrap_err();
+    assert_eq!(
+        fence.writes_in_flight(),
+        0,
+        "the abandoned write is no longer counted"
+    );
+}
+
 /// Whether the connection from `local` (this host's end of it) is still established, per the kernel.
 #[cfg(target_os = "linux")]
 fn established(local: std::net::SocketAddr) -> bool {
