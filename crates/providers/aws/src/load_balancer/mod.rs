@@ -308,7 +308,7 @@ impl LoadBalancer for AwsProvider {
     async fn ensure_load_balancer(
         &self,
         cx: &CallContext,
-        _cluster_name: &str,
+        cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
@@ -316,7 +316,7 @@ impl LoadBalancer for AwsProvider {
         not_implemented(service, kind)?;
         match kind {
             Kind::Elsewhere => Err(CloudError::ImplementedElsewhere),
-            Kind::Network => cx.guard(self.ensure_nlb(service, nodes)).await,
+            Kind::Network => cx.guard(self.ensure_nlb(cluster_name, service, nodes)).await,
             Kind::Classic => cx.guard(self.ensure_classic(service, nodes)).await,
         }
     }
@@ -338,13 +338,13 @@ impl LoadBalancer for AwsProvider {
     async fn ensure_load_balancer_deleted(
         &self,
         cx: &CallContext,
-        _cluster_name: &str,
+        cluster_name: &str,
         service: &Service,
     ) -> Result<(), CloudError> {
         match kind(service) {
             // Not ours to delete.
             Kind::Elsewhere => Ok(()),
-            Kind::Network => cx.guard(self.delete_nlb(service)).await,
+            Kind::Network => cx.guard(self.delete_nlb(cluster_name, service)).await,
             Kind::Classic => cx.guard(self.delete_classic(service)).await,
         }
     }

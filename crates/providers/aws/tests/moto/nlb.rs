@@ -344,3 +344,243 @@ async fn upstreams_nlb_annotations_shape_listeners_target_groups_and_attributes(
         "{after:?}"
     );
 }
+
+/// `(protocol, from, to, CIDR)` of each ingress rule of `group`, sorted.
+async fn ingress(ec2: &aws_sdk_ec2::Client, group: &str) -> Vec<(String, i32, i32, String)> {
+    let described = ec2
+        .describe_security_groups()
+        .group_ids(group)
+        .send()
+        .await
+        .unwrap();
+    let mut rules: Vec<(String, i32, i32, String)> = described.security_groups()[0]
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| {
+            p.ip_ranges().iter().map(move |r| {
+                (
+                    p.ip_protocol().unwrap().to_owned(),
+                    p.from_port().unwrap(),
+                    p.to_port().unwrap(),
+                    r.cidr_ip().unwrap().to_owned(),
+                )
+            })
+        })
+        .collect();
+    rules.sort();
+    rules
+}
+
+/// The NLB's security groups.
+async fn nlb_groups(elbv2: &aws_sdk_elasticloadbalancingv2::Client) -> Vec<String> {
+    let described = elbv2
+        .describe_load_balancers()
+        .names(ELB_NAME)
+        .send()
+        .await
+        .unwrap();
+    described.load_balancers()[0].security_groups().to_vec()
+}
+
+/// Whether a group called `name` exists.
+async fn group_exists(ec2: &aws_sdk_ec2::Client, name: &str) -> bool {
+    let described = ec2
+        .describe_security_groups()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("group-name")
+                .values(name)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    !described.security_groups().is_empty()
+}
+
+/// `NLBSecurityGroupMode = Managed`: the NLB gets upstream's group, open on the listener ports from the
+/// source ranges, kept equal to them, replaced by annotated groups, deleted with the NLB; a group upstream
+/// made is adopted; an NLB made without groups is left without.
+#[tokio::test]
+async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let elbv2 = elbv2(&moto);
+    let net = network(&ec2, 2).await;
+    let provider = moto.provider("NLBSecurityGroupMode = Managed");
+    let lb = provider.load_balancer().unwrap();
+    let nodes = nodes_of(&net.instances);
+    let mut service = nlb_service(serde_json::json!([
+        {"port": 80, "nodePort": 30080},
+        {"name": "dns", "port": 53, "nodePort": 30053, "protocol": "UDP"},
+    ]));
+    let name = provider_aws::load_balancer::network::nlb_security_group_name("c", &service);
+    // SHA-256 of "c" "web" "shop" and the UID, computed independently (Python's hashlib).
+    assert_eq!(name, "k8s-shop-web-96c196df0a");
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    let groups = nlb_groups(&elbv2).await;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let described = ec2
+        .describe_security_groups()
+        .group_ids(&groups[0])
+        .send()
+        .await
+        .unwrap();
+    let group = &described.security_groups()[0];
+    assert_eq!(group.group_name(), Some(name.as_str()));
+    assert_eq!(group.vpc_id(), Some(net.vpc.as_str()));
+    assert_eq!(
+        group.description(),
+        Some(provider_aws::load_balancer::network::MANAGED_GROUP_DESCRIPTION)
+    );
+    assert!(
+        group
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some("kubernetes.io/cluster/test") && t.value() == Some("owned")),
+        "{:?}",
+        group.tags()
+    );
+    let rule =
+        |protocol: &str, from: i32, to: i32, cidr: &str| (protocol.to_owned(), from, to, cidr.to_owned());
+    assert_eq!(
+        ingress(&ec2, &groups[0]).await,
+        [
+            rule("icmp", 3, 4, "0.0.0.0/0"),
+            rule("tcp", 80, 80, "0.0.0.0/0"),
+            rule("udp", 53, 53, "0.0.0.0/0"),
+        ]
+    );
+
+    // Nothing to change: nothing written.
+    let before = writes(&provider);
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(writes(&provider), before, "a second ensure writes nothing");
+
+    // Source ranges: the group admits exactly them.
+    service.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["192.0.2.0/24".into()]);
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        ingress(&ec2, &groups[0]).await,
+        [
+            rule("icmp", 3, 4, "192.0.2.0/24"),
+            rule("tcp", 80, 80, "192.0.2.0/24"),
+            rule("udp", 53, 53, "192.0.2.0/24"),
+        ]
+    );
+
+    // Groups of one's own (annotated): attached and left alone; the managed one is detached and deleted.
+    let own = ec2
+        .create_security_group()
+        .group_name("mine")
+        .description("mine")
+        .vpc_id(&net.vpc)
+        .send()
+        .await
+        .unwrap()
+        .group_id()
+        .unwrap()
+        .to_owned();
+    let annotations = service.metadata.annotations.as_mut().unwrap();
+    annotations.insert(
+        "service.beta.kubernetes.io/aws-load-balancer-security-groups".into(),
+        own.clone(),
+    );
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(nlb_groups(&elbv2).await, [own.clone()]);
+    assert!(
+        ingress(&ec2, &own).await.is_empty(),
+        "an annotated group gets no rules"
+    );
+    assert!(!group_exists(&ec2, &name).await, "the managed group was deleted");
+
+    // Delete: the annotated group stays.
+    lb.ensure_load_balancer_deleted(&cx(), "c", &service)
+        .await
+        .unwrap();
+    assert_eq!(lb.get_load_balancer(&cx(), "c", &service).await.unwrap(), None);
+    assert!(group_exists(&ec2, "mine").await);
+
+    // Adoption: a group upstream made (its name, owned) is used, not a second one.
+    service
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .remove("service.beta.kubernetes.io/aws-load-balancer-security-groups");
+    let upstreams = ec2
+        .create_security_group()
+        .group_name(&name)
+        .description(provider_aws::load_balancer::network::MANAGED_GROUP_DESCRIPTION)
+        .vpc_id(&net.vpc)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::SecurityGroup)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kubernetes.io/cluster/test")
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .group_id()
+        .unwrap()
+        .to_owned();
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(nlb_groups(&elbv2).await, [upstreams.clone()]);
+
+    // A delete that stopped after the NLB went (the group still in use then) finds the group by its name.
+    let arn = elbv2
+        .describe_load_balancers()
+        .names(ELB_NAME)
+        .send()
+        .await
+        .unwrap()
+        .load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_owned();
+    elbv2
+        .delete_load_balancer()
+        .load_balancer_arn(arn)
+        .send()
+        .await
+        .unwrap();
+    assert!(group_exists(&ec2, &name).await);
+    lb.ensure_load_balancer_deleted(&cx(), "c", &service)
+        .await
+        .unwrap();
+    assert!(!group_exists(&ec2, &name).await, "the leftover group was deleted");
+
+    // An NLB made before the mode was set has no groups, and EC2 cannot add any: it is left without.
+    let unmanaged = moto.provider("");
+    unmanaged
+        .load_balancer()
+        .unwrap()
+        .ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert!(nlb_groups(&elbv2).await.is_empty());
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert!(nlb_groups(&elbv2).await.is_empty());
+    assert!(!group_exists(&ec2, &name).await, "no group made for it");
+    lb.ensure_load_balancer_deleted(&cx(), "c", &service)
+        .await
+        .unwrap();
+}

@@ -19,8 +19,7 @@
 //!   them), each rule described `kubernetes.io/rule/nlb/{client,health}=<name>` so it is found again and
 //!   revoked when no longer wanted. Difference: UDP ports get UDP rules and TCP ports TCP rules (upstream
 //!   opens every port with UDP when any is UDP); upstream's ICMP path-MTU rule is not added.
-//! - Not implemented: upstream's managed security-group mode (`NLBSecurityGroupMode = Managed`): an NLB
-//!   service is refused while it is configured.
+//! - With `NLBSecurityGroupMode = Managed`, the NLB gets a security group of its own ([`security_group`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -37,8 +36,10 @@ use sha1::{Digest, Sha1};
 use super::{annotated_subnets, is_internal, key_values, target_nodes};
 use crate::{AwsProvider, aws_error};
 
+mod security_group;
 mod wanted;
 
+pub use security_group::{DESCRIPTION as MANAGED_GROUP_DESCRIPTION, nlb_security_group_name};
 pub use wanted::{Health, Mapping, NlbAttributes, SharedProbe, WantedNlb, wanted};
 use wanted::{same_listener, subnet_mappings};
 
@@ -329,14 +330,10 @@ impl AwsProvider {
 
     pub(crate) async fn ensure_nlb(
         &self,
+        cluster_name: &str,
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
-        if self.config.nlb_security_group_mode == "Managed" {
-            return Err(CloudError::provider(
-                "NLBSecurityGroupMode = Managed (cloud-config) is not implemented by this provider yet; the NLB is neither made nor changed",
-            ));
-        }
         let wanted = self.wanted_nlb(service)?;
         let mappings = &wanted.mappings;
         let name = default_load_balancer_name(service);
@@ -345,7 +342,12 @@ impl AwsProvider {
             .await?;
         let vpc = self.vpc_of(&instances)?;
         let internal = is_internal(service);
-        let lb = match self.describe_nlb(&name).await? {
+        let existing = self.describe_nlb(&name).await?;
+        let groups = self
+            .ensure_nlb_groups(cluster_name, service, existing.as_ref(), &vpc, &wanted.tags)
+            .await?;
+        let mut detached = Vec::new();
+        let lb = match existing {
             Some(lb) => {
                 let is_internal = lb.scheme() == Some(&LoadBalancerSchemeEnum::Internal);
                 if is_internal != internal {
@@ -353,6 +355,22 @@ impl AwsProvider {
                         "NLB {name}'s scheme cannot change; recreate the service to change {}internal",
                         if internal { "to " } else { "from " }
                     )));
+                }
+                let have: BTreeSet<&String> = lb.security_groups().iter().collect();
+                if !groups.ids.is_empty() && have != groups.ids.iter().collect() {
+                    self.elbv2
+                        .set_security_groups()
+                        .load_balancer_arn(lb.load_balancer_arn().unwrap_or_default())
+                        .set_security_groups(Some(groups.ids.clone()))
+                        .send()
+                        .await
+                        .map_err(aws_error)?;
+                    detached = lb
+                        .security_groups()
+                        .iter()
+                        .filter(|g| !groups.ids.contains(g))
+                        .cloned()
+                        .collect();
                 }
                 lb
             }
@@ -373,6 +391,7 @@ impl AwsProvider {
                         LoadBalancerSchemeEnum::InternetFacing
                     })
                     .set_subnet_mappings(Some(mappings))
+                    .set_security_groups((!groups.ids.is_empty()).then(|| groups.ids.clone()))
                     .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
                     .send()
                     .await
@@ -462,6 +481,10 @@ impl AwsProvider {
                 .await
                 .map_err(aws_error)?;
         }
+        if let Some(group) = &groups.managed {
+            self.nlb_group_rules(group, service, mappings).await?;
+        }
+        self.release_nlb_groups(&name, &detached).await;
         let subnets: Vec<String> = lb
             .availability_zones()
             .iter()
@@ -520,11 +543,16 @@ impl AwsProvider {
         Ok(())
     }
 
-    pub(crate) async fn delete_nlb(&self, service: &Service) -> Result<(), CloudError> {
+    pub(crate) async fn delete_nlb(&self, cluster_name: &str, service: &Service) -> Result<(), CloudError> {
         let name = default_load_balancer_name(service);
         let Some(lb) = self.describe_nlb(&name).await? else {
+            // A delete retried after the NLB went: its managed group may be left.
+            if let Some(group) = self.leftover_nlb_group(cluster_name, service).await? {
+                self.delete_group(&group).await?;
+            }
             return Ok(());
         };
+        let own_groups = self.nlb_groups_to_delete(service, &lb).await?;
         let arn = lb.load_balancer_arn().unwrap_or_default().to_owned();
         let groups: BTreeSet<String> = self
             .listeners(&arn)
@@ -568,6 +596,9 @@ impl AwsProvider {
                 }
                 Err(error) => return Err(aws_error(error)),
             }
+        }
+        for group in own_groups {
+            self.delete_group(&group).await?;
         }
         Ok(())
     }
