@@ -15,10 +15,13 @@
 //!   check, class), read as upstream's service helpers read it, for every provider's load balancers.
 //! - [`flags`]: flags a provider (or a provider's controller) adds to the manager's command line; their
 //!   values reach the provider in [`InitializeContext::flags`].
+//! - [`SharedCaches`]: the process's caches of nodes and services, handed to the provider at
+//!   initialisation (upstream's `InformerUser`), so it never watches the same objects a second time.
 //! - [`Cidr`]: IPv4 and IPv6 networks.
 //! - [`names`]: well-known taints, labels, annotations and finalizers.
 //! - [`gcfg`]: reading cloud-configs in upstream's INI dialect (the AWS and GCE providers' format).
 
+mod caches;
 mod cidr;
 mod context;
 mod error;
@@ -33,6 +36,7 @@ mod registry;
 mod routes;
 pub mod service;
 
+pub use caches::{CacheEvent, FixedCaches, NoCaches, SharedCaches};
 pub use cidr::{Cidr, CidrError};
 pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::CloudError;

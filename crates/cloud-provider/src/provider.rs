@@ -16,6 +16,9 @@ pub struct InitializeContext {
     /// The values of the flags the binary's providers and controllers declare ([`crate::flags`]), each
     /// checked; a flag not given has its default.
     pub flags: FlagValues,
+    /// The process's shared caches of nodes and services, to read instead of watching them again
+    /// (upstream's `InformerUser`); they start when first asked, so read them while leading.
+    pub caches: std::sync::Arc<dyn crate::SharedCaches>,
 }
 
 /// What a provider gets when this process starts leading (the main lock; at start-up without leader

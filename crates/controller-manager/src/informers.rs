@@ -20,8 +20,10 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
+use cloud_provider::{CacheEvent, SharedCaches};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -237,6 +239,69 @@ impl Informers {
     pub(crate) fn services(&self) -> &Informer<Compact<Service>> {
         self.services
             .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
+    }
+}
+
+impl Informers {
+    fn ready_now<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static>(
+        informer: Option<&Informer<K>>,
+    ) -> bool {
+        informer.is_some_and(|informer| *informer.ready.borrow())
+    }
+}
+
+/// Both feeds of `informer` as cache events, the objects made by `object`.
+fn events<K, T>(informer: &Informer<K>, object: fn(&K) -> T) -> BoxStream<'static, CacheEvent<T>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    T: Send + 'static,
+{
+    let applied = informer.subscribe().map(move |k| CacheEvent::Applied(object(&k)));
+    let deleted = informer.deletions().map(move |k| CacheEvent::Deleted(object(&k)));
+    Box::pin(futures::stream::select(applied, deleted))
+}
+
+/// What a provider reads ([`cloud_provider::InitializeContext::caches`]): these informers, their objects
+/// made whole from the projections.
+#[async_trait::async_trait]
+impl SharedCaches for Informers {
+    async fn nodes_synced(&self) {
+        self.nodes().ready().await;
+    }
+    fn nodes_ready(&self) -> bool {
+        Informers::ready_now(self.nodes.get())
+    }
+    fn node(&self, name: &str) -> Option<Node> {
+        self.nodes()
+            .store()
+            .get(&ObjectRef::new(name))
+            .map(|node| node.to_node())
+    }
+    fn nodes(&self) -> Vec<Node> {
+        let store = Informers::nodes(self).store();
+        store.state().iter().map(|node| node.to_node()).collect()
+    }
+    fn node_events(&self) -> BoxStream<'static, CacheEvent<Node>> {
+        events(Informers::nodes(self), CachedNode::to_node)
+    }
+    async fn services_synced(&self) {
+        Informers::services(self).ready().await;
+    }
+    fn services_ready(&self) -> bool {
+        Informers::ready_now(self.services.get())
+    }
+    fn service(&self, namespace: &str, name: &str) -> Option<Service> {
+        Informers::services(self)
+            .store()
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|service| service.object())
+    }
+    fn services(&self) -> Vec<Service> {
+        let store = Informers::services(self).store();
+        store.state().iter().map(|service| service.object()).collect()
+    }
+    fn service_events(&self) -> BoxStream<'static, CacheEvent<Service>> {
+        events(Informers::services(self), Compact::object)
     }
 }
 

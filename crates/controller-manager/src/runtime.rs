@@ -164,20 +164,21 @@ impl Manager {
         let provider_client = clients
             .client(self.provider.provider_name(), None)
             .map_err(ManagerError::Client)?;
-        self.provider
-            .initialize(InitializeContext {
-                client: provider_client,
-                shutdown: shutdown.clone(),
-                flags: self.config.controllers.flags.clone(),
-            })
-            .await
-            .map_err(ManagerError::Initialize)?;
         let informers = Informers::new(
             clients
                 .client("shared-informers", None)
                 .map_err(ManagerError::Client)?,
             shutdown.clone(),
         );
+        self.provider
+            .initialize(InitializeContext {
+                client: provider_client,
+                shutdown: shutdown.clone(),
+                flags: self.config.controllers.flags.clone(),
+                caches: informers.clone(),
+            })
+            .await
+            .map_err(ManagerError::Initialize)?;
         let runner = Arc::new(Runner {
             lease_namespace: self
                 .config

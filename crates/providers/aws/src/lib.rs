@@ -13,8 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use cloud_provider::{CloudError, CloudProvider, InstancesV2, LoadBalancer, Routes};
+use cloud_provider::{
+    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Routes,
+};
 use tokio::sync::Mutex;
 
 pub mod batch;
@@ -24,6 +27,7 @@ mod connector;
 pub mod fargate;
 pub mod instances;
 pub mod load_balancer;
+mod node_index;
 pub mod routes;
 pub mod tagging;
 pub mod topology;
@@ -48,6 +52,7 @@ pub struct AwsProvider {
     route_table: Mutex<Option<String>>,
     describer: batch::Describer,
     topology: topology::Topology,
+    nodes: Arc<node_index::NodeIndex>,
 }
 
 impl std::fmt::Debug for AwsProvider {
@@ -98,6 +103,7 @@ impl AwsProvider {
             describer: batch::Describer::default(),
             topology: topology::Topology::new(&config_pattern)
                 .expect("SupportedTopologyInstanceTypePattern is checked when the cloud-config is read"),
+            nodes: Arc::default(),
         }
     }
 
@@ -112,9 +118,22 @@ impl AwsProvider {
     }
 }
 
+#[async_trait]
 impl CloudProvider for AwsProvider {
     fn provider_name(&self) -> &str {
         PROVIDER_NAME
+    }
+
+    /// Keeps the manager's shared caches (upstream's `SetInformers`), read while leading.
+    async fn initialize(&self, context: InitializeContext) -> Result<(), CloudError> {
+        self.nodes.set_caches(context.caches);
+        Ok(())
+    }
+
+    /// Follows the node cache while leading: routes name their nodes as upstream names them.
+    async fn start_leading(&self, context: LeadingContext) -> Result<(), CloudError> {
+        self.nodes.follow(context.stop);
+        Ok(())
     }
 
     fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {

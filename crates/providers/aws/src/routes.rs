@@ -9,10 +9,13 @@
 //!   route to the same range, then creates the route; the same route again is done already (a retried
 //!   call). IPv4 only, as upstream.
 //!
-//! A route's target is listed as the instance's private DNS name (upstream's node name), or, when that
-//! name is resource-based (`i-….<region>.compute.internal`: the node may be named after the instance ID
-//! or the DNS name), as the instance's provider ID, which the route controller matches to the node's
-//! `spec.providerID` (upstream maps instances to nodes through its node informer instead).
+//! A route's target is listed as the name of the node on its instance, from the manager's shared node
+//! cache ([`crate::node_index`], as upstream's node informer), and a route for a node goes to the instance
+//! its provider ID names. Without the cache (not leading, not synced yet, or no node on the instance), the
+//! target is the instance's private DNS name, or, when that name is resource-based
+//! (`i-….<region>.compute.internal`: the node may be named after the instance ID or the DNS name), the
+//! instance's provider ID, which the route controller matches to the node's `spec.providerID`; and a node
+//! is found by an instance ID in its name or by private DNS name.
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, RouteState};
@@ -122,10 +125,11 @@ impl AwsProvider {
         Ok(pending
             .into_iter()
             .map(|(cidr, instance, blackhole)| {
-                let node = instances
-                    .get(&InstanceKey::Id(instance))
-                    .map(route_target)
-                    .unwrap_or_default();
+                let found = instances.get(&InstanceKey::Id(instance.clone()));
+                let node = match (found, self.nodes.node_on(&instance)) {
+                    (Some(_), Some(name)) => name,
+                    (found, _) => found.map(route_target).unwrap_or_default(),
+                };
                 Route {
                     name: format!("{cluster_name}-{cidr}"),
                     blackhole: blackhole || node.is_empty(),
@@ -140,9 +144,12 @@ impl AwsProvider {
     async fn create(&self, route: &Route) -> Result<(), CloudError> {
         let table = self.route_table().await?;
         let name = route.target_node.as_str();
-        let key = match instance_id_of(name.split('.').next().unwrap_or(name)) {
-            Some(id) => InstanceKey::Id(id.to_owned()),
-            None => InstanceKey::PrivateDns(name.to_owned()),
+        let key = match self.nodes.instance_of(name) {
+            Some(id) => InstanceKey::Id(id),
+            None => match instance_id_of(name.split('.').next().unwrap_or(name)) {
+                Some(id) => InstanceKey::Id(id.to_owned()),
+                None => InstanceKey::PrivateDns(name.to_owned()),
+            },
         };
         let instances = self.describe(std::slice::from_ref(&key)).await?;
         let instance = instances
@@ -168,7 +175,9 @@ impl AwsProvider {
             .find(|r| r.destination_cidr == route.destination_cidr);
         match same_range {
             // Made already (a retried call whose first answer was lost): done.
-            Some(r) if !r.blackhole && r.target_node == route_target(instance) => return Ok(()),
+            Some(r) if !r.blackhole && (r.target_node == route_target(instance) || r.target_node == name) => {
+                return Ok(());
+            }
             Some(r) if r.blackhole => self.delete(&route.destination_cidr).await?,
             _ => {}
         }
