@@ -143,7 +143,7 @@ fn run_manager(matches: &clap::ArgMatches, registry: &Registry) -> ExitCode {
     limit_malloc_arenas();
     let startup = match settings::layered_with(matches, registry)
         .map_err(|e| vec![e.to_string()])
-        .and_then(|(settings, flags)| startup::validate(settings, flags, registry.controllers()))
+        .and_then(|(settings, flags)| startup::validate(settings, flags, registry))
         .and_then(
             |startup| match registry.providers().check(&startup.settings.cloud_provider) {
                 Ok(()) => Ok(startup),

@@ -99,12 +99,7 @@ pub(crate) const GATES: &[Gate] = &[
             "the route controller here always starts its next round early when a node is added, deleted or changes its pod CIDRs or addresses (never sooner than --route-reconciliation-period after the last), which is what this gate turns on upstream",
         ),
     ),
-    gate(
-        "CloudControllerManagerWebhook",
-        false,
-        Alpha,
-        Effect::None("this binary registers no webhook to serve"),
-    ),
+    gate("CloudControllerManagerWebhook", false, Alpha, Effect::Applies),
     gate(
         "ComponentFlagz",
         true,
@@ -421,9 +416,16 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), before, "a gate is listed twice");
         assert_eq!(before, 49, "upstream's manager knows 49 gates at v1.37.2");
-        let (gates, _) = FeatureGates::parse("CloudControllerManagerWebhook=true,AllBeta=true").unwrap();
+        let (gates, _) = FeatureGates::parse(
+            "CoordinatedLeaderElection=true,CloudControllerManagerWebhook=true,AllBeta=true",
+        )
+        .unwrap();
         let quiet: Vec<&str> = gates.without_effect().iter().map(|(n, _, _)| *n).collect();
-        assert!(quiet.contains(&"CloudControllerManagerWebhook"), "{quiet:?}");
+        assert!(quiet.contains(&"CoordinatedLeaderElection"), "{quiet:?}");
+        assert!(
+            !quiet.contains(&"CloudControllerManagerWebhook"),
+            "it serves the webhooks"
+        );
         assert!(!quiet.contains(&"AllBeta"));
     }
 }

@@ -53,6 +53,7 @@ pub fn metric_reference() -> String {
     metrics.set_feature("", "", false);
     metrics.api_request("", "", "", 0.0);
     metrics.rate_limited("", "", 0.0);
+    metrics.webhook_request("", 0, Duration::ZERO);
     metrics
         .cloud
         .observe("", Duration::ZERO, Err(&CloudError::Timeout));

@@ -32,6 +32,7 @@ mod registry;
 mod runtime;
 pub mod service_accounts;
 mod transport;
+pub mod webhooks;
 mod workqueue;
 
 pub use cached_node::CachedNode;

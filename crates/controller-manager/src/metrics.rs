@@ -55,6 +55,13 @@ pub(crate) struct CloudErrorLabels {
     pub(crate) error: String,
 }
 
+/// `{code, webhook}`: upstream's `cloud_provider_webhook_request_*`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WebhookLabels {
+    pub(crate) code: String,
+    pub(crate) webhook: String,
+}
+
 /// `{code, host, method}`: client-go's `rest_client_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RestLabels {
@@ -128,6 +135,8 @@ pub struct Metrics {
     pub(crate) nodesync_latency: Histogram,
     pub(crate) update_load_balancer_host_latency: Histogram,
     pub(crate) route_syncs: Counter,
+    pub(crate) webhook_requests: Family<WebhookLabels, Counter>,
+    pub(crate) webhook_request_duration: Family<WebhookLabels, Histogram>,
     build_info: Family<BuildInfo, Gauge>,
     feature_enabled: Family<FeatureLabels, Gauge>,
 }
@@ -267,6 +276,20 @@ impl Metrics {
             "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider",
             route_syncs.clone(),
         );
+        let webhook_requests = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "cloud_provider_webhook_request",
+            "[ALPHA] Number of HTTP requests partitioned by status code.",
+            webhook_requests.clone(),
+        );
+        let webhook_request_duration = Family::<WebhookLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.25, 0.5, 0.7, 1.0, 1.5, 3.0, 5.0, 10.0])
+        });
+        registry.register(
+            "cloud_provider_webhook_request_duration_seconds",
+            "[ALPHA] Request latency in seconds. Broken down by status code.",
+            webhook_request_duration.clone(),
+        );
         let build_info = Family::<BuildInfo, Gauge>::default();
         registry.register(
             "kubernetes_build_info",
@@ -328,9 +351,23 @@ impl Metrics {
             nodesync_latency,
             update_load_balancer_host_latency,
             route_syncs,
+            webhook_requests,
+            webhook_request_duration,
             build_info,
             feature_enabled,
         }
+    }
+
+    /// An admission request to `webhook` answered with `status` after `elapsed`.
+    pub(crate) fn webhook_request(&self, webhook: &str, status: u16, elapsed: Duration) {
+        let labels = WebhookLabels {
+            code: status.to_string(),
+            webhook: webhook.to_owned(),
+        };
+        self.webhook_requests.get_or_create(&labels).inc();
+        self.webhook_request_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// `kubernetes_build_info`: 1, labelled with what this binary is.

@@ -337,6 +337,9 @@ pub enum RegistrationError {
         /// Who declared it first.
         existing: String,
     },
+    /// A webhook's name or path is taken or malformed.
+    #[error(transparent)]
+    Webhook(#[from] crate::webhooks::WebhookError),
 }
 
 /// Everything a binary can run: cloud providers by name, and controllers. A provider's own `main` builds
@@ -347,6 +350,7 @@ pub struct Registry {
     controllers: ControllerRegistry,
     /// Flags of providers, with the provider's name.
     provider_flags: Vec<(String, &'static ControllerFlag)>,
+    webhooks: Vec<crate::webhooks::WebhookDefinition>,
 }
 
 impl Registry {
@@ -414,6 +418,22 @@ impl Registry {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Registers an admission webhook (served on `--webhook-secure-port` with the
+    /// `CloudControllerManagerWebhook` feature gate, when `--webhooks` enables it).
+    pub fn register_webhook(
+        &mut self,
+        definition: crate::webhooks::WebhookDefinition,
+    ) -> Result<(), RegistrationError> {
+        crate::webhooks::check_definitions(&self.webhooks, &definition)?;
+        self.webhooks.push(definition);
+        Ok(())
+    }
+
+    /// The webhooks, in registration order.
+    pub fn webhooks(&self) -> &[crate::webhooks::WebhookDefinition] {
+        &self.webhooks
     }
 
     /// The providers' flags, each with its provider's name, in registration order.

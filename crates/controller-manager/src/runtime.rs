@@ -74,6 +74,9 @@ pub struct Manager {
     provider: Arc<dyn CloudProvider>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    /// The shared caches (made on first use; started when first read), and what stops them.
+    informers: std::sync::Mutex<Option<Arc<Informers>>>,
+    stop_informers: CancellationToken,
 }
 
 impl Manager {
@@ -93,7 +96,30 @@ impl Manager {
             provider,
             health: Arc::new(Health::default()),
             metrics,
+            informers: std::sync::Mutex::default(),
+            stop_informers: CancellationToken::new(),
         }
+    }
+
+    /// The process's shared caches of nodes and services (the ones its controllers read), for what runs
+    /// beside the controllers (the webhooks); they stop when [`Manager::run`] ends.
+    pub fn caches(&self) -> Result<Arc<dyn cloud_provider::SharedCaches>, ManagerError> {
+        Ok(self.informers()?)
+    }
+
+    fn informers(&self) -> Result<Arc<Informers>, ManagerError> {
+        let mut informers = lock(&self.informers);
+        if let Some(informers) = informers.as_ref() {
+            return Ok(informers.clone());
+        }
+        let client = self
+            .config
+            .clients
+            .client("shared-informers", None)
+            .map_err(ManagerError::Client)?;
+        let made = Informers::new(client, self.stop_informers.clone());
+        *informers = Some(made.clone());
+        Ok(made)
     }
 
     /// Health and readiness checks (for `/healthz`, `/readyz`).
@@ -104,6 +130,11 @@ impl Manager {
     /// Metrics (for `/metrics`).
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// The cloud provider.
+    pub fn provider(&self) -> Arc<dyn CloudProvider> {
+        self.provider.clone()
     }
 
     /// Where each controller of the binary runs for this manager, with skip reasons.
@@ -164,12 +195,13 @@ impl Manager {
         let provider_client = clients
             .client(self.provider.provider_name(), None)
             .map_err(ManagerError::Client)?;
-        let informers = Informers::new(
-            clients
-                .client("shared-informers", None)
-                .map_err(ManagerError::Client)?,
-            shutdown.clone(),
-        );
+        let informers = self.informers()?;
+        let stop_informers = self.stop_informers.clone();
+        let stopping = shutdown.clone();
+        tokio::spawn(async move {
+            stopping.cancelled().await;
+            stop_informers.cancel();
+        });
         self.provider
             .initialize(InitializeContext {
                 client: provider_client,

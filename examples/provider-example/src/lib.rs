@@ -1,6 +1,6 @@
 //! An example cloud provider for the framework, small enough to read in one sitting: a cloud kept in one
-//! JSON file ([`cloud`]), with instances, load balancers and routes, and a provider-specific controller
-//! ([`tagging`]). Its binary is `example-cloud-controller-manager`; `docs/provider-authoring.md` walks
+//! JSON file ([`cloud`]), with instances, load balancers and routes, a provider-specific controller
+//! ([`tagging`]) and an admission webhook ([`webhooks`]). Its binary is `example-cloud-controller-manager`; `docs/provider-authoring.md` walks
 //! through it.
 
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ mod instances;
 mod load_balancer;
 mod routes;
 pub mod tagging;
+pub mod webhooks;
 
 use cloud::FileCloud;
 
@@ -89,10 +90,11 @@ pub async fn factory(
     }))
 }
 
-/// Registers the provider and its controller with a binary's registry.
+/// Registers the provider, its controller and its webhook with a binary's registry.
 pub fn register(registry: &mut Registry) -> Result<(), RegistrationError> {
     registry.register_provider(PROVIDER_NAME, factory)?;
-    registry.register_controller(tagging::definition())
+    registry.register_controller(tagging::definition())?;
+    registry.register_webhook(webhooks::definition())
 }
 // ANCHOR_END: register
 

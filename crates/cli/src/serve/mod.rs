@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use controller_manager::webhooks::Webhooks;
 use controller_manager::{Health, Metrics, Verdict};
 use http_body_util::Full;
 use rustls::SupportedCipherSuite;
@@ -35,12 +36,16 @@ use self::auth::{Decision, Delegation};
 use self::connections::{Connection, Connections, accept_backoff};
 pub(crate) use self::connections::{Limits, raise_open_files_limit};
 pub(crate) use self::debug::{Debug, SetVerbosity};
-pub(crate) use self::tls::{ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites, kx_groups};
+pub(crate) use self::tls::{
+    ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites, ensure_self_signed_pair, kx_groups,
+};
 use self::tls::{Peer, Verifiers, tls_config};
 
 /// Where and how to serve.
 pub(crate) struct Serving {
     pub(crate) address: SocketAddr,
+    /// The prefix of its flags' names in messages: `""` (`--tls-cert-file`…) or `"webhook-"`.
+    pub(crate) flags: &'static str,
     pub(crate) cert_file: Option<String>,
     pub(crate) key_file: Option<String>,
     pub(crate) tls13_only: bool,
@@ -67,18 +72,97 @@ pub(crate) async fn start(
     shutdown: CancellationToken,
 ) -> Result<SocketAddr> {
     let (config, verifiers) = tls_config(&serving)?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let verifiers = Arc::new(verifiers);
+    let endpoints = Endpoints {
+        verifiers: verifiers.clone(),
+        delegation,
+        health,
+        metrics,
+        debug,
+    };
+    listen(&serving, config, limits, shutdown, move |peer_certificates| {
+        let endpoints = endpoints.clone();
+        let peer = Arc::new(endpoints.verifiers.peer(peer_certificates));
+        move |request| {
+            let (endpoints, peer) = (endpoints.clone(), peer.clone());
+            async move { handle(request, &endpoints, &peer).await }
+        }
+    })
+    .await
+}
+
+/// Serves the enabled `webhooks` on the webhook port until `shutdown` (upstream's webhook server: TLS, no
+/// authentication of its own; the API server is its caller).
+pub(crate) async fn start_webhooks(
+    serving: Serving,
+    limits: Limits,
+    webhooks: Arc<Webhooks>,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr> {
+    let (config, _) = tls_config(&serving)?;
+    listen(&serving, config, limits, shutdown, move |_| {
+        let webhooks = webhooks.clone();
+        move |request| {
+            let webhooks = webhooks.clone();
+            async move { Ok(answer_webhook(request, &webhooks).await) }
+        }
+    })
+    .await
+}
+
+/// The largest admission review read (the API server's own request limit is 3 MiB).
+const MAX_REVIEW: usize = 3 * 1024 * 1024;
+
+async fn answer_webhook(
+    request: http::Request<hyper::body::Incoming>,
+    webhooks: &Webhooks,
+) -> http::Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let (request, body) = request.into_parts();
+    if request.method != http::Method::POST {
+        return respond(405, TEXT, "method not allowed\n".to_owned());
+    }
+    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_REVIEW)).await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return respond(413, TEXT, format!("the body is over {MAX_REVIEW} bytes\n")),
+    };
+    let content_type = request
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    match webhooks.answer(request.uri.path(), content_type, &body).await {
+        Some((status, content_type, body)) => respond_bytes(status, content_type, Bytes::from(body)),
+        None => respond(404, TEXT, "404 page not found\n".to_owned()),
+    }
+}
+
+/// Binds `serving`'s address and serves each TLS connection with the handler `connection` makes from its
+/// peer's certificates, until `shutdown`.
+async fn listen<C, H, F>(
+    serving: &Serving,
+    config: rustls::ServerConfig,
+    limits: Limits,
+    shutdown: CancellationToken,
+    connection: C,
+) -> Result<SocketAddr>
+where
+    C: Fn(Option<&[rustls::pki_types::CertificateDer<'static>]>) -> H + Send + Sync + 'static,
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<http::Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(serving.address)
         .await
         .with_context(|| {
             format!(
-                "--bind-address/--secure-port: cannot listen on {}",
-                serving.address
+                "--{flags}bind-address/--{flags}secure-port: cannot listen on {}",
+                serving.address,
+                flags = serving.flags
             )
         })?;
     let address = listener.local_addr()?;
     let table = Connections::new(limits.max_connections);
+    let connection = Arc::new(connection);
     tokio::spawn(async move {
         let mut backoff = Duration::ZERO;
         loop {
@@ -105,18 +189,12 @@ pub(crate) async fn start(
                 continue;
             };
             let acceptor = acceptor.clone();
-            let endpoints = Endpoints {
-                verifiers: verifiers.clone(),
-                delegation: delegation.clone(),
-                health: health.clone(),
-                metrics: metrics.clone(),
-                debug: debug.clone(),
-            };
+            let connection = connection.clone();
             tokio::spawn(async move {
                 let close = admitted.connection.close.clone();
                 tokio::select! {
                     () = close.cancelled() => {}
-                    () = serve_connection(stream, acceptor, limits, &admitted.connection, endpoints) => {}
+                    () = serve_connection(stream, acceptor, limits, &admitted.connection, &*connection) => {}
                 }
                 drop(admitted);
             });
@@ -138,23 +216,27 @@ struct Endpoints {
 /// The longest request body read (`PUT /debug/flags/v`).
 const MAX_BODY: usize = 1024;
 
-async fn serve_connection(
+async fn serve_connection<C, H, F>(
     stream: tokio::net::TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     limits: Limits,
     connection: &Arc<Connection>,
-    endpoints: Endpoints,
-) {
+    handler: &C,
+) where
+    C: Fn(Option<&[rustls::pki_types::CertificateDer<'static>]>) -> H,
+    H: Fn(http::Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<http::Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
     let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake, acceptor.accept(stream)).await else {
         return;
     };
-    let peer = Arc::new(endpoints.verifiers.peer(stream.get_ref().1.peer_certificates()));
+    let handle = Arc::new(handler(stream.get_ref().1.peer_certificates()));
     let busy = connection.clone();
     let service = hyper::service::service_fn(move |request| {
-        let (endpoints, busy, peer) = (endpoints.clone(), busy.clone(), peer.clone());
+        let (handle, busy) = (handle.clone(), busy.clone());
         async move {
             busy.busy.store(true, Ordering::Relaxed);
-            let response = handle(request, &endpoints, &peer).await;
+            let response = handle(request).await;
             busy.busy.store(false, Ordering::Relaxed);
             response
         }

@@ -24,6 +24,7 @@ fn pair() -> (String, String, CertificateDer<'static>) {
 fn serving(dir: &Path) -> Serving {
     Serving {
         address: ([127, 0, 0, 1], 0).into(),
+        flags: "",
         cert_file: Some(dir.join("tls.crt").display().to_string()),
         key_file: Some(dir.join("tls.key").display().to_string()),
         tls13_only: false,

@@ -216,22 +216,66 @@ fn stamp(files: [&Path; 2]) -> Stamp {
     files.map(|file| std::fs::read(file).ok())
 }
 
-fn load_pair(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey> {
+/// `flags`: the prefix of the flags' names in messages (`""` or `"webhook-"`).
+fn load_pair(cert: &Path, key: &Path, provider: &CryptoProvider, flags: &str) -> Result<CertifiedKey> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("--tls-cert-file: cannot read {}", cert.display()))?
+        .with_context(|| format!("--{flags}tls-cert-file: cannot read {}", cert.display()))?
         .collect::<Result<_, _>>()
-        .with_context(|| format!("--tls-cert-file: {} is not PEM certificates", cert.display()))?;
+        .with_context(|| {
+            format!(
+                "--{flags}tls-cert-file: {} is not PEM certificates",
+                cert.display()
+            )
+        })?;
     if chain.is_empty() {
-        anyhow::bail!("--tls-cert-file: {} holds no certificate", cert.display());
+        anyhow::bail!("--{flags}tls-cert-file: {} holds no certificate", cert.display());
     }
     let key_der = PrivateKeyDer::from_pem_file(key).with_context(|| {
         format!(
-            "--tls-private-key-file: cannot read a PEM private key from {}",
+            "--{flags}tls-private-key-file: cannot read a PEM private key from {}",
             key.display()
         )
     })?;
-    CertifiedKey::from_der(chain, key_der, provider)
-        .context("--tls-cert-file/--tls-private-key-file: the key does not match the certificate")
+    CertifiedKey::from_der(chain, key_der, provider).with_context(|| {
+        format!(
+            "--{flags}tls-cert-file/--{flags}tls-private-key-file: the key does not match the certificate"
+        )
+    })
+}
+
+/// Writes a self-signed pair for `localhost` and 127.0.0.1 to `cert` and `key` unless both exist (upstream's
+/// `MaybeDefaultWithSelfSignedCerts` for `--webhook-cert-dir`); the key readable by its owner only.
+pub(crate) fn ensure_self_signed_pair(cert: &Path, key: &Path) -> Result<()> {
+    if cert.exists() && key.exists() {
+        return Ok(());
+    }
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .context("cannot generate a self-signed certificate")?;
+    if let Some(dir) = cert.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    // The key first, then the certificate, each written whole before it is named: a reader never sees half.
+    write_new(key, certified.signing_key.serialize_pem().as_bytes(), 0o600)?;
+    write_new(cert, certified.cert.pem().as_bytes(), 0o644)?;
+    tracing::info!(cert = %cert.display(), "made a self-signed certificate for the webhook server");
+    Ok(())
+}
+
+fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&temporary)
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    file.write_all(contents)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The serving certificate from files, read again when they change (checked at a handshake, at most every
@@ -242,6 +286,7 @@ struct ReloadingCertificate {
     files: [PathBuf; 2],
     check_every: Duration,
     provider: Arc<CryptoProvider>,
+    flags: &'static str,
     state: Mutex<Loaded>,
 }
 
@@ -261,13 +306,15 @@ impl ReloadingCertificate {
         key: &Path,
         check_every: Duration,
         provider: Arc<CryptoProvider>,
+        flags: &'static str,
     ) -> Result<ReloadingCertificate> {
         let stamp = stamp([cert, key]);
-        let loaded = load_pair(cert, key, &provider)?;
+        let loaded = load_pair(cert, key, &provider, flags)?;
         Ok(ReloadingCertificate {
             files: [cert.to_owned(), key.to_owned()],
             check_every,
             provider,
+            flags,
             state: Mutex::new(Loaded {
                 key: Arc::new(loaded),
                 stamp,
@@ -286,7 +333,7 @@ impl ResolvesServerCert for ReloadingCertificate {
             let now = stamp([cert, key]);
             if now != state.stamp {
                 state.stamp = now;
-                match load_pair(cert, key, &self.provider) {
+                match load_pair(cert, key, &self.provider, self.flags) {
                     Ok(loaded) => {
                         state.key = Arc::new(loaded);
                         tracing::info!(cert = %cert.display(), "serving the changed certificate");
@@ -371,6 +418,7 @@ pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Ver
             Path::new(key),
             serving.reload_check,
             provider,
+            serving.flags,
         )?)),
         _ => {
             let host = crate::identity::hostname();
@@ -378,7 +426,10 @@ pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Ver
             let certified = rcgen::generate_simple_self_signed(names)
                 .context("cannot generate a self-signed certificate")?;
             let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
-            tracing::info!("no --tls-cert-file: serving a self-signed certificate made in memory");
+            tracing::info!(
+                "no --{}tls-cert-file: serving a self-signed certificate made in memory",
+                serving.flags
+            );
             builder
                 .with_single_cert(vec![certified.cert.der().clone()], key)
                 .context("cannot use the self-signed certificate")?

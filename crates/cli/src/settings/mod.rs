@@ -53,7 +53,7 @@ const AUTHN: &str =
     "Authentication flags (who may read /metrics: TokenReview, client certificates, front proxy)";
 const AUTHZ: &str =
     "Authorization flags (SubjectAccessReview, except for --authorization-always-allow-paths)";
-const WEBHOOK: &str = "Webhook flags (no webhooks are implemented: accepted, no effect)";
+const WEBHOOK: &str = "Webhook flags (served with the CloudControllerManagerWebhook feature gate)";
 const LOGS: &str = "Logs flags";
 const CONTROLLERS: &str = "Provider controllers' flags";
 /// The `--help` heading of the flags providers declare.

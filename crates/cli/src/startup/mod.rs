@@ -59,6 +59,9 @@ pub(crate) async fn run(
         };
         serve(serving, delegation, debug, &manager, shutdown.clone()).await?;
     }
+    if let Some(serving) = startup.webhook_serving.take() {
+        serve_webhooks(serving, &startup, registry, &manager, shutdown.clone()).await?;
+    }
     stop_on_signals(shutdown.clone());
     run_until_stopped(manager, shutdown).await
 }
@@ -186,6 +189,49 @@ async fn serve(
     Ok(())
 }
 
+/// Step 7: the provider's admission webhooks, on every replica, with the `CloudControllerManagerWebhook`
+/// feature gate and when `--webhooks` enables any (as upstream; none is enabled unless named).
+async fn serve_webhooks(
+    serving: Serving,
+    startup: &Startup,
+    registry: &Registry,
+    manager: &Manager,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let settings = &startup.settings;
+    if !startup.feature_gates.enabled("CloudControllerManagerWebhook") {
+        if !settings.webhooks.is_empty() {
+            tracing::warn!(webhooks = ?settings.webhooks, "--webhooks is ignored: the CloudControllerManagerWebhook feature gate is off");
+        }
+        return Ok(());
+    }
+    let context = controller_manager::webhooks::WebhookContext {
+        provider: manager.provider(),
+        caches: manager.caches()?,
+    };
+    let webhooks = controller_manager::webhooks::Webhooks::select(
+        registry.webhooks(),
+        &settings.webhooks,
+        context,
+        manager.metrics(),
+    )?;
+    if webhooks.is_empty() {
+        tracing::info!("no webhook is enabled (--webhooks): the webhook port is not opened");
+        return Ok(());
+    }
+    if settings.webhook_tls_cert_file.is_empty()
+        && let (Some(cert), Some(key)) = (&serving.cert_file, &serving.key_file)
+    {
+        crate::serve::ensure_self_signed_pair(std::path::Path::new(cert), std::path::Path::new(key))
+            .context("--webhook-cert-dir")?;
+    }
+    let names = webhooks.names().join(",");
+    let limits = crate::serve::Limits::for_open_files(crate::serve::raise_open_files_limit());
+    let address = crate::serve::start_webhooks(serving, limits, Arc::new(webhooks), shutdown).await?;
+    tracing::info!(%address, webhooks = %names, "serving admission webhooks over HTTPS");
+    Ok(())
+}
+
 /// SIGTERM or SIGINT cancels `shutdown`.
 fn stop_on_signals(shutdown: CancellationToken) {
     tokio::spawn(async move {
@@ -236,7 +282,7 @@ mod tests {
             .try_get_matches_from(std::iter::once("ccm").chain(args.iter().copied()))
             .unwrap();
         let (settings, flags) = crate::settings::layered_with(&matches, &registry).unwrap();
-        validate(settings, flags, registry.controllers()).unwrap()
+        validate(settings, flags, &registry).unwrap()
     }
 
     #[test]
@@ -290,10 +336,12 @@ mod tests {
                     "--bind-address=nowhere",
                     "--feature-gates=NoSuchGate=true",
                     "--logging-format=xml",
+                    "--webhooks=*,nope",
+                    "--webhook-secure-port=10258",
                 ])
                 .unwrap();
             let (settings, flags) = crate::settings::layered_with(&matches, &registry).unwrap();
-            let Err(problems) = validate(settings, flags, registry.controllers()) else {
+            let Err(problems) = validate(settings, flags, &registry) else {
                 panic!("invalid settings pass");
             };
             for flag in [
@@ -303,6 +351,8 @@ mod tests {
                 "--bind-address",
                 "NoSuchGate",
                 "--logging-format",
+                "--webhooks: \"nope\" is not in the list of known webhooks (none)",
+                "--webhook-secure-port cannot be the same value as --secure-port",
             ] {
                 assert!(
                     problems.iter().any(|p| p.contains(flag)),

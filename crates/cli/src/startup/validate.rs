@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use controller_manager::{Cidr, ControllerRegistry, FlagValues, LeaderElectionConfig};
+use controller_manager::{Cidr, ControllerRegistry, FlagValues, LeaderElectionConfig, Registry};
 use leadermigration::scopes::LossPolicy;
 use leadermigration::{
     ControllerCatalog, ControllerSelection, LeaseTimings, apply_migration_options,
@@ -27,6 +27,8 @@ pub(crate) struct Startup {
     pub(crate) leader_election: Option<LeaderElectionConfig>,
     pub(crate) cluster_cidrs: Vec<Cidr>,
     pub(crate) serving: Option<Serving>,
+    /// The webhook server (`--webhook-secure-port`, its TLS flags); `None` with port 0.
+    pub(crate) webhook_serving: Option<Serving>,
     /// The values of the controllers' own flags.
     pub(crate) flags: FlagValues,
     /// `--feature-gates`, over the defaults.
@@ -39,8 +41,9 @@ pub(crate) struct Startup {
 pub(crate) fn validate(
     settings: Settings,
     flags: FlagValues,
-    controllers: &ControllerRegistry,
+    registry: &Registry,
 ) -> Result<Startup, Vec<String>> {
+    let controllers = registry.controllers();
     let mut problems = Problems::new();
     if settings.cloud_provider.is_empty() {
         problems.push("--cloud-provider cannot be empty".to_owned());
@@ -53,6 +56,7 @@ pub(crate) fn validate(
     });
     workers_and_periods(&settings, &mut problems);
     let serving = serving(&settings, &mut problems);
+    let webhook_serving = webhook_serving(&settings, registry, &mut problems);
     let feature_gates = feature_gates(&settings, &mut problems);
     logging(&settings, &feature_gates, &mut problems);
     if !problems.is_empty() {
@@ -65,6 +69,7 @@ pub(crate) fn validate(
         leader_election,
         cluster_cidrs,
         serving,
+        webhook_serving,
         flags,
     })
 }
@@ -285,7 +290,6 @@ fn workers_and_periods(settings: &Settings, problems: &mut Problems) {
 /// Secure serving (`--bind-address`, `--secure-port`, the TLS flags) and the webhook server's TLS flags;
 /// `None` with `--secure-port=0`.
 fn serving(settings: &Settings, problems: &mut Problems) -> Option<Serving> {
-    problems.extend(webhook_tls_problems(settings));
     if settings.secure_port == 0 {
         None
     } else {
@@ -320,6 +324,7 @@ fn serving(settings: &Settings, problems: &mut Problems) -> Option<Serving> {
             });
         address.map(|ip| Serving {
             address: SocketAddr::new(ip, settings.secure_port),
+            flags: "",
             cert_file: files.0.then(|| settings.tls_cert_file.clone()),
             key_file: files.1.then(|| settings.tls_private_key_file.clone()),
             tls13_only,
@@ -385,28 +390,101 @@ fn tls13_only(flag: &str, value: &str) -> Result<bool, String> {
     }
 }
 
-/// The webhook server's TLS flags, checked as the serving flags are, though this binary serves no webhook
-/// yet: a value upstream would refuse is refused here too.
-fn webhook_tls_problems(settings: &Settings) -> Vec<String> {
-    let mut problems = Vec::new();
-    if settings.webhook_tls_cert_file.is_empty() != settings.webhook_tls_private_key_file.is_empty() {
+/// The webhook server: `--webhooks` names registered webhooks, `--webhook-bind-address`,
+/// `--webhook-secure-port` (not `--secure-port`'s), and the TLS flags checked as the serving flags are;
+/// `None` with `--webhook-secure-port=0`. Without `--webhook-tls-cert-file`, `--webhook-cert-dir` holds
+/// upstream's `cloud-controller-manager-webhook.crt`/`.key` (made when missing); without either, a
+/// self-signed certificate is made in memory.
+fn webhook_serving(settings: &Settings, registry: &Registry, problems: &mut Problems) -> Option<Serving> {
+    let known: Vec<&str> = registry.webhooks().iter().map(|w| w.name()).collect();
+    for item in &settings.webhooks {
+        let name = item.trim().strip_prefix('-').unwrap_or(item.trim());
+        if !name.is_empty() && name != "*" && !known.contains(&name) {
+            problems.push(format!(
+                "--webhooks: {name:?} is not in the list of known webhooks ({})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        }
+    }
+    let files = (
+        !settings.webhook_tls_cert_file.is_empty(),
+        !settings.webhook_tls_private_key_file.is_empty(),
+    );
+    if files.0 != files.1 {
         problems.push(
             "--webhook-tls-cert-file and --webhook-tls-private-key-file must be given together".to_owned(),
         );
     }
-    problems.extend(tls13_only("--webhook-tls-min-version", &settings.webhook_tls_min_version).err());
-    problems.extend(
-        crate::serve::cipher_suites("--webhook-tls-cipher-suites", &settings.webhook_tls_cipher_suites).err(),
-    );
-    problems.extend(
-        crate::serve::kx_groups(
-            "--webhook-tls-curve-preferences",
-            &settings.webhook_tls_curve_preferences,
+    let tls13_only = tls13_only("--webhook-tls-min-version", &settings.webhook_tls_min_version)
+        .unwrap_or_else(|problem| {
+            problems.push(problem);
+            false
+        });
+    let cipher_suites =
+        crate::serve::cipher_suites("--webhook-tls-cipher-suites", &settings.webhook_tls_cipher_suites)
+            .unwrap_or_else(|problem| {
+                problems.push(problem);
+                None
+            });
+    let kx_groups = crate::serve::kx_groups(
+        "--webhook-tls-curve-preferences",
+        &settings.webhook_tls_curve_preferences,
+    )
+    .unwrap_or_else(|problem| {
+        problems.push(problem);
+        None
+    });
+    if settings.webhook_secure_port == 0 {
+        return None;
+    }
+    if settings.webhook_secure_port == settings.secure_port {
+        problems.push("--webhook-secure-port cannot be the same value as --secure-port".to_owned());
+    }
+    let Ok(ip) = settings.webhook_bind_address.parse::<IpAddr>() else {
+        problems.push(format!(
+            "--webhook-bind-address: {:?} is not an IP address",
+            settings.webhook_bind_address
+        ));
+        return None;
+    };
+    let (cert_file, key_file) = if files.0 {
+        (
+            Some(settings.webhook_tls_cert_file.clone()),
+            Some(settings.webhook_tls_private_key_file.clone()),
         )
-        .err(),
-    );
-    problems
+    } else if !settings.webhook_cert_dir.is_empty() {
+        let dir = Path::new(&settings.webhook_cert_dir);
+        let pair = |extension: &str| {
+            Some(
+                dir.join(format!("{WEBHOOK_PAIR_NAME}.{extension}"))
+                    .display()
+                    .to_string(),
+            )
+        };
+        (pair("crt"), pair("key"))
+    } else {
+        (None, None)
+    };
+    Some(Serving {
+        address: SocketAddr::new(ip, settings.webhook_secure_port),
+        flags: "webhook-",
+        cert_file,
+        key_file,
+        tls13_only,
+        client_ca: None,
+        front_proxy: None,
+        cipher_suites,
+        kx_groups,
+        reload_check: crate::serve::RELOAD_CHECK,
+    })
 }
+
+/// Upstream's name for the webhook server's certificate pair in `--webhook-cert-dir`.
+const WEBHOOK_PAIR_NAME: &str = "cloud-controller-manager-webhook";
 
 /// A Kubernetes quantity as `--log-text-info-buffer-size` takes it: a decimal number with an optional SI
 /// (`k`/`K`, `M`, `G`, `T`, `P`, `E`) or binary (`Ki` … `Ei`) suffix.
