@@ -99,6 +99,12 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     if full {
         // The safety claim under faults, judged from the servers' own logs (a fixed seed: a failure replays).
         crate::chaos::run(&crate::chaos::Args::ci())?;
+        // The same with upstream's Go cloud-controller-manager beside ours, on the real kube-apiserver.
+        if crate::kube::go_available() {
+            crate::chaos::run(&crate::chaos::Args::ci_with_go_peers())?;
+        } else {
+            println!("SKIPPED: chaos with Go peers on the real kube-apiserver: go is not on PATH");
+        }
     }
     Ok(())
 }

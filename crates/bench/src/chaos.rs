@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use leadermigration::audit::{CLOUD_VERB, Overlap, audit};
+use leadermigration::audit::{CLOUD_VERB, Overlap, UserAgent, audit};
 use provider_fake::{
     AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudClient, FakeCloudServer, InstanceState,
     Knobs,
@@ -39,7 +39,7 @@ use crate::stats::round;
 
 mod plane;
 
-use plane::{EXPECTED_EXIT, Plane, Slot, Stop};
+use plane::{EXPECTED_EXIT, Peer, Plane, Slot, Stop};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -55,8 +55,73 @@ pub(crate) struct Args {
     /// How long the cluster has to converge once the faults stop.
     #[arg(long, default_value_t = 90)]
     converge_seconds: u64,
+    /// The API server: `test` (ours, with its faults: latency, errors, a process cut off) or `kube` (the
+    /// real kube-apiserver and etcd, `cargo xtask kube`; its faults are the network's).
+    #[arg(long, default_value = "test", value_parser = ["test", "kube"])]
+    apiserver: String,
+    /// The managers: `rust` (six of ours, three playing kube-controller-manager at N, three
+    /// cloud-controller-managers at N+1) or `go` (three of upstream's Go cloud-controller-manager and
+    /// three of ours, all at N+1, sharing both Leases).
+    #[arg(long, default_value = "rust", value_parser = ["rust", "go"])]
+    peers: String,
+    /// The run fails with fewer fault events than this.
+    #[arg(long, default_value_t = 0)]
+    min_events: u32,
     #[command(flatten)]
     output: crate::Output,
+}
+
+/// The API server of the run: ours (with its admin API: faults, its own record) or the real one (its
+/// audit log is the record).
+enum Server {
+    Test { process: ApiServer, admin: Admin },
+    Kube(Box<control_plane::KubeApiServer>),
+}
+
+impl Server {
+    fn kubeconfig(&self) -> std::path::PathBuf {
+        match self {
+            Server::Test { process, .. } => process.kubeconfig.clone(),
+            Server::Kube(server) => server.kubeconfig_path().to_owned(),
+        }
+    }
+
+    /// The address in the kubeconfig a slot rewrites to its link's.
+    fn listen_host(&self) -> &'static str {
+        match self {
+            Server::Test { .. } => "0.0.0.0",
+            Server::Kube(_) => "127.0.0.1",
+        }
+    }
+
+    /// The API-server faults, where the server has them.
+    fn faults(&self) -> Option<&Admin> {
+        match self {
+            Server::Test { admin, .. } => Some(admin),
+            Server::Kube(_) => None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Server::Test { .. } => "test-apiserver".to_owned(),
+            Server::Kube(server) => format!("kube-apiserver ({})", server.version()),
+        }
+    }
+
+    async fn leases(&self) -> Result<Vec<leadermigration::audit::LeaseWrite>> {
+        match self {
+            Server::Test { admin, .. } => admin.leases().await,
+            Server::Kube(server) => Ok(server.lease_writes()),
+        }
+    }
+
+    async fn requests(&self) -> Result<Vec<leadermigration::audit::RequestEntry>> {
+        match self {
+            Server::Test { admin, .. } => admin.requests().await,
+            Server::Kube(server) => Ok(server.request_entries()),
+        }
+    }
 }
 
 /// What happened and the verdict.
@@ -64,6 +129,10 @@ pub(crate) struct Args {
 struct Report {
     seed: u64,
     seconds: u64,
+    /// `test-apiserver`, or `kube-apiserver (Kubernetes v…)`.
+    apiserver: String,
+    /// The managers: `rust`, or `go` with the Go peer's version.
+    peers: String,
     processes: usize,
     partition: &'static str,
     /// Faults injected, by kind.
@@ -71,6 +140,8 @@ struct Report {
     events_survived: u32,
     /// Kubernetes writes of controllers judged against lock tenures.
     kubernetes_writes_judged: usize,
+    /// Of those that succeeded, the Go peer's and ours (with `--peers go` both must have written).
+    controller_writes_by_peer: BTreeMap<&'static str, usize>,
     /// Cloud changes judged against lock tenures.
     cloud_writes_judged: usize,
     overlaps: Vec<Overlap>,
@@ -105,9 +176,51 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(seed);
     let namespaces = Netns::available();
     let listen = if namespaces { "0.0.0.0:0" } else { "127.0.0.1:0" };
-    let server = ApiServer::start_on(listen, &[])?;
-    let client = server.client().await?;
-    let admin = Admin::new(client.clone());
+    let rust_sides = [Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm];
+    let (sides, peers) = if args.peers == "go" {
+        (
+            [Side::Ccm; 6],
+            vec![Peer::Go, Peer::Rust, Peer::Go, Peer::Rust, Peer::Go, Peer::Rust],
+        )
+    } else {
+        (rust_sides, vec![Peer::Rust; 6])
+    };
+    // The links first: the real API server's certificate names the addresses replicas reach it at.
+    let mut links = Vec::new();
+    if namespaces {
+        for slot in 0..sides.len() {
+            links.push(Netns::create(u8::try_from(slot)?)?);
+        }
+    }
+    let kube_binaries = if args.apiserver == "kube" || args.peers == "go" {
+        Some(
+            control_plane::KubeBinaries::find()
+                .context("--apiserver kube / --peers go (`cargo xtask kube` builds them)")?,
+        )
+    } else {
+        None
+    };
+    let server = if args.apiserver == "kube" {
+        let binaries = kube_binaries.as_ref().context("kube binaries")?;
+        let config = control_plane::KubeConfig {
+            reachable_at: links
+                .iter()
+                .map(|link| link.host_ip.parse())
+                .collect::<Result<_, _>>()?,
+            ..control_plane::KubeConfig::default()
+        };
+        Server::Kube(Box::new(
+            control_plane::KubeApiServer::start(binaries, &config).await?,
+        ))
+    } else {
+        let process = ApiServer::start_on(listen, &[])?;
+        let admin = Admin::new(process.client().await?);
+        Server::Test { process, admin }
+    };
+    let client = match &server {
+        Server::Test { process, .. } => process.client().await?,
+        Server::Kube(kube) => kube.client(),
+    };
     let cloud_server = FakeCloudServer::start(
         FakeCloud::new(
             Vec::new(),
@@ -125,7 +238,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let environment = Environment::prepare(
         &directory.0,
         manager_binary()?,
-        server.kubeconfig.clone(),
+        server.kubeconfig(),
         cloud_server.url(),
         Timings {
             lease_duration: lease,
@@ -133,20 +246,21 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             retry_period: lease / 10,
         },
     )?;
-    let sides = [Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm];
     let mut slots = Vec::new();
     if namespaces {
-        let kubeconfig = std::fs::read_to_string(&server.kubeconfig)?;
+        let kubeconfig = std::fs::read_to_string(server.kubeconfig())?;
         let cloud_port = cloud_server
             .url()
             .rsplit(':')
             .next()
             .unwrap_or_default()
             .to_owned();
-        for slot in 0..sides.len() {
-            let netns = Netns::create(u8::try_from(slot)?)?;
+        for (slot, netns) in links.into_iter().enumerate() {
             let kubeconfig_path = directory.0.join(format!("kubeconfig-{slot}"));
-            std::fs::write(&kubeconfig_path, kubeconfig.replace("0.0.0.0", &netns.host_ip))?;
+            std::fs::write(
+                &kubeconfig_path,
+                kubeconfig.replace(server.listen_host(), &netns.host_ip),
+            )?;
             let cloud_path = directory.0.join(format!("cloud-{slot}.yaml"));
             std::fs::write(
                 &cloud_path,
@@ -159,8 +273,18 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             });
         }
     }
+    let go = kube_binaries
+        .as_ref()
+        .filter(|_| args.peers == "go")
+        .map(|binaries| {
+            let mut go = environment.clone();
+            go.binary = binaries.go_cloud_controller_manager.clone();
+            go
+        });
     let mut plane = Plane {
         environment,
+        go,
+        peers,
         replicas: Vec::new(),
         slots,
         paused: Vec::new(),
@@ -168,6 +292,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         next: 0,
         wait: lease * 10,
         stuck: Vec::new(),
+        ours: BTreeSet::new(),
         exits: BTreeMap::new(),
     };
     for (slot, side) in sides.into_iter().enumerate() {
@@ -211,7 +336,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         plane.heal_due(now)?;
         plane.restart_exited()?;
         if now >= next_fault {
-            let kind = inject(&mut rng, &mut plane, &admin, &cloud, lease).await?;
+            let kind = inject(&mut rng, &mut plane, server.faults(), &cloud, lease).await?;
             *events.entry(kind).or_default() += 1;
             next_fault = now + Duration::from_millis(rng.random_range(300..1500));
         }
@@ -230,7 +355,9 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         }),
     )
     .await?;
-    admin.clear_faults().await?;
+    if let Some(admin) = server.faults() {
+        admin.clear_faults().await?;
+    }
     let deadline = calm + Duration::from_secs(args.converge_seconds);
     let (converged_after_s, state) = loop {
         let state = State::read(&nodes, &services, &cloud, &retired_nodes).await?;
@@ -255,10 +382,10 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         }
     }
 
-    let mut requests = admin.requests().await?;
+    let mut requests = server.requests().await?;
     requests.extend(harness::cloud_writes(cloud_server.url()).await?);
     let report = audit(
-        &admin.leases().await?,
+        &server.leases().await?,
         &requests,
         &plane.environment.governance()?,
     );
@@ -267,22 +394,52 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         .filter(|r| r.verb.as_deref() == Some(CLOUD_VERB))
         .count();
     let events_survived = events.values().sum();
+    let mut controller_writes_by_peer: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for request in &requests {
+        let write = request.method != "GET" && (200..300).contains(&request.status);
+        if let Some(agent) = UserAgent::parse(&request.user_agent)
+            .filter(|a| write && a.controller != leadermigration::audit::LEADER_ELECTION)
+        {
+            let peer = if plane.ours.contains(&agent.identity) {
+                "rust"
+            } else {
+                "go"
+            };
+            *controller_writes_by_peer.entry(peer).or_default() += 1;
+        }
+    }
+    let both_wrote = args.peers != "go"
+        || (controller_writes_by_peer.get("go").copied().unwrap_or(0) > 0
+            && controller_writes_by_peer.get("rust").copied().unwrap_or(0) > 0);
     let result = Report {
         seed,
         seconds: args.seconds,
+        apiserver: server.describe(),
+        peers: match (&args.peers[..], &kube_binaries) {
+            ("go", Some(binaries)) => format!(
+                "go: three of upstream's Go cloud-controller-manager ({}) and three of ours",
+                binaries.kubernetes_version
+            ),
+            _ => "rust: six of ours (three at N as kube-controller-manager, three at N+1)".to_owned(),
+        },
         processes,
         partition: if namespaces {
             "network: each replica in its own network namespace, its veth link taken down"
+        } else if server.faults().is_none() {
+            "none: no network namespaces here, and the real kube-apiserver cannot cut a client off"
         } else {
             "at the API server (no network namespaces here): the cut-off process's requests hang and its watches end; not a cut TCP link"
         },
         events,
         events_survived,
         kubernetes_writes_judged: report.writes_checked.saturating_sub(cloud_writes_judged),
+        controller_writes_by_peer,
         cloud_writes_judged,
         handoffs: report.handoffs.len(),
         worst_handoff_gap_ms: round(report.handoffs.iter().map(|h| h.gap_ms).fold(0.0, f64::max)),
         pass: report.overlaps.is_empty()
+            && events_survived >= args.min_events
+            && both_wrote
             && converged_after_s.is_some()
             && plane.stuck.is_empty()
             && plane.exits.keys().all(|status| status == EXPECTED_EXIT)
@@ -335,7 +492,7 @@ const MANAGERS: &str = "-controller-manager/";
 async fn inject(
     rng: &mut StdRng,
     plane: &mut Plane,
-    admin: &Admin,
+    faults: Option<&Admin>,
     cloud: &FakeCloudClient,
     lease: Duration,
 ) -> Result<&'static str> {
@@ -343,7 +500,14 @@ async fn inject(
     let Some(target) = plane.pick(rng) else {
         return Ok("none");
     };
-    Ok(match rng.random_range(0..9) {
+    let mut kind = rng.random_range(0..9);
+    // The real kube-apiserver has no faults of its own: a network partition instead, where there are
+    // links to cut, else the cloud's faults.
+    if faults.is_none() && matches!(kind, 3..=5 | 8) {
+        kind = if plane.slots.is_empty() { 6 } else { 3 };
+    }
+    let admin = faults;
+    Ok(match kind {
         0 => {
             plane.replace(target, Stop::Kill)?;
             "sigkill_and_restart"
@@ -370,6 +534,7 @@ async fn inject(
         3 | 8 => {
             let identity = plane.replicas[target].0.identity(plane.wait)?;
             admin
+                .context("API-server faults")?
                 .add_fault(json!({"user_agent": identity, "action": {"type": "partition"}, "duration_ms": rng.random_range(lease_ms..lease_ms * 2)}))
                 .await?;
             "api_partition"
@@ -377,12 +542,14 @@ async fn inject(
         4 => {
             let code = [500, 503, 429][rng.random_range(0..3)];
             admin
+                .context("API-server faults")?
                 .add_fault(json!({"user_agent": MANAGERS, "action": {"type": "error", "code": code, "rate": 0.3}, "duration_ms": rng.random_range(500..lease_ms * 2)}))
                 .await?;
             "api_errors"
         }
         5 => {
             admin
+                .context("API-server faults")?
                 .add_fault(json!({"user_agent": MANAGERS, "action": {"type": "latency", "ms": rng.random_range(100..lease_ms / 2)}, "duration_ms": rng.random_range(500..lease_ms * 2)}))
                 .await?;
             "api_latency"

@@ -38,6 +38,9 @@ pub struct KubeConfig {
     /// The audit policy, when not [`AUDIT_POLICY`] (a benchmark records less: bodies cost the server
     /// time and disk). [`KubeApiServer::lease_writes`] needs Lease writes at `RequestResponse`.
     pub audit_policy: Option<String>,
+    /// Listen on every interface (not only loopback), with these addresses in the serving certificate
+    /// too: for clients in other network namespaces, which reach the host through their links.
+    pub reachable_at: Vec<IpAddr>,
 }
 
 /// An audit policy that records every request's metadata and only Lease writes in full: enough to count
@@ -106,7 +109,10 @@ impl KubeApiServer {
         let ca = Authority::new("kubernetes-ca")?;
         let front_proxy = Authority::new("front-proxy-ca")?;
         let loopback: IpAddr = [127, 0, 0, 1].into();
-        let serving = ca.server(&[loopback])?;
+        let ips: Vec<IpAddr> = std::iter::once(loopback)
+            .chain(config.reachable_at.iter().copied())
+            .collect();
+        let serving = ca.server(&ips)?;
         let admin = ca.client("admin", Some("system:masters"))?;
         write("ca.crt", &ca.pem())?;
         write("front-proxy-ca.crt", &front_proxy.pem())?;
@@ -142,7 +148,11 @@ impl KubeApiServer {
         let audit_log = path("audit.log");
         let mut args = vec![
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".to_owned(),
+            if config.reachable_at.is_empty() {
+                "--bind-address=127.0.0.1".to_owned()
+            } else {
+                "--bind-address=0.0.0.0".to_owned()
+            },
             "--advertise-address=127.0.0.1".to_owned(),
             format!("--secure-port={port}"),
             format!("--cert-dir={}", path("pki").display()),

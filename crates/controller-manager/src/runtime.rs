@@ -165,6 +165,8 @@ impl Manager {
 
     /// Runs until `shutdown` fires (`Ok`) or leadership is lost (`Err`, and the process should exit non-zero).
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+        // The shared caches stop when this returns, however it returns.
+        let _caches = self.stop_informers.clone().drop_guard();
         let planned = self.plan();
         for controller in &planned {
             let name = controller.controller;

@@ -46,6 +46,9 @@ pub struct Fence {
     state: watch::Receiver<LeaderState>,
     stopping: Option<CancellationToken>,
     writes: Arc<WritesInFlight>,
+    /// Fired by [`Fence::settled`]: from then on nothing acts under the lock, and every connection of
+    /// the fence's clients is reset (so nothing still queued in one reaches the server after the release).
+    released: CancellationToken,
 }
 
 /// The writes of a fence's clients that are on their way.
@@ -74,6 +77,7 @@ impl Fence {
             state,
             stopping: None,
             writes: Arc::default(),
+            released: CancellationToken::new(),
         }
     }
 
@@ -87,6 +91,9 @@ impl Fence {
 
     /// Until when this process may act under the lock (`None`: it does not lead).
     pub fn valid_until(&self) -> Option<Instant> {
+        if self.released.is_cancelled() {
+            return None;
+        }
         let state = self.state.borrow();
         (state.role == Role::Leading)
             .then_some(state.valid_until)
@@ -115,26 +122,32 @@ impl Fence {
     }
 
     /// Waits until no write of this fence's clients is on its way, or until the lock is no longer valid
-    /// (from then on their connections carry nothing: see the module's notes). Called once the
-    /// controllers under the lock stopped, before the lock is released: a write a background task sent
-    /// just before the stop (an Event) must reach the API server while the lock is still held, not after
-    /// another process took it.
+    /// (from then on their connections carry nothing: see the module's notes), then ends the fence: the
+    /// lock counts as not held for its clients and calls, and their connections are reset, so that a write
+    /// abandoned earlier (its caller gave up; its bytes may still sit in a socket's queue) is discarded.
+    /// Called once the controllers under the lock stopped, before the lock is released: a write a
+    /// background task sent just before the stop (an Event) must reach the API server while the lock is
+    /// still held, not after another process took it.
     pub async fn settled(&self) {
+        let mut state = self.state.clone();
         loop {
             let none = self.writes.none.notified();
             tokio::pin!(none);
             none.as_mut().enable();
             if self.writes_in_flight() == 0 {
-                return;
+                break;
             }
             let Some(until) = self.valid_until() else {
-                return;
+                break;
             };
             tokio::select! {
                 () = none => {}
-                () = tokio::time::sleep_until(until) => return,
+                () = tokio::time::sleep_until(until) => break,
+                // A renewal moves the validity on.
+                changed = state.changed() => if changed.is_err() { break },
             }
         }
+        self.released.cancel();
     }
 }
 
@@ -244,6 +257,7 @@ impl Service<Uri> for TcpConnector {
                 Some(fence) => {
                     tcp.inner().set_zero_linger()?;
                     let mut fenced = FenceTimer {
+                        released: Box::pin(fence.released.clone().cancelled_owned()),
                         fence,
                         armed: None,
                         expiry: Box::pin(tokio::time::sleep_until(Instant::now())),
@@ -270,6 +284,8 @@ struct FenceTimer {
     /// The `valid_until` `expiry` is set to.
     armed: Option<Instant>,
     expiry: Pin<Box<Sleep>>,
+    /// Wakes the connection when the fence ends ([`Fence::settled`]).
+    released: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
 }
 
 impl FenceTimer {
@@ -288,10 +304,11 @@ impl FenceTimer {
             self.expiry.as_mut().reset(until);
             self.armed = Some(until);
         }
-        match cx.map(|cx| self.expiry.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => Err(expired()),
-            _ => Ok(()),
+        let Some(cx) = cx else { return Ok(()) };
+        if self.released.as_mut().poll(cx).is_ready() || self.expiry.as_mut().poll(cx).is_ready() {
+            return Err(expired());
         }
+        Ok(())
     }
 }
 

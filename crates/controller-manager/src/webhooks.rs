@@ -115,17 +115,21 @@ pub struct Webhooks {
     metrics: Arc<Metrics>,
 }
 
-/// Whether `--webhooks` (`selection`) enables `definition`, as upstream's `IsControllerEnabled`: an
-/// explicit `-name` or `name` wins, then `*` enables those on by default.
-fn enabled(definition: &WebhookDefinition, selection: &[String]) -> bool {
+/// Whether `--webhooks` (`selection`) enables `definition`, as upstream's `IsControllerEnabled`: the
+/// first item naming it (`name` or `-name`) decides, else `*` enables those on by default.
+fn enabled(definition: &WebhookDefinition, selection: &[&str]) -> bool {
     let name = definition.name();
-    if selection.iter().any(|s| s.strip_prefix('-') == Some(name)) {
-        return false;
+    let mut star = false;
+    for item in selection {
+        if *item == name {
+            return true;
+        }
+        if item.strip_prefix('-') == Some(name) {
+            return false;
+        }
+        star |= *item == "*";
     }
-    if selection.iter().any(|s| s == name) {
-        return true;
-    }
-    definition.enabled_by_default && selection.iter().any(|s| s == "*")
+    star && definition.enabled_by_default
 }
 
 impl Webhooks {
@@ -137,7 +141,13 @@ impl Webhooks {
         metrics: Arc<Metrics>,
     ) -> Result<Webhooks, WebhookError> {
         let known: Vec<&str> = definitions.iter().map(WebhookDefinition::name).collect();
-        for item in selection {
+        // Items trimmed, empty ones dropped, as the flag's other readers read them.
+        let selection: Vec<&str> = selection
+            .iter()
+            .map(|item| item.trim())
+            .filter(|item| !item.is_empty())
+            .collect();
+        for item in &selection {
             let name = item.strip_prefix('-').unwrap_or(item);
             if name != "*" && !known.contains(&name) {
                 return Err(WebhookError::Unknown(name.to_owned(), known.join(", ")));
@@ -145,7 +155,7 @@ impl Webhooks {
         }
         let by_path = definitions
             .iter()
-            .filter(|d| enabled(d, selection))
+            .filter(|d| enabled(d, &selection))
             .map(|d| (d.path.clone(), d.clone()))
             .collect();
         Ok(Webhooks {
@@ -330,6 +340,16 @@ mod tests {
         assert_eq!(webhooks(&["*"]).unwrap().names(), ["lb"]);
         assert_eq!(webhooks(&["*", "extra"]).unwrap().names(), ["extra", "lb"]);
         assert_eq!(webhooks(&["*", "-lb"]).unwrap().names(), Vec::<&str>::new());
+        assert_eq!(
+            webhooks(&["lb", "-lb"]).unwrap().names(),
+            ["lb"],
+            "the first item naming it decides"
+        );
+        assert_eq!(
+            webhooks(&[" *", ""]).unwrap().names(),
+            ["lb"],
+            "items trimmed, empty ones dropped"
+        );
         assert_eq!(
             webhooks(&["nope"]).err().unwrap().to_string(),
             "--webhooks: \"nope\" is not in the list of known webhooks (lb, extra)"

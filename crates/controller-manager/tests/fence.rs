@@ -402,6 +402,11 @@ async fn the_lock_is_released_only_after_every_write_sent_under_it_was_answered(
         .await
         .expect("settled once the write is answered");
     assert_eq!(fence.writes_in_flight(), 0);
+    assert_eq!(
+        fence.valid_until(),
+        None,
+        "once settled, nothing acts under the fence"
+    );
     let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
     assert!(
         stored.get_opt("event").await.unwrap().is_some(),

@@ -272,6 +272,11 @@ impl RecordingProxy {
         self.lock().answers.insert(action.to_owned(), Arc::new(answer));
     }
 
+    /// Forwards `action` to moto again (after [`RecordingProxy::answer`]).
+    pub fn forward(&self, action: &str) {
+        self.lock().answers.remove(action);
+    }
+
     /// Every request so far, in order of arrival.
     pub fn requests(&self) -> Vec<ProxiedRequest> {
         self.lock().records.clone()

@@ -245,7 +245,8 @@ impl Replica {
         Replica::spawn_wrapped(environment, name, side, args, &[])
     }
 
-    fn spawn_wrapped(
+    /// As [`Replica::spawn`], run through `wrapper` (see [`Replica::start_wrapped`]).
+    pub fn spawn_wrapped(
         environment: &Environment,
         name: &str,
         side: Side,

@@ -19,8 +19,22 @@ pub(super) struct Slot {
     pub(super) cloud_config: String,
 }
 
+/// Which manager a slot runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// This framework's binary.
+    Rust,
+    /// Upstream's Go cloud-controller-manager (`k8s.io/cloud-provider`'s app, with the Go `fake`
+    /// provider on the same fake cloud), built by `cargo xtask kube`.
+    Go,
+}
+
 pub(super) struct Plane {
     pub(super) environment: Environment,
+    /// The Go peer's environment (its binary), when a slot runs it.
+    pub(super) go: Option<Environment>,
+    /// Which manager each slot runs.
+    pub(super) peers: Vec<Peer>,
     /// Each replica and its slot (the slots are fixed; a replacement takes over its predecessor's).
     pub(super) replicas: Vec<(Replica, usize)>,
     pub(super) slots: Vec<Slot>,
@@ -30,6 +44,8 @@ pub(super) struct Plane {
     pub(super) next: u32,
     pub(super) wait: Duration,
     pub(super) stuck: Vec<String>,
+    /// The identities of this framework's replicas (to tell their writes from the Go peer's).
+    pub(super) ours: std::collections::BTreeSet<String>,
     pub(super) exits: BTreeMap<String, u32>,
 }
 
@@ -48,22 +64,43 @@ pub(super) const EXPECTED_EXIT: &str = "exit status: 1";
 impl Plane {
     pub(super) fn start(&mut self, side: Side, slot: usize) -> Result<()> {
         self.next += 1;
-        let prefix = match side {
-            Side::Kcm => "kcm",
-            Side::Ccm => "ccm",
+        let peer = self.peers.get(slot).copied().unwrap_or(Peer::Rust);
+        let prefix = match (peer, side) {
+            (Peer::Go, _) => "go-ccm",
+            (Peer::Rust, Side::Kcm) => "kcm",
+            (Peer::Rust, Side::Ccm) => "ccm",
         };
         let name = format!("{prefix}-{}", self.next);
-        let mut replica = match self.slots.get(slot) {
-            Some(place) => Replica::start_wrapped(
-                &self.environment,
-                &name,
-                side,
-                &[&place.kubeconfig, &place.cloud_config],
-                &place.netns.wrapper(),
-            )?,
-            None => Replica::start(&self.environment, &name, side)?,
+        let place = self.slots.get(slot);
+        let mut replica = match (peer, &self.go) {
+            (Peer::Go, Some(go)) => {
+                let mut args = go_args(go);
+                let wrapper = match place {
+                    Some(place) => {
+                        args.extend([place.kubeconfig.clone(), place.cloud_config.clone()]);
+                        place.netns.wrapper()
+                    }
+                    None => Vec::new(),
+                };
+                Replica::spawn_wrapped(go, &name, side, &args, &wrapper)?
+            }
+            (Peer::Go, None) => anyhow::bail!("slot {slot} runs the Go peer, which was not found"),
+            (Peer::Rust, _) => match place {
+                Some(place) => Replica::start_wrapped(
+                    &self.environment,
+                    &name,
+                    side,
+                    &[&place.kubeconfig, &place.cloud_config],
+                    &place.netns.wrapper(),
+                )?,
+                None => Replica::start(&self.environment, &name, side)?,
+            },
         };
-        replica.identity(self.wait)?;
+        // Ours says who it is at once; upstream's only once it leads (nothing here needs it).
+        if peer == Peer::Rust {
+            let identity = replica.identity(self.wait)?;
+            self.ours.insert(identity);
+        }
         self.replicas.push((replica, slot));
         Ok(())
     }
@@ -141,4 +178,27 @@ impl Plane {
         self.paused.retain(|(_, at)| *at > now);
         Ok(())
     }
+}
+
+/// The Go peer's flags: upstream's cloud-controller-manager on the N+1 side of the migration, with the
+/// same lease timings, cloud and CIDRs as this framework's replicas (a slot's kubeconfig and cloud-config
+/// come after, and win).
+fn go_args(environment: &Environment) -> Vec<String> {
+    let mut args = vec![
+        format!("--cloud-provider={}", environment.cloud_provider),
+        format!("--cloud-config={}", environment.cloud_config.display()),
+        format!("--kubeconfig={}", environment.kubeconfig.display()),
+        "--enable-leader-migration".to_owned(),
+        format!("--leader-migration-config={}", environment.ccm_config.display()),
+        "--secure-port=0".to_owned(),
+        "--node-monitor-period=1s".to_owned(),
+        "--route-reconciliation-period=1s".to_owned(),
+        "--allocate-node-cidrs=true".to_owned(),
+        "--cluster-cidr=10.244.0.0/16".to_owned(),
+        "--kube-api-qps=500".to_owned(),
+        "--kube-api-burst=1000".to_owned(),
+        "--concurrent-service-syncs=5".to_owned(),
+    ];
+    args.extend(environment.timing_flags());
+    args
 }

@@ -110,8 +110,9 @@ pub(crate) async fn start_webhooks(
     .await
 }
 
-/// The largest admission review read (the API server's own request limit is 3 MiB).
-const MAX_REVIEW: usize = 3 * 1024 * 1024;
+/// The largest admission review read: an update's review carries the object twice (new and old), each
+/// up to the API server's 3 MiB request limit, with room for the envelope. Upstream reads without limit.
+const MAX_REVIEW: usize = 16 * 1024 * 1024;
 
 async fn answer_webhook(
     request: http::Request<hyper::body::Incoming>,

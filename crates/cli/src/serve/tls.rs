@@ -261,18 +261,23 @@ pub(crate) fn ensure_self_signed_pair(cert: &Path, key: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Writes `path` whole with `mode`: into a new temporary file of its own (one a crash left is removed
+/// first, so the mode is this one), then renamed into place.
 fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let temporary = path.with_extension("tmp");
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".partial");
+    let temporary = path.with_file_name(name);
+    let _ = std::fs::remove_file(&temporary);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(mode)
         .open(&temporary)
         .with_context(|| format!("cannot write {}", temporary.display()))?;
-    file.write_all(contents)
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .and_then(|()| file.write_all(contents))
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", temporary.display()))?;
     std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))

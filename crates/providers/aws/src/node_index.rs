@@ -22,23 +22,35 @@ pub(crate) struct NodeIndex {
 
 #[derive(Default)]
 struct State {
+    /// Which `follow` fills it (a follower that ended leaves a newer one's state alone).
+    generation: u64,
     /// Whether the index holds the cache's full list (and follows it).
     synced: bool,
     /// Instance ID → the names of the nodes on it (one, unless something is wrong).
     nodes: HashMap<String, BTreeSet<String>>,
-    /// Node name → its instance ID.
-    instances: HashMap<String, String>,
+    /// Node name → its instance ID and the node's UID.
+    instances: HashMap<String, (String, String)>,
 }
 
 impl State {
     fn remove(&mut self, name: &str) {
-        if let Some(instance) = self.instances.remove(name)
+        if let Some((instance, _)) = self.instances.remove(name)
             && let Some(names) = self.nodes.get_mut(&instance)
         {
             names.remove(name);
             if names.is_empty() {
                 self.nodes.remove(&instance);
             }
+        }
+    }
+
+    /// Forgets a deleted node, unless a node of the same name with another UID replaced it (the feeds of
+    /// changes and deletions are not ordered with each other).
+    fn delete(&mut self, node: &Node) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let uid = node.metadata.uid.as_deref().unwrap_or_default();
+        if self.instances.get(name).is_some_and(|(_, known)| known == uid) {
+            self.remove(name);
         }
     }
 
@@ -53,7 +65,8 @@ impl State {
             .and_then(|spec| spec.provider_id.as_deref())
             .and_then(instance_id_of);
         if let Some(instance) = instance {
-            self.instances.insert(name.to_owned(), instance.to_owned());
+            let uid = node.metadata.uid.clone().unwrap_or_default();
+            self.instances.insert(name.to_owned(), (instance.to_owned(), uid));
             self.nodes
                 .entry(instance.to_owned())
                 .or_default()
@@ -74,6 +87,14 @@ impl NodeIndex {
             return;
         };
         let index = self.clone();
+        let generation = {
+            let mut state = index.write();
+            *state = State {
+                generation: state.generation + 1,
+                ..State::default()
+            };
+            state.generation
+        };
         tokio::spawn(async move {
             // Subscribed before the list is read, so no change falls between them.
             let mut events = caches.node_events();
@@ -83,6 +104,9 @@ impl NodeIndex {
                     caches.nodes_synced().await;
                     {
                         let mut state = index.write();
+                        if state.generation != generation {
+                            return;
+                        }
                         for node in caches.nodes() {
                             state.apply(&node);
                         }
@@ -90,14 +114,23 @@ impl NodeIndex {
                     }
                     while let Some(event) = events.next().await {
                         let mut state = index.write();
+                        if state.generation != generation {
+                            return;
+                        }
                         match event {
                             CacheEvent::Applied(node) => state.apply(&node),
-                            CacheEvent::Deleted(node) => state.remove(node.metadata.name.as_deref().unwrap_or_default()),
+                            CacheEvent::Deleted(node) => state.delete(&node),
                         }
                     }
                 } => {}
             }
-            *index.write() = State::default();
+            let mut state = index.write();
+            if state.generation == generation {
+                *state = State {
+                    generation,
+                    ..State::default()
+                };
+            }
         });
     }
 
@@ -121,7 +154,11 @@ impl NodeIndex {
     /// cache or the node has no AWS provider ID.
     pub(crate) fn instance_of(&self, name: &str) -> Option<String> {
         let state = self.read();
-        state.instances.get(name).filter(|_| state.synced).cloned()
+        state
+            .instances
+            .get(name)
+            .filter(|_| state.synced)
+            .map(|(instance, _)| instance.clone())
     }
 
     /// Whether the index follows the cache.
@@ -186,8 +223,12 @@ mod tests {
     }
 
     fn node(name: &str, provider_id: Option<&str>) -> Node {
+        node_with_uid(name, provider_id, name)
+    }
+
+    fn node_with_uid(name: &str, provider_id: Option<&str>, uid: &str) -> Node {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
+            "metadata": {"name": name, "uid": uid},
             "spec": {"providerID": provider_id},
         }))
         .unwrap()
@@ -238,7 +279,40 @@ mod tests {
         until(|| index.node_on("i-0b").is_some()).await;
         assert_eq!(index.node_on("i-0b").as_deref(), Some("twin-1"));
 
+        // A node deleted and made again under its name: the late deletion of the old one changes nothing.
+        events
+            .send(CacheEvent::Applied(node_with_uid(
+                "a",
+                Some("aws:///us-east-1a/i-0d"),
+                "a-2",
+            )))
+            .unwrap();
+        events
+            .send(CacheEvent::Deleted(node_with_uid("a", None, "a")))
+            .unwrap();
+        until(|| index.node_on("i-0d").is_some()).await;
+        events
+            .send(CacheEvent::Applied(node(
+                "marker",
+                Some("aws:///us-east-1a/i-0e"),
+            )))
+            .unwrap();
+        until(|| index.node_on("i-0e").is_some()).await;
+        assert_eq!(
+            index.node_on("i-0d").as_deref(),
+            Some("a"),
+            "the stale deletion is ignored"
+        );
+
+        // Leading again at once: the old follower's end does not wipe the new one's index.
+        let again = CancellationToken::new();
+        index.follow(again.clone());
         stop.cancel();
+        caches.synced.notify_one();
+        until(|| index.synced()).await;
+        tokio::task::yield_now().await;
+        assert!(index.synced());
+        again.cancel();
         until(|| !index.synced()).await;
         assert_eq!(index.node_on("i-0c"), None, "forgotten once not leading");
     }

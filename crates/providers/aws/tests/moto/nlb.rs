@@ -407,7 +407,8 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
     let ec2 = moto.ec2();
     let elbv2 = elbv2(&moto);
     let net = network(&ec2, 2).await;
-    let provider = moto.provider("NLBSecurityGroupMode = Managed");
+    let proxy = harness::aws::RecordingProxy::start(moto.0.url()).await.unwrap();
+    let provider = moto.provider_via(&proxy.url, "NLBSecurityGroupMode = Managed");
     let lb = provider.load_balancer().unwrap();
     let nodes = nodes_of(&net.instances);
     let mut service = nlb_service(serde_json::json!([
@@ -492,6 +493,13 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
         "service.beta.kubernetes.io/aws-load-balancer-security-groups".into(),
         own.clone(),
     );
+    // EC2 keeps a detached group in use for a while: its delete fails then, and a later ensure deletes it.
+    proxy.answer("DeleteSecurityGroup", |_| {
+        (
+            400,
+            "<Response><Errors><Error><Code>DependencyViolation</Code><Message>resource sg has a dependent object</Message></Error></Errors><RequestID>1</RequestID></Response>".to_owned(),
+        )
+    });
     lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
         .await
         .unwrap();
@@ -500,6 +508,11 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
         ingress(&ec2, &own).await.is_empty(),
         "an annotated group gets no rules"
     );
+    assert!(group_exists(&ec2, &name).await, "still in use when detached");
+    proxy.forward("DeleteSecurityGroup");
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
     assert!(!group_exists(&ec2, &name).await, "the managed group was deleted");
 
     // Delete: the annotated group stays.

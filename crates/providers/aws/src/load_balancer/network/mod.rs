@@ -485,6 +485,12 @@ impl AwsProvider {
             self.nlb_group_rules(group, service, mappings).await?;
         }
         self.release_nlb_groups(&name, &detached).await;
+        // Stateless, so that a group a failed or lost clean-up left is found again: the managed group of
+        // this service, when the NLB does not use it (annotated groups replaced it), goes.
+        if groups.managed.is_none() && !groups.ids.is_empty() {
+            self.release_unused_managed_group(cluster_name, service, &name, &groups.ids)
+                .await;
+        }
         let subnets: Vec<String> = lb
             .availability_zones()
             .iter()
@@ -597,7 +603,14 @@ impl AwsProvider {
                 Err(error) => return Err(aws_error(error)),
             }
         }
-        for group in own_groups {
+        for group in &own_groups {
+            self.delete_group(group).await?;
+        }
+        // The managed group, also when the NLB no longer used it (annotated groups replaced it and its
+        // clean-up failed then).
+        if let Some(group) = self.leftover_nlb_group(cluster_name, service).await?
+            && !own_groups.contains(&group)
+        {
             self.delete_group(&group).await?;
         }
         Ok(())

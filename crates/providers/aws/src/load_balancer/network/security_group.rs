@@ -11,10 +11,13 @@
 //! - EC2 cannot add groups to an NLB made without any: such an NLB (one made before the mode was set) is
 //!   left without.
 //! - Groups the NLB no longer uses are detached; the rules of cluster-tagged groups that admit them are
-//!   revoked, and those the cluster owns are deleted (best effort, as upstream: a failure is logged).
-//! - Deleting the NLB deletes its groups that the cluster owns and the service did not name, after the NLB;
-//!   while EC2 still counts the NLB's interfaces on it (`DependencyViolation`) the delete is retried, and a
-//!   retry that finds the NLB gone finds the group by its name.
+//!   revoked, and those the cluster owns are deleted (best effort, as upstream: a failure is logged). The
+//!   service's managed group is looked up by name at every ensure that does not use it, so one a failed
+//!   clean-up left (EC2 keeps a group in use for a while after it is detached) goes later.
+//! - Deleting the NLB deletes its groups that the cluster owns and the service did not name, and the
+//!   service's managed group whether attached or not, after the NLB; while EC2 still counts the NLB's
+//!   interfaces on one (`DependencyViolation`) the delete is retried, and a retry that finds the NLB gone
+//!   finds the group by its name.
 //! - Difference: a TLS listener's port is opened for TCP (upstream asks EC2 for protocol `tls`, which EC2
 //!   refuses).
 
@@ -286,6 +289,27 @@ impl AwsProvider {
             self.delete_group(id).await?;
         }
         Ok(())
+    }
+
+    /// The managed group of `service`, when it exists, the cluster owns it and the NLB does not use it
+    /// (`using`): released as a detached group is. Best effort: what fails is logged and tried again at
+    /// the next ensure, and the service's deletion deletes it for sure.
+    pub(super) async fn release_unused_managed_group(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        lb: &str,
+        using: &[String],
+    ) {
+        match self.leftover_nlb_group(cluster_name, service).await {
+            Ok(Some(group)) if !using.contains(&group) => {
+                self.release_nlb_groups(lb, &[group]).await;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(nlb = %lb, %error, "cannot look up the NLB's managed security group");
+            }
+        }
     }
 
     /// The NLB's groups to delete with it: those the cluster owns that the service does not name.
