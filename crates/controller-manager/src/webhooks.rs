@@ -361,7 +361,7 @@ mod tests {
                 .to_string(),
             "webhook lb: registered twice (path /validate-lb)"
         );
-        assert!(check_definitions(&[lb.clone()], &definition("other", "/validate-lb")).is_err());
+        assert!(check_definitions(std::slice::from_ref(&lb), &definition("other", "/validate-lb")).is_err());
         assert!(check_definitions(&[], &definition("x", "relative")).is_err());
     }
 

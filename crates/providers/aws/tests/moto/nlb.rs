@@ -503,7 +503,7 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
     lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
         .await
         .unwrap();
-    assert_eq!(nlb_groups(&elbv2).await, [own.clone()]);
+    assert_eq!(nlb_groups(&elbv2).await, std::slice::from_ref(&own));
     assert!(
         ingress(&ec2, &own).await.is_empty(),
         "an annotated group gets no rules"
@@ -554,7 +554,7 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
     lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
         .await
         .unwrap();
-    assert_eq!(nlb_groups(&elbv2).await, [upstreams.clone()]);
+    assert_eq!(nlb_groups(&elbv2).await, std::slice::from_ref(&upstreams));
 
     // A delete that stopped after the NLB went (the group still in use then) finds the group by its name.
     let arn = elbv2
