@@ -296,7 +296,7 @@ mod tests {
             "cloud-controller-manager = { path = \"/repo/crates/cli\", default-features = false }",
             "cloud-provider = { path = \"/repo/crates/cloud-provider\" }",
             "k8s-openapi = { version = \"0.29\", features = [\"earliest\"] }",
-            "kube = { version = \"5\", default-features = false, features = [\"client\"] }",
+            "kube = { version = \"5\", default-features = false, features = [\"admission\", \"client\"] }",
             "[workspace]",
         ] {
             assert!(standalone.lines().any(|l| l == line), "{line} in:\n{standalone}");
