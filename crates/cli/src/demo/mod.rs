@@ -37,10 +37,12 @@ use tokio_util::sync::CancellationToken;
 use crate::chart::{Chart, Mark};
 
 mod cloud;
+mod peers;
 mod report;
 mod roll;
 
 use self::cloud::DemoCloud;
+use self::peers::From;
 use self::report::{report_chart, show};
 use self::roll::{Migrated, migrate};
 
@@ -90,6 +92,14 @@ pub(crate) struct Args {
     /// its audit log).
     #[arg(long, default_value = "test", value_parser = ["test", "kube"])]
     apiserver: String,
+    /// Who the control plane migrates from: `ours` (replicas of this binary playing
+    /// kube-controller-manager with the N configuration), `kcm` (the real kube-controller-manager of the
+    /// pinned release, the seed guide's procedure; since v1.31 it runs no cloud controller) or `go-ccm`
+    /// (upstream's Go cloud-controller-manager with a `fake` provider on the same cloud, replaced one
+    /// replica at a time). `kcm` and `go-ccm` need `--apiserver kube` and `--cloud fake` (`cargo xtask
+    /// kube` builds them).
+    #[arg(long, default_value = "ours", value_parser = ["ours", "kcm", "go-ccm"])]
+    from: String,
     /// `text`: a live timeline, then the verdict; `json`: only the result, as JSON.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
@@ -153,6 +163,16 @@ impl Names {
             .map(|(identity, _)| identity.clone())
     }
 
+    /// Registers the identity a Go replica has reported (once it led); `None` while it has not.
+    fn learn(&self, replica: &mut Replica) -> Option<String> {
+        let identity = replica.reported_identity()?;
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(identity.clone(), (replica.name.clone(), replica.side));
+        Some(identity)
+    }
+
     fn name(&self, identity: &str) -> String {
         self.get(identity)
             .map_or_else(|| identity.to_owned(), |(name, _)| name)
@@ -165,21 +185,41 @@ struct Roles {
 }
 
 impl Roles {
-    fn new(environment: &Environment, controllers: &ControllerRegistry) -> Result<Roles> {
+    fn new(environment: &Environment, controllers: &ControllerRegistry, from: From) -> Result<Roles> {
         let catalog = controllers.catalog();
         let load = |path: &std::path::Path| -> Result<MigrationConfig> {
             let bytes = std::fs::read(path)?;
             Ok(MigrationConfig::load(&path.display().to_string(), &bytes, catalog)?.config)
         };
         let mut by_side_and_lease: HashMap<(Side, String), Vec<String>> = HashMap::new();
-        for (side, config, controllers) in [
-            (Side::Kcm, load(&environment.kcm_config)?, &KCM_CONTROLLERS[..]),
-            (Side::Ccm, load(&environment.ccm_config)?, &["*"][..]),
-        ] {
+        let old_side = match from {
+            // This binary as kube-controller-manager: its N plan.
+            From::Ours => Some((
+                Side::Kcm,
+                load(&environment.kcm_config)?,
+                &KCM_CONTROLLERS[..],
+                KUBE_CONTROLLER_MANAGER,
+            )),
+            // The real one runs no cloud controller.
+            From::Kcm => None,
+            // Upstream's cloud-controller-manager: the N+1 plan, as ours.
+            From::GoCcm => Some((
+                Side::Kcm,
+                load(&environment.ccm_config)?,
+                &["*"][..],
+                CLOUD_CONTROLLER_MANAGER,
+            )),
+        };
+        for (side, config, controllers, component) in old_side.into_iter().chain([(
+            Side::Ccm,
+            load(&environment.ccm_config)?,
+            &["*"][..],
+            CLOUD_CONTROLLER_MANAGER,
+        )]) {
             let selection = ControllerSelection::parse(controllers, catalog)?;
             let placements = plan(PlanInput {
-                component: side.component(),
-                main_lease: side.component(),
+                component,
+                main_lease: component,
                 migration: Some(&config),
                 selection: &selection,
                 catalog,
@@ -200,6 +240,25 @@ impl Roles {
         self.by_side_and_lease
             .get(&(side, lease.to_owned()))
             .map_or_else(|| "no cloud controller".to_owned(), |c| c.join(", "))
+    }
+}
+
+/// `leader-migration status`'s word on where the migrated controllers run, on the timeline: with the
+/// real kube-controller-manager holding the migration Lease, they run nowhere, and it says what to do.
+async fn say_status(client: &kube::Client, migration: &MigrationConfig, timeline: &Timeline) {
+    let conditions = crate::leader_migration::status::conditions_now(client, "kube-system", migration).await;
+    match conditions {
+        Ok(conditions) => {
+            for condition in conditions.iter().filter(|c| {
+                c.kind == "MigrationLocksOnCloudSide" || c.kind == "KubeControllerManagerExternal"
+            }) {
+                timeline.say(&format!(
+                    "leader-migration status: {} {} ({}): {}",
+                    condition.kind, condition.status, condition.reason, condition.message
+                ));
+            }
+        }
+        Err(error) => timeline.say(&format!("leader-migration status: cannot assess: {error:#}")),
     }
 }
 
@@ -259,7 +318,7 @@ fn follow(
                     match &holder {
                         Some(identity) => {
                             let (who, runs) = names.get(identity).map_or_else(
-                                || (identity.clone(), String::new()),
+                                || (identity.clone(), "(a process not of this binary, or not yet named)".to_owned()),
                                 |(who, side)| (who, roles.runs(side, &name)),
                             );
                             timeline.say(&format!("lease {name:<36} → {who:<6} runs {runs}"));
@@ -281,9 +340,30 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         started: Instant::now(),
         live: args.output == "text",
     };
+    let from = From::parse(&args.from);
+    if from != From::Ours {
+        if args.apiserver != "kube" {
+            bail!(
+                "--from {}: the Go programs run on the real API server: add --apiserver kube",
+                args.from
+            );
+        }
+        if args.cloud != "fake" {
+            bail!(
+                "--from {}: upstream's Go programs here act on the fake cloud only: use --cloud fake",
+                args.from
+            );
+        }
+    }
+    if from == From::Kcm && args.rollback {
+        bail!(
+            "--from kcm --rollback: kube-controller-manager v1.31 and later has no cloud controller, so a rollback to it leaves them running nowhere (`leader-migration status` says HeldByExternalKubeControllerManager); roll back to --from ours or go-ccm instead"
+        );
+    }
     let stop_how = if args.crash { "SIGKILL" } else { "SIGTERM" };
     timeline.say(&format!(
-        "leader migration demo: {n} kube-controller-manager (N) → {n} cloud-controller-manager (N+1), old replicas stopped with {stop_how}",
+        "leader migration demo: {n} {} → {n} of this cloud-controller-manager (N+1), old replicas stopped with {stop_how}",
+        from.old_side(),
         n = args.replicas
     ));
 
@@ -298,6 +378,10 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         ),
         other => anyhow::anyhow!("start the API server: {other}"),
     })?;
+    let peers = match from {
+        From::Ours => None,
+        From::Kcm | From::GoCcm => Some(peers::Peers::find(&server)?),
+    };
     let cloud = DemoCloud::start(&args.cloud, &timeline).await?;
     let directory = tempfile::Builder::new()
         .prefix("ccm-demo-")
@@ -329,7 +413,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         cloud.description,
         environment.log_dir.display()
     ));
-    let roles = Arc::new(Roles::new(&environment, controllers)?);
+    let roles = Arc::new(Roles::new(&environment, controllers, from)?);
     let client = server.client();
     let names = Names::default();
     let wait = lease * 15;
@@ -342,7 +426,24 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         roles.clone(),
         stop_following.clone(),
     );
-    let outcome = migrate(args, &environment, &client, &cloud.cloud, &names, &timeline, wait).await;
+    let migration = {
+        let path = &environment.ccm_config;
+        let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        MigrationConfig::load(&path.display().to_string(), &bytes, controllers.catalog())?.config
+    };
+    let outcome = migrate(
+        args,
+        from,
+        peers.as_ref(),
+        &migration,
+        &environment,
+        &client,
+        &cloud.cloud,
+        &names,
+        &timeline,
+        wait,
+    )
+    .await;
     stop_following.cancel();
     let _ = follower.await;
 
@@ -421,6 +522,7 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         unattributed_cloud_writes: cloud_writes.unattributed,
         inventory,
         apiserver: server.describe(),
+        from: from.describe(peers.as_ref()),
         judged_from: match &server {
             ApiServer::Test(_) => "the test API server's Lease history and request log".to_owned(),
             ApiServer::Kube(kube) => format!("kube-apiserver {}'s audit log", kube.version()),
@@ -466,6 +568,9 @@ struct Outcome {
     apiserver: serde_json::Value,
     /// The record the verdict was judged from.
     judged_from: String,
+    /// Who the control plane migrated from: `{"kind": "ours"|"kube-controller-manager"|
+    /// "go-cloud-controller-manager", "version": …}`.
+    from: serde_json::Value,
 }
 
 impl Outcome {
@@ -522,6 +627,7 @@ mod tests {
             },
             apiserver: serde_json::json!({"kind": "test"}),
             judged_from: "the test API server's records".to_owned(),
+            from: serde_json::json!({"kind": "ours"}),
         }
     }
 

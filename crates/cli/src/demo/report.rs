@@ -126,8 +126,19 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         inventory,
         apiserver,
         judged_from,
+        from,
     } = outcome;
-    let ends_with = migration_lease_ends_with.map(Side::component);
+    // The old side by its kind: kube-controller-manager (ours playing it, or the real one) or upstream's
+    // Go cloud-controller-manager.
+    let old_side = match from["kind"].as_str() {
+        Some("go-cloud-controller-manager") => "upstream's Go cloud-controller-manager",
+        _ => KUBE_CONTROLLER_MANAGER,
+    };
+    let side_name = |side: Side| match side {
+        Side::Kcm => old_side,
+        Side::Ccm => CLOUD_CONTROLLER_MANAGER,
+    };
+    let ends_with = migration_lease_ends_with.map(side_name);
     let handoffs: Vec<serde_json::Value> = report
         .handoffs
         .iter()
@@ -147,6 +158,7 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
             "verdict": verdict,
             "mode": if *rollback { "rollback" } else { "migration" },
             "apiserver": apiserver,
+            "from": from,
             "judged_from": judged_from,
             "migration_lease_ends_with": ends_with,
             "overlaps": report.overlaps.len(),
@@ -202,7 +214,7 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
         "migration lease held at the end by: {} (expected: {})",
         ends_with.unwrap_or("nobody"),
         if *rollback {
-            KUBE_CONTROLLER_MANAGER
+            old_side
         } else {
             CLOUD_CONTROLLER_MANAGER
         }

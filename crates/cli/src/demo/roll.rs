@@ -9,6 +9,7 @@ use harness::{Cloud, Created, Environment, Replica, Side, Workload};
 use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER};
 use tokio_util::sync::CancellationToken;
 
+use super::peers::{From, Peers, is_pending, pending};
 use super::{Args, LEASES, MIGRATION_LEASE, Names, Timeline, progress};
 use crate::chart::Mark;
 
@@ -23,6 +24,8 @@ pub(super) struct Migrated {
 /// The replicas of a roll, with the identities of those still running.
 struct Roll<'a> {
     args: &'a Args,
+    from: From,
+    peers: Option<&'a Peers>,
     environment: &'a Environment,
     client: &'a kube::Client,
     names: &'a Names,
@@ -38,8 +41,18 @@ struct Roll<'a> {
 impl Roll<'_> {
     /// Starts replica `name` on `side`; returns its index among that side's replicas.
     fn join(&mut self, name: &str, side: Side) -> Result<usize> {
-        let mut replica = Replica::start(self.environment, name, side)?;
-        let identity = self.names.add(&mut replica, self.wait)?;
+        let (replica, identity) = match (side, self.peers) {
+            (Side::Kcm, Some(peers)) if self.from != From::Ours => {
+                // A Go replica says who it is once it leads: learnt then ([`Roll::learn`]).
+                let replica = peers.start(self.from, self.environment, name)?;
+                (replica, pending(name))
+            }
+            _ => {
+                let mut replica = Replica::start(self.environment, name, side)?;
+                let identity = self.names.add(&mut replica, self.wait)?;
+                (replica, identity)
+            }
+        };
         self.marks.push(Mark {
             at_us: harness::now_us(),
             label: format!("{name} joins"),
@@ -71,7 +84,14 @@ impl Roll<'_> {
         }
         // A blocking wait: off the runtime's workers' async duty, which serves the in-process API server.
         let status = tokio::task::block_in_place(|| replica.wait(self.wait))?;
-        if !self.args.crash && !status.success() {
+        let foreign = side == Side::Kcm && self.from != From::Ours;
+        if foreign {
+            // What it said while it ran (if it led, who it was); the Go programs' exit status on SIGTERM
+            // is theirs.
+            self.names.learn(replica);
+            let placeholder = pending(&replica.name);
+            self.live_kcms.retain(|id| *id != placeholder);
+        } else if !self.args.crash && !status.success() {
             bail!(
                 "{} exited with {status} on SIGTERM: {}",
                 replica.name,
@@ -84,6 +104,29 @@ impl Roll<'_> {
         Ok(())
     }
 
+    /// Learns the identities the Go replicas have reported (once they led) in place of their placeholders.
+    fn learn(&mut self) {
+        if self.from == From::Ours {
+            return;
+        }
+        for replica in &mut self.kcms {
+            let placeholder = pending(&replica.name);
+            if let Some(index) = self.live_kcms.iter().position(|id| *id == placeholder)
+                && let Some(identity) = self.names.learn(replica)
+            {
+                self.live_kcms[index] = identity;
+            }
+        }
+    }
+
+    /// Whether `holder` is a live replica of those `live` identities: one of them, or, where some are
+    /// still placeholders, anyone who is none of ours (a Go replica whose identity is not known yet).
+    fn held_by_live(names: &Names, live: &[String], holder: Option<&String>) -> bool {
+        holder.is_some_and(|holder| {
+            live.contains(holder) || (live.iter().any(|id| is_pending(id)) && names.get(holder).is_none())
+        })
+    }
+
     /// The replicas of `side`, and the identities of those still running.
     fn side(&self, side: Side) -> (&[Replica], &[String]) {
         match side {
@@ -93,38 +136,43 @@ impl Roll<'_> {
     }
 
     /// Waits until a live replica of `side` leads both its main lock and the migration lock.
-    async fn lead_both(&self, side: Side) -> Result<()> {
+    async fn lead_both(&mut self, side: Side) -> Result<()> {
+        self.learn();
         let (_, live) = self.side(side);
-        let main = side.component();
+        let main = self.from.main_lease(side);
+        let names = self.names;
         harness::wait_for_holders(
             self.client,
             &LEASES,
             self.wait,
-            &format!("a {main} to lead both of its locks"),
-            |h| {
-                h[MIGRATION_LEASE].as_ref().is_some_and(|m| live.contains(m)) && h[main] == h[MIGRATION_LEASE]
-            },
+            &format!("a {} to lead both of its locks", side.component()),
+            |h| Roll::held_by_live(names, live, h[MIGRATION_LEASE].as_ref()) && h[main] == h[MIGRATION_LEASE],
         )
         .await?;
         Ok(())
     }
 
     /// Waits until every lock a live replica contends for is held by a live replica of the right side.
-    async fn settle(&self) -> Result<BTreeMap<String, Option<String>>> {
+    async fn settle(&mut self) -> Result<BTreeMap<String, Option<String>>> {
+        self.learn();
         let (kcms, ccms) = (&self.live_kcms, &self.live_ccms);
+        let (names, shared_main) = (self.names, self.from == From::GoCcm);
         harness::wait_for_holders(
             self.client,
             &LEASES,
             self.wait,
             "the locks to settle on live replicas",
             |h| {
-                let held_by = |lease: &str, ids: &[String]| {
-                    h[lease].as_ref().is_some_and(|holder| ids.contains(holder))
-                };
+                let held_by = |lease: &str, ids: &[String]| Roll::held_by_live(names, ids, h[lease].as_ref());
                 let migration = held_by(MIGRATION_LEASE, kcms) || held_by(MIGRATION_LEASE, ccms);
-                let kcm = kcms.is_empty() || held_by(KUBE_CONTROLLER_MANAGER, kcms);
-                let ccm = ccms.is_empty() || held_by(CLOUD_CONTROLLER_MANAGER, ccms);
-                migration && kcm && ccm
+                // The Go CCM and ours share the main Lease: one of either side holds it.
+                let main = if shared_main {
+                    held_by(CLOUD_CONTROLLER_MANAGER, kcms) || held_by(CLOUD_CONTROLLER_MANAGER, ccms)
+                } else {
+                    (kcms.is_empty() || held_by(KUBE_CONTROLLER_MANAGER, kcms))
+                        && (ccms.is_empty() || held_by(CLOUD_CONTROLLER_MANAGER, ccms))
+                };
+                migration && main
             },
         )
         .await
@@ -151,9 +199,11 @@ impl Roll<'_> {
         replicas
             .iter()
             .position(|r| {
-                self.names
-                    .identity_of(&r.name)
-                    .is_some_and(|id| live.contains(&id))
+                live.contains(&pending(&r.name))
+                    || self
+                        .names
+                        .identity_of(&r.name)
+                        .is_some_and(|id| live.contains(&id))
             })
             .unwrap_or(0)
     }
@@ -205,8 +255,12 @@ async fn converged(cloud: &Cloud, registered: Created, wait: Duration) -> Result
 }
 
 /// The migration itself (and with `--rollback`, half of it and back).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn migrate(
     args: &Args,
+    from: From,
+    peers: Option<&Peers>,
+    migration: &leadermigration::MigrationConfig,
     environment: &Environment,
     client: &kube::Client,
     cloud: &Cloud,
@@ -216,6 +270,8 @@ pub(super) async fn migrate(
 ) -> Result<Migrated> {
     let mut roll = Roll {
         args,
+        from,
+        peers,
         environment,
         client,
         names,
@@ -227,20 +283,34 @@ pub(super) async fn migrate(
         marks: Vec::new(),
     };
     for index in 1..=args.replicas {
-        roll.join(&format!("kcm-{index}"), Side::Kcm)?;
+        roll.join(&format!("{}-{index}", from.old_prefix()), Side::Kcm)?;
     }
     timeline.say(&format!(
-        "started {} as kube-controller-manager with the N configuration",
+        "started {} as {}{}",
         roll.kcms
             .iter()
             .map(|r| r.name.as_str())
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        from.old_side(),
+        match (from, peers) {
+            (From::Ours, _) | (_, None) => " with the N configuration".to_owned(),
+            (From::Kcm, Some(peers)) => format!(
+                " {} with the N configuration: since v1.31 it has no cloud provider, so it holds its Leases and runs no cloud controller",
+                peers.version
+            ),
+            (From::GoCcm, Some(peers)) => format!(" {}, on the Leases ours will share", peers.version),
+        }
     ));
-    harness::wait_for_holders(client, &LEASES, wait, "a kube-controller-manager leader", |h| {
-        h[KUBE_CONTROLLER_MANAGER].is_some() && h[KUBE_CONTROLLER_MANAGER] == h[MIGRATION_LEASE]
+    let old_main = from.old_main_lease();
+    harness::wait_for_holders(client, &LEASES, wait, "an old-side leader", |h| {
+        h[old_main].is_some() && h[old_main] == h[MIGRATION_LEASE]
     })
     .await?;
+    roll.learn();
+    if from == From::Kcm {
+        super::say_status(client, migration, timeline).await;
+    }
 
     let workload = Workload::on(client.clone(), cloud.clone());
     for index in 0..args.nodes {
@@ -283,7 +353,7 @@ pub(super) async fn migrate(
         }
         .unwrap_or_else(|| roll.first_live(Side::Kcm));
         timeline.say(&format!(
-            "step {}/{}: {name} joins as cloud-controller-manager (N+1); {} leaves ({})",
+            "step {}/{}: {name} joins as this cloud-controller-manager (N+1); {} leaves ({})",
             step + 1,
             replicas,
             roll.kcms[leaving].name,
@@ -322,10 +392,11 @@ pub(super) async fn migrate(
         let churn = workload.churn_services(churn_period, next_index, stop_churn.clone());
         let leaving = roll.ccms.len();
         for step in 0..leaving {
-            let name = format!("kcm-{}", replicas + step + 1);
+            let name = format!("{}-{}", from.old_prefix(), replicas + step + 1);
             timeline.say(&format!(
-                "rollback {}/{leaving}: {name} joins as kube-controller-manager (N); {} leaves ({})",
+                "rollback {}/{leaving}: {name} joins as {}; {} leaves ({})",
                 step + 1,
+                from.old_side(),
                 roll.ccms[step].name,
                 if args.crash { "SIGKILL" } else { "SIGTERM" }
             ));
@@ -344,6 +415,7 @@ pub(super) async fn migrate(
     // and in the cloud every node routed and behind every load balancer.
     finished(client, registered, wait).await?;
     converged(cloud, registered, wait).await?;
+    roll.learn();
     Ok(Migrated {
         replicas: roll.kcms.into_iter().chain(roll.ccms).collect(),
         registered,

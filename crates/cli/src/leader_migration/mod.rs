@@ -3,7 +3,7 @@
 
 mod history;
 mod preflight;
-mod status;
+pub(crate) mod status;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

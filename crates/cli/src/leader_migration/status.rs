@@ -154,7 +154,13 @@ pub(crate) fn run(args: &StatusArgs, catalog: &ControllerCatalog, out: &mut impl
         let client = args.cluster.client().await?;
         let deadline = tokio::time::Instant::now() + args.timeout.0;
         loop {
-            let observation = observe(&client, args, &migration).await?;
+            let observation = observe(
+                &client,
+                &args.cluster.namespace,
+                [&args.kcm_lease, &args.ccm_lease],
+                &migration,
+            )
+            .await?;
             let conditions = assess(&observation);
             let met = args.wait_for.as_ref().is_none_or(|wait| wait.met(&conditions));
             let timed_out = tokio::time::Instant::now() + POLL > deadline;
@@ -199,12 +205,29 @@ async fn draw(
     history::chart(observation, conditions, &acquisitions, error.as_deref(), now_us).write(path)
 }
 
+/// The conditions of the cluster `client` reaches now, its managers' Leases in `namespace` under upstream's
+/// names, its migration Leases those of `migration` (for the demo's timeline).
+pub(crate) async fn conditions_now(
+    client: &kube::Client,
+    namespace: &str,
+    migration: &MigrationConfig,
+) -> Result<Vec<leadermigration::status::Condition>> {
+    let observation = observe(
+        client,
+        namespace,
+        [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER],
+        migration,
+    )
+    .await?;
+    Ok(assess(&observation))
+}
+
 async fn observe(
     client: &kube::Client,
-    args: &StatusArgs,
+    namespace: &str,
+    [kcm_lease, ccm_lease]: [&str; 2],
     migration: &MigrationConfig,
 ) -> Result<Observation> {
-    let namespace = &args.cluster.namespace;
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let read = |name: String| {
         let leases = leases.clone();
@@ -216,8 +239,8 @@ async fn observe(
             Ok::<_, anyhow::Error>(lease_observation(name, lease))
         }
     };
-    let kcm_lease = read(args.kcm_lease.clone()).await?;
-    let ccm_lease = read(args.ccm_lease.clone()).await?;
+    let kcm_lease = read(kcm_lease.to_owned()).await?;
+    let ccm_lease = read(ccm_lease.to_owned()).await?;
     let mut migration_leases = Vec::new();
     for lock in migration.locks() {
         let controllers = lock

@@ -313,3 +313,93 @@ control_plane::on_both_backends!(
     a_migration_by_crashes_waits_out_each_lease_and_passes_the_audit,
     a_rollback_half_way_and_back_passes_the_audit_and_its_report_draws_it,
 );
+
+/// Issue 33's scenario 1 as the demo plays it: from the real kube-controller-manager (N), which since
+/// v1.31 holds its Leases and runs no cloud controller (the timeline shows `leader-migration status`
+/// saying so), to ours; kube-controller-manager does not release, so the migration Lease passes after it
+/// expires.
+#[test]
+fn the_demo_migrates_from_the_real_kube_controller_manager() {
+    crate::support::with_kube_binaries(
+        "the_demo_migrates_from_the_real_kube_controller_manager",
+        |binaries| async move {
+            let output = binary()
+                .args([
+                    "demo",
+                    "--apiserver",
+                    "kube",
+                    "--from",
+                    "kcm",
+                    "--replicas",
+                    "2",
+                    "--dwell-seconds",
+                    "0.3",
+                ])
+                .output()
+                .unwrap();
+            let text = stdout(&output);
+            assert!(output.status.success(), "{text}\n{}", stderr(&output));
+            for expected in [
+                &format!(
+                    "as the real kube-controller-manager {}",
+                    binaries.kubernetes_version
+                )[..],
+                "runs no cloud controller",
+                "leader-migration status: MigrationLocksOnCloudSide False (HeldByExternalKubeControllerManager)",
+                "step 1/2: ccm-1 joins",
+                "verdict: ok",
+            ] {
+                assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+            }
+            let refused = binary()
+                .args(["demo", "--apiserver", "kube", "--from", "kcm", "--rollback"])
+                .output()
+                .unwrap();
+            assert!(!refused.status.success());
+            assert!(
+                stderr(&refused).contains("leaves them running nowhere"),
+                "{}",
+                stderr(&refused)
+            );
+        },
+    );
+}
+
+/// Issue 33's scenario 2 as the demo plays it: upstream's Go cloud-controller-manager replaced by ours
+/// one replica at a time, half-way and back (`--rollback`), judged from kube-apiserver's audit log; the
+/// JSON names the peer and its version.
+#[test]
+fn the_demo_swaps_upstreams_go_ccm_for_ours_and_back() {
+    crate::support::with_kube_binaries(
+        "the_demo_swaps_upstreams_go_ccm_for_ours_and_back",
+        |binaries| async move {
+            let (output, result) = demo_on(Backend::Kube, &["--from", "go-ccm", "--rollback"]);
+            assert!(output.status.success(), "{result:#}\n{}", stderr(&output));
+            assert_eq!(result["verdict"], "ok", "{result:#}");
+            assert_eq!(result["from"]["kind"], "go-cloud-controller-manager");
+            assert_eq!(result["from"]["version"], binaries.kubernetes_version);
+            assert_eq!(result["overlaps"], 0, "{result:#}");
+            let migration: Vec<&serde_json::Value> = result["handoffs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| h["lease"] == "cloud-provider-extraction-migration")
+                .collect();
+            let named = |h: &serde_json::Value, key: &str, prefix: &str| {
+                h[key].as_str().is_some_and(|n| n.starts_with(prefix))
+            };
+            assert!(
+                migration
+                    .iter()
+                    .any(|h| named(h, "from", "go-ccm-") && named(h, "to", "ccm-")),
+                "Go → ours: {result:#}"
+            );
+            assert!(
+                migration
+                    .iter()
+                    .any(|h| named(h, "from", "ccm-") && named(h, "to", "go-ccm-")),
+                "ours → Go: {result:#}"
+            );
+        },
+    );
+}
