@@ -38,7 +38,9 @@ fn repo() -> PathBuf {
 fn shell_blocks() -> Vec<(String, usize, String, String)> {
     let mut files = vec![repo().join("README.md")];
     for dir in ["docs", "examples/provider-example", "deploy"] {
-        for entry in std::fs::read_dir(repo().join(dir)).unwrap() {
+        let path = repo().join(dir);
+        let entries = std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for entry in entries {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "md") {
                 files.push(path);
