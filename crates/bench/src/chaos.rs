@@ -21,25 +21,25 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use leadermigration::audit::{CLOUD_VERB, Overlap, UserAgent, audit};
-use provider_fake::{
-    AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudClient, FakeCloudServer, InstanceState,
-    Knobs,
-};
+use provider_fake::{AdminRequest, CloudResponse, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use serde_json::json;
 use tokio::time::Instant;
 
 use crate::netns::Netns;
 use crate::process::{ApiServer, TempDir, manager_binary};
 use crate::stats::round;
 
+mod faults;
 mod plane;
+mod server;
 
-use plane::{EXPECTED_EXIT, Peer, Plane, Slot, Stop};
+use faults::{cloud_call, inject, retire};
+use plane::{EXPECTED_EXIT, Peer, Plane, Slot};
+use server::Server;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -69,59 +69,6 @@ pub(crate) struct Args {
     min_events: u32,
     #[command(flatten)]
     output: crate::Output,
-}
-
-/// The API server of the run: ours (with its admin API: faults, its own record) or the real one (its
-/// audit log is the record).
-enum Server {
-    Test { process: ApiServer, admin: Admin },
-    Kube(Box<control_plane::KubeApiServer>),
-}
-
-impl Server {
-    fn kubeconfig(&self) -> std::path::PathBuf {
-        match self {
-            Server::Test { process, .. } => process.kubeconfig.clone(),
-            Server::Kube(server) => server.kubeconfig_path().to_owned(),
-        }
-    }
-
-    /// The address in the kubeconfig a slot rewrites to its link's.
-    fn listen_host(&self) -> &'static str {
-        match self {
-            Server::Test { .. } => "0.0.0.0",
-            Server::Kube(_) => "127.0.0.1",
-        }
-    }
-
-    /// The API-server faults, where the server has them.
-    fn faults(&self) -> Option<&Admin> {
-        match self {
-            Server::Test { admin, .. } => Some(admin),
-            Server::Kube(_) => None,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Server::Test { .. } => "test-apiserver".to_owned(),
-            Server::Kube(server) => format!("kube-apiserver ({})", server.version()),
-        }
-    }
-
-    async fn leases(&self) -> Result<Vec<leadermigration::audit::LeaseWrite>> {
-        match self {
-            Server::Test { admin, .. } => admin.leases().await,
-            Server::Kube(server) => Ok(server.lease_writes()),
-        }
-    }
-
-    async fn requests(&self) -> Result<Vec<leadermigration::audit::RequestEntry>> {
-        match self {
-            Server::Test { admin, .. } => admin.requests().await,
-            Server::Kube(server) => Ok(server.request_entries()),
-        }
-    }
 }
 
 /// What happened and the verdict.
@@ -169,13 +116,6 @@ struct Report {
     /// From the end of the faults to a converged cluster (`None`: it did not converge in time).
     converged_after_s: Option<f64>,
     pass: bool,
-}
-
-async fn cloud_call(cloud: &FakeCloudClient, request: AdminRequest) -> Result<CloudResponse> {
-    match cloud.call(&CloudRequest::Admin(request)).await {
-        CloudResponse::Error { message, .. } => bail!("fake cloud admin: {message}"),
-        other => Ok(other),
-    }
 }
 
 pub(crate) async fn run(args: Args) -> Result<()> {
@@ -483,121 +423,6 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// A node's machine goes away: the node turns NotReady and its instance is terminated, so the lifecycle
-/// controller must delete it.
-async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &str) -> Result<()> {
-    let status =
-        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStopped"}]}});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .with_context(|| format!("mark {name} NotReady"))?;
-    cloud_call(
-        cloud,
-        AdminRequest::SetInstanceState {
-            name: name.to_owned(),
-            state: InstanceState::Terminated,
-        },
-    )
-    .await?;
-    Ok(())
-}
-
-/// Matches the `User-Agent` of every manager (both components), not the workload's or the judge's.
-const MANAGERS: &str = "-controller-manager/";
-
-/// One fault, chosen at random; returns its kind.
-async fn inject(
-    rng: &mut StdRng,
-    plane: &mut Plane,
-    faults: Option<&Admin>,
-    cloud: &FakeCloudClient,
-    lease: Duration,
-) -> Result<&'static str> {
-    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-    let Some(target) = plane.pick(rng) else {
-        return Ok("none");
-    };
-    let mut kind = rng.random_range(0..9);
-    // The real kube-apiserver has no faults of its own: a network partition instead, where there are
-    // links to cut, else the cloud's faults.
-    if faults.is_none() && matches!(kind, 3..=5 | 8) {
-        kind = if plane.slots.is_empty() { 6 } else { 3 };
-    }
-    let admin = faults;
-    Ok(match kind {
-        0 => {
-            plane.replace(target, Stop::Kill)?;
-            "sigkill_and_restart"
-        }
-        1 => {
-            plane.replace(target, Stop::Terminate)?;
-            "sigterm_and_restart"
-        }
-        2 => {
-            plane.replicas[target].0.pause()?;
-            let frozen = Duration::from_millis(rng.random_range(lease_ms * 3 / 2..lease_ms * 3));
-            plane.paused.push((target, Instant::now() + frozen));
-            "sigstop_longer_than_the_lease"
-        }
-        3 if !plane.slots.is_empty() => {
-            let slot = plane.replicas[target].1;
-            if !plane.cut.iter().any(|(s, _)| *s == slot) {
-                plane.slots[slot].netns.cut(true)?;
-                let heal = Duration::from_millis(rng.random_range(lease_ms..lease_ms * 3));
-                plane.cut.push((slot, Instant::now() + heal));
-            }
-            "network_partition"
-        }
-        3 | 8 => {
-            let identity = plane.replicas[target].0.identity(plane.wait)?;
-            admin
-                .context("API-server faults")?
-                .add_fault(json!({"user_agent": identity, "action": {"type": "partition"}, "duration_ms": rng.random_range(lease_ms..lease_ms * 2)}))
-                .await?;
-            "api_partition"
-        }
-        4 => {
-            let code = [500, 503, 429][rng.random_range(0..3)];
-            admin
-                .context("API-server faults")?
-                .add_fault(json!({"user_agent": MANAGERS, "action": {"type": "error", "code": code, "rate": 0.3}, "duration_ms": rng.random_range(500..lease_ms * 2)}))
-                .await?;
-            "api_errors"
-        }
-        5 => {
-            admin
-                .context("API-server faults")?
-                .add_fault(json!({"user_agent": MANAGERS, "action": {"type": "latency", "ms": rng.random_range(100..lease_ms / 2)}, "duration_ms": rng.random_range(500..lease_ms * 2)}))
-                .await?;
-            "api_latency"
-        }
-        6 => {
-            cloud_call(
-                cloud,
-                AdminRequest::SetKnobs(Knobs {
-                    latency_ms: rng.random_range(5..lease_ms / 2),
-                    error_rate: rng.random_range(0.0..0.3),
-                    hang_rate: rng.random_range(0.0..0.1),
-                }),
-            )
-            .await?;
-            "cloud_slow_failing_hanging"
-        }
-        _ => {
-            cloud_call(
-                cloud,
-                AdminRequest::SetKnobs(Knobs {
-                    latency_ms: 5,
-                    ..Knobs::default()
-                }),
-            )
-            .await?;
-            "cloud_recovers"
-        }
-    })
 }
 
 /// The cluster and the cloud, compared.

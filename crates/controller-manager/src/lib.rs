@@ -27,6 +27,7 @@ mod health;
 mod informers;
 mod instances;
 mod metrics;
+mod plan;
 mod process_metrics;
 mod registry;
 mod runtime;
@@ -47,11 +48,12 @@ pub use flags::{ControllerFlag, FlagKind, FlagValue, FlagValues};
 pub use health::{Health, Verdict};
 pub use informers::Informer;
 pub use metrics::{BuildInfo, Metrics};
+pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
     SettingsCheck,
 };
-pub use runtime::{Manager, ManagerError, PlannedController, plan_controllers, summarize};
+pub use runtime::{Manager, ManagerError};
 pub use transport::{Fence, HTTP_SPAN_TARGET};
 pub use workqueue::{WorkQueue, Working};
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::events::EventType;
+use crate::plan::{PlannedController, plan_controllers};
 use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
 use futures::FutureExt;
@@ -16,7 +17,7 @@ use leadermigration::elector::{EVENT_REASON, LeaderState, Role, became_leader};
 use leadermigration::scopes::{
     ElectionSettings, ScopeContext, ScopeKind, ScopeRunner, ScopesConfig, ScopesError, run_scopes,
 };
-use leadermigration::{ControllerName, Placement, PlanInput, Planned, plan};
+use leadermigration::{ControllerName, Placement, PlanInput, Planned};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -31,27 +32,6 @@ use crate::lock;
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
 use crate::registry::ControllerRegistry;
 use crate::transport::Fence;
-
-/// A controller, where it runs for this manager, and why it will not run when it will not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedController {
-    /// Its canonical name.
-    pub controller: ControllerName,
-    /// Placement by leader migration and `--controllers`.
-    pub placement: Placement,
-    /// Set when the controller would run here but cannot (its capability is missing, a setting is off).
-    pub skipped: Option<String>,
-}
-
-impl PlannedController {
-    /// Whether it starts when its lock is held.
-    pub fn runs(&self) -> bool {
-        matches!(
-            self.placement,
-            Placement::Main { .. } | Placement::Migration { .. }
-        ) && self.skipped.is_none()
-    }
-}
 
 /// Why the manager stopped or could not start.
 #[derive(Debug, thiserror::Error)]
@@ -582,56 +562,3 @@ impl ScopeRunner for Runner {
 }
 
 type ElectorCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
-
-/// Where each controller of `controllers` runs ([`leadermigration::plan`]), and why one that would run
-/// cannot: its provider, settings or capabilities. Without a provider, only the settings are checked.
-pub fn plan_controllers(
-    controllers: &ControllerRegistry,
-    input: PlanInput<'_>,
-    provider: Option<&dyn CloudProvider>,
-    settings: &ControllerSettings,
-) -> Vec<PlannedController> {
-    plan(input)
-        .into_iter()
-        .map(
-            |Planned {
-                 controller,
-                 placement,
-             }| {
-                let skipped = match placement {
-                    Placement::Main { .. } | Placement::Migration { .. } => match controllers.get(controller)
-                    {
-                        Some(definition) => match provider {
-                            Some(provider) => definition.skip_reason(provider, settings),
-                            None => definition.settings_skip_reason(settings),
-                        },
-                        None => Some("no implementation is registered for this controller".to_owned()),
-                    },
-                    Placement::Elsewhere { .. } | Placement::Disabled => None,
-                };
-                PlannedController {
-                    controller,
-                    placement,
-                    skipped,
-                }
-            },
-        )
-        .collect()
-}
-
-/// Placements by lock, for logs and tests.
-pub fn summarize(planned: &[PlannedController]) -> BTreeMap<String, Vec<String>> {
-    let mut summary: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for p in planned {
-        let key = match (&p.skipped, p.placement.lease()) {
-            (Some(_), _) => "skipped".to_owned(),
-            (None, Some(lease)) => lease.to_owned(),
-            (None, None) => p.placement.lock_name().to_owned(),
-        };
-        summary
-            .entry(key)
-            .or_default()
-            .push(p.controller.as_str().to_owned());
-    }
-    summary
-}

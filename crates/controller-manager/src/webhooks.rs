@@ -140,19 +140,8 @@ impl Webhooks {
         context: WebhookContext,
         metrics: Arc<Metrics>,
     ) -> Result<Webhooks, WebhookError> {
-        let known: Vec<&str> = definitions.iter().map(WebhookDefinition::name).collect();
-        // Items trimmed, empty ones dropped, as the flag's other readers read them.
-        let selection: Vec<&str> = selection
-            .iter()
-            .map(|item| item.trim())
-            .filter(|item| !item.is_empty())
-            .collect();
-        for item in &selection {
-            let name = item.strip_prefix('-').unwrap_or(item);
-            if name != "*" && !known.contains(&name) {
-                return Err(WebhookError::Unknown(name.to_owned(), known.join(", ")));
-            }
-        }
+        check_selection(definitions, selection)?;
+        let selection = items(selection);
         let by_path = definitions
             .iter()
             .filter(|d| enabled(d, &selection))
@@ -244,6 +233,32 @@ impl Webhooks {
             Err(error) => refuse(500, format!("error parsing admission response: {error}")),
         }
     }
+}
+
+/// `--webhooks`' items, trimmed, empty ones dropped (as the flag's other readers read them).
+fn items(selection: &[String]) -> Vec<&str> {
+    selection
+        .iter()
+        .map(|item| item.trim())
+        .filter(|item| !item.is_empty())
+        .collect()
+}
+
+/// `Err` when `--webhooks` (`selection`) names a webhook none of `definitions` is.
+pub fn check_selection(definitions: &[WebhookDefinition], selection: &[String]) -> Result<(), WebhookError> {
+    let known: Vec<&str> = definitions.iter().map(WebhookDefinition::name).collect();
+    for item in items(selection) {
+        let name = item.strip_prefix('-').unwrap_or(item);
+        if name != "*" && !known.contains(&name) {
+            let known = if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            };
+            return Err(WebhookError::Unknown(name.to_owned(), known));
+        }
+    }
+    Ok(())
 }
 
 /// Checks registered definitions: names and paths once each, paths absolute.

@@ -144,6 +144,28 @@ impl Environment {
         self.timings.flags()
     }
 
+    /// The flags of upstream's Go cloud-controller-manager (the Go peer `cargo xtask kube` builds) on the
+    /// N+1 side of this environment's migration: its cloud, kubeconfig, configuration, timings and CIDRs,
+    /// as this framework's replicas have them. Flags given after these win.
+    pub fn go_ccm_args(&self) -> Vec<String> {
+        let mut args = vec![
+            format!("--cloud-provider={}", self.cloud_provider),
+            format!("--cloud-config={}", self.cloud_config.display()),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--enable-leader-migration".to_owned(),
+            format!("--leader-migration-config={}", self.ccm_config.display()),
+            "--secure-port=0".to_owned(),
+            "--node-monitor-period=1s".to_owned(),
+            "--route-reconciliation-period=1s".to_owned(),
+            "--allocate-node-cidrs=true".to_owned(),
+            "--cluster-cidr=10.244.0.0/16".to_owned(),
+            "--kube-api-qps=500".to_owned(),
+            "--kube-api-burst=1000".to_owned(),
+        ];
+        args.extend(self.timing_flags());
+        args
+    }
+
     /// Who runs which controller under which Lease, as the audit must judge it (the replicas run the
     /// framework's built-in controllers).
     pub fn governance(&self) -> Result<Governance> {

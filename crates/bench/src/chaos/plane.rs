@@ -74,7 +74,8 @@ impl Plane {
         let place = self.slots.get(slot);
         let mut replica = match (peer, &self.go) {
             (Peer::Go, Some(go)) => {
-                let mut args = go_args(go);
+                let mut args = go.go_ccm_args();
+                args.push("--concurrent-service-syncs=5".to_owned());
                 let wrapper = match place {
                     Some(place) => {
                         args.extend([place.kubeconfig.clone(), place.cloud_config.clone()]);
@@ -178,27 +179,4 @@ impl Plane {
         self.paused.retain(|(_, at)| *at > now);
         Ok(())
     }
-}
-
-/// The Go peer's flags: upstream's cloud-controller-manager on the N+1 side of the migration, with the
-/// same lease timings, cloud and CIDRs as this framework's replicas (a slot's kubeconfig and cloud-config
-/// come after, and win).
-fn go_args(environment: &Environment) -> Vec<String> {
-    let mut args = vec![
-        format!("--cloud-provider={}", environment.cloud_provider),
-        format!("--cloud-config={}", environment.cloud_config.display()),
-        format!("--kubeconfig={}", environment.kubeconfig.display()),
-        "--enable-leader-migration".to_owned(),
-        format!("--leader-migration-config={}", environment.ccm_config.display()),
-        "--secure-port=0".to_owned(),
-        "--node-monitor-period=1s".to_owned(),
-        "--route-reconciliation-period=1s".to_owned(),
-        "--allocate-node-cidrs=true".to_owned(),
-        "--cluster-cidr=10.244.0.0/16".to_owned(),
-        "--kube-api-qps=500".to_owned(),
-        "--kube-api-burst=1000".to_owned(),
-        "--concurrent-service-syncs=5".to_owned(),
-    ];
-    args.extend(environment.timing_flags());
-    args
 }

@@ -132,26 +132,14 @@ impl Peers {
                     "--enable-leader-migration".to_owned(),
                     format!("--leader-migration-config={}", environment.kcm_config.display()),
                 ]);
+                args.extend(environment.timing_flags());
             }
             From::GoCcm => {
                 environment.binary = self.go_cloud_controller_manager.clone();
-                args.extend([
-                    format!("--cloud-provider={}", environment.cloud_provider),
-                    format!("--cloud-config={}", environment.cloud_config.display()),
-                    "--enable-leader-migration".to_owned(),
-                    format!("--leader-migration-config={}", environment.ccm_config.display()),
-                    "--secure-port=0".to_owned(),
-                    "--node-monitor-period=1s".to_owned(),
-                    "--route-reconciliation-period=1s".to_owned(),
-                    "--allocate-node-cidrs=true".to_owned(),
-                    "--cluster-cidr=10.244.0.0/16".to_owned(),
-                    "--concurrent-service-syncs=2".to_owned(),
-                    "--kube-api-qps=500".to_owned(),
-                    "--kube-api-burst=1000".to_owned(),
-                ]);
+                args = environment.go_ccm_args();
+                args.push("--concurrent-service-syncs=2".to_owned());
             }
         }
-        args.extend(environment.timing_flags());
         Replica::spawn(&environment, name, Side::Kcm, &args)
             .with_context(|| format!("start {name} ({})", environment.binary.display()))
     }

@@ -396,19 +396,10 @@ fn tls13_only(flag: &str, value: &str) -> Result<bool, String> {
 /// upstream's `cloud-controller-manager-webhook.crt`/`.key` (made when missing); without either, a
 /// self-signed certificate is made in memory.
 fn webhook_serving(settings: &Settings, registry: &Registry, problems: &mut Problems) -> Option<Serving> {
-    let known: Vec<&str> = registry.webhooks().iter().map(|w| w.name()).collect();
-    for item in &settings.webhooks {
-        let name = item.trim().strip_prefix('-').unwrap_or(item.trim());
-        if !name.is_empty() && name != "*" && !known.contains(&name) {
-            problems.push(format!(
-                "--webhooks: {name:?} is not in the list of known webhooks ({})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ));
-        }
+    if let Err(problem) =
+        controller_manager::webhooks::check_selection(registry.webhooks(), &settings.webhooks)
+    {
+        problems.push(problem.to_string());
     }
     let files = (
         !settings.webhook_tls_cert_file.is_empty(),

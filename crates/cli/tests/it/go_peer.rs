@@ -132,22 +132,7 @@ const MIGRATION: &str = "cloud-provider-extraction-migration";
 /// Go peers as replicas of the harness: the same environment (cloud, kubeconfig, N+1 configuration,
 /// timings) with the Go binary, and the flags upstream's CCM takes for what the Rust replicas run.
 fn go_replica(environment: &Environment, name: &str) -> Replica {
-    let mut args = vec![
-        format!("--cloud-provider={}", environment.cloud_provider),
-        format!("--cloud-config={}", environment.cloud_config.display()),
-        format!("--kubeconfig={}", environment.kubeconfig.display()),
-        "--enable-leader-migration".to_owned(),
-        format!("--leader-migration-config={}", environment.ccm_config.display()),
-        "--secure-port=0".to_owned(),
-        "--node-monitor-period=1s".to_owned(),
-        "--route-reconciliation-period=1s".to_owned(),
-        "--allocate-node-cidrs=true".to_owned(),
-        "--cluster-cidr=10.244.0.0/16".to_owned(),
-        "--kube-api-qps=500".to_owned(),
-        "--kube-api-burst=1000".to_owned(),
-    ];
-    args.extend(environment.timing_flags());
-    Replica::spawn(environment, name, Side::Ccm, &args).unwrap()
+    Replica::spawn(environment, name, Side::Ccm, &environment.go_ccm_args()).unwrap()
 }
 
 /// Waits until both of the N+1 side's Leases are held by one process that is not `gone`.

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::Filter;
+use aws_sdk_ec2::types::{Filter, SecurityGroup};
 use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
@@ -203,6 +203,26 @@ impl AwsProvider {
             k.as_deref() == Some(key.as_str())
                 || (k.as_deref() == Some("KubernetesCluster") && v.as_deref() == Some(id))
         })
+    }
+
+    /// The security group called `name` (in `vpc`, when given).
+    pub(super) async fn find_group(
+        &self,
+        vpc: Option<&str>,
+        name: &str,
+    ) -> Result<Option<SecurityGroup>, CloudError> {
+        let filters = [Some(("group-name", name)), vpc.map(|vpc| ("vpc-id", vpc))]
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| Filter::builder().name(key).values(value).build());
+        let output = self
+            .ec2
+            .describe_security_groups()
+            .set_filters(Some(filters.collect()))
+            .send()
+            .await
+            .map_err(aws_error)?;
+        Ok(output.security_groups().first().cloned())
     }
 
     /// The instances of `nodes` that EC2 knows.

@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use aws_sdk_ec2::types::{Filter, IpPermission, IpRange, ResourceType, Tag as Ec2Tag, TagSpecification};
+use aws_sdk_ec2::types::{IpPermission, IpRange, ResourceType, Tag as Ec2Tag, TagSpecification};
 use aws_sdk_elasticloadbalancing::types::{Instance as ElbInstance, Listener, LoadBalancerDescription, Tag};
 use cloud_provider::{CloudError, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
@@ -115,7 +115,7 @@ impl AwsProvider {
     /// (type 3, code 4) from the source ranges, and to nothing else.
     async fn own_security_group(&self, vpc: &str, wanted: &Wanted) -> Result<String, CloudError> {
         let group_name = format!("k8s-elb-{}", wanted.name);
-        let id = match self.find_group(vpc, &group_name).await? {
+        let id = match self.find_group(Some(vpc), &group_name).await? {
             Some(group) => group.group_id().unwrap_or_default().to_owned(),
             None => {
                 let (key, value) = self.cluster_tag();
@@ -147,7 +147,7 @@ impl AwsProvider {
                 created.group_id().unwrap_or_default().to_owned()
             }
         };
-        let group = self.find_group(vpc, &group_name).await?;
+        let group = self.find_group(Some(vpc), &group_name).await?;
         // (protocol, from, to, CIDR)
         let have: BTreeSet<(String, i32, i32, String)> = group
             .iter()
@@ -186,22 +186,6 @@ impl AwsProvider {
         let remove: Vec<IpPermission> = have.difference(&want).map(rule).collect();
         self.change_ingress(&id, add, remove).await?;
         Ok(id)
-    }
-
-    async fn find_group(
-        &self,
-        vpc: &str,
-        name: &str,
-    ) -> Result<Option<aws_sdk_ec2::types::SecurityGroup>, CloudError> {
-        let output = self
-            .ec2
-            .describe_security_groups()
-            .filters(Filter::builder().name("group-name").values(name).build())
-            .filters(Filter::builder().name("vpc-id").values(vpc).build())
-            .send()
-            .await
-            .map_err(aws_error)?;
-        Ok(output.security_groups().first().cloned())
     }
 
     pub(super) async fn ensure_classic(
@@ -428,7 +412,7 @@ impl AwsProvider {
         let own_group = if vpc.is_empty() || !self.config.elb_security_group.is_empty() {
             None
         } else {
-            self.find_group(&vpc, &group_name).await?
+            self.find_group(Some(&vpc), &group_name).await?
         };
         let source = description
             .as_ref()

@@ -43,6 +43,19 @@ pub use security_group::{DESCRIPTION as MANAGED_GROUP_DESCRIPTION, nlb_security_
 pub use wanted::{Health, Mapping, NlbAttributes, SharedProbe, WantedNlb, wanted};
 use wanted::{same_listener, subnet_mappings};
 
+/// Upstream's name of an NLB's target group or security group: `k8s-<namespace:8>-<name:8>-<digest:10>`,
+/// the namespace and name with alphanumerics only, the digest in hex.
+fn resource_name(namespace: &str, name: &str, digest: &[u8]) -> String {
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let clean = |s: &str| {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(8)
+            .collect::<String>()
+    };
+    format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hex[..10])
+}
+
 impl AwsProvider {
     /// What `service` asks of its NLB, with this provider's health-probe mode.
     pub fn wanted_nlb(&self, service: &Service) -> Result<WantedNlb, CloudError> {
@@ -80,14 +93,7 @@ impl AwsProvider {
         ] {
             hasher.update(part.as_bytes());
         }
-        let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        let clean = |s: &str| {
-            s.chars()
-                .filter(char::is_ascii_alphanumeric)
-                .take(8)
-                .collect::<String>()
-        };
-        format!("k8s-{}-{}-{}", clean(namespace), clean(name), &digest[..10])
+        resource_name(namespace, name, &hasher.finalize())
     }
 
     pub(crate) async fn describe_nlb(&self, name: &str) -> Result<Option<Nlb>, CloudError> {

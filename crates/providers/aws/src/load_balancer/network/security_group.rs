@@ -65,14 +65,7 @@ pub fn nlb_security_group_name(cluster_name: &str, service: &Service) -> String 
     ] {
         hasher.update(part.as_bytes());
     }
-    let digest: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let clean = |s: &str| {
-        s.chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(8)
-            .collect::<String>()
-    };
-    format!("k8s-{}-{}-{}", clean(namespace), clean(name), &digest[..10])
+    super::resource_name(namespace, name, &hasher.finalize())
 }
 
 impl AwsProvider {
@@ -107,7 +100,7 @@ impl AwsProvider {
             });
         }
         let name = nlb_security_group_name(cluster_name, service);
-        let id = match self.group_named(Some(vpc), &name).await? {
+        let id = match self.find_group(Some(vpc), &name).await? {
             Some(group) => group.group_id().unwrap_or_default().to_owned(),
             None => {
                 let (key, value) = self.cluster_tag();
@@ -138,22 +131,6 @@ impl AwsProvider {
             ids: vec![id.clone()],
             managed: Some(id),
         })
-    }
-
-    /// The group called `name` (in `vpc`, when given).
-    async fn group_named(&self, vpc: Option<&str>, name: &str) -> Result<Option<SecurityGroup>, CloudError> {
-        let filters = [Some(("group-name", name)), vpc.map(|vpc| ("vpc-id", vpc))]
-            .into_iter()
-            .flatten()
-            .map(|(key, value)| Filter::builder().name(key).values(value).build());
-        let output = self
-            .ec2
-            .describe_security_groups()
-            .set_filters(Some(filters.collect()))
-            .send()
-            .await
-            .map_err(aws_error)?;
-        Ok(output.security_groups().first().cloned())
     }
 
     /// The managed group's ingress made exactly the listener ports from the source ranges, and ICMP
@@ -349,7 +326,7 @@ impl AwsProvider {
         service: &Service,
     ) -> Result<Option<String>, CloudError> {
         let group = self
-            .group_named(None, &nlb_security_group_name(cluster_name, service))
+            .find_group(None, &nlb_security_group_name(cluster_name, service))
             .await?;
         Ok(group
             .filter(|g| self.owned(g))
