@@ -19,17 +19,16 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
-    if args.name == "aws" {
+    let given = |flag: &str, value: &str| {
+        args.rest.windows(2).any(|w| w[0] == flag && w[1] == value)
+            || args.rest.iter().any(|a| *a == format!("{flag}={value}"))
+    };
+    if args.name == "aws" || (args.name == "versus" && given("--cloud", "aws")) {
         // moto, in `<target dir>/venv`, where the benchmark finds it.
         crate::tools::python()
             .map_err(|why| anyhow::anyhow!("cannot install moto for the aws benchmark: {why}"))?;
     }
-    let on_kube = args.name == "versus"
-        || args
-            .rest
-            .windows(2)
-            .any(|w| w[0] == "--apiserver" && w[1] == "kube")
-        || args.rest.iter().any(|a| a == "--apiserver=kube");
+    let on_kube = args.name == "versus" || given("--apiserver", "kube");
     if on_kube {
         // kube-apiserver and etcd from their Go modules (cached), never beside a cargo build.
         crate::kube::build()?;

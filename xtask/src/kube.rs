@@ -1,8 +1,9 @@
 //! `cargo xtask kube`: the real Kubernetes components the tests run against, built from their Go modules.
 //!
-//! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`) and `tools/etcd`
-//! (etcd from `go.etcd.io/etcd/server/v3`) are small Go modules of ours; their `go.mod`/`go.sum` pin the
-//! release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`) through the module proxy
+//! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`), `tools/etcd`
+//! (etcd from `go.etcd.io/etcd/server/v3`) and `tools/aws` (upstream's AWS cloud-controller-manager from
+//! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module) are small Go modules of ours; their
+//! `go.mod`/`go.sum` pin the release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`) through the module proxy
 //! into `<target>/kube/<key>/bin/`, where the key is a hash of everything that decides them (the modules'
 //! files, the Go version, the build flags): a second run costs nothing, a changed pin builds again. Go's
 //! build cache lives beside them (`<target>/kube/go-build`), so a cold target directory is a cold build.
@@ -25,6 +26,9 @@ use crate::shell::{repo_root, target_dir};
 const KUBERNETES: &str = "v1.37.2";
 /// The etcd release `tools/etcd/go.mod` pins.
 const ETCD: &str = "v3.7.3";
+/// The `k8s.io/cloud-provider-aws` release `tools/aws/go.mod` pins: the newest of the pinned Kubernetes
+/// minor on the module proxy.
+const CLOUD_PROVIDER_AWS: &str = "v1.37.1";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -33,26 +37,29 @@ pub(crate) struct Args {
     check: bool,
 }
 
-/// One Go module of ours and the binaries it builds.
+/// One Go module of ours and the binaries it builds: each a name and the package built under it (a
+/// directory of the module, or a `tool` package of a module it requires).
 struct Module {
     dir: &'static str,
-    binaries: &'static [&'static str],
+    binaries: &'static [(&'static str, &'static str)],
     ldflags: String,
 }
 
-fn modules() -> [Module; 2] {
-    let minor = KUBERNETES
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .unwrap_or_default();
-    // A plain `go build` says v0.0.0-master; upstream's release build sets these.
-    let version = format!(
-        "-X k8s.io/component-base/version.gitVersion={KUBERNETES} \
-         -X k8s.io/component-base/version.gitMajor=1 \
+/// The `-X` flags that give a build of `k8s.io/component-base` the version `release` (a plain
+/// `go build` says v0.0.0-master; upstream's release builds set these).
+fn version_flags(release: &str) -> String {
+    let mut parts = release.trim_start_matches('v').split('.');
+    let major = parts.next().unwrap_or_default();
+    let minor = parts.next().unwrap_or_default();
+    format!(
+        "-X k8s.io/component-base/version.gitVersion={release} \
+         -X k8s.io/component-base/version.gitMajor={major} \
          -X k8s.io/component-base/version.gitMinor={minor} \
          -X k8s.io/component-base/version.gitTreeState=clean"
-    );
+    )
+}
+
+fn modules() -> [Module; 3] {
     [
         Module {
             dir: "tools/kube",
@@ -60,16 +67,26 @@ fn modules() -> [Module; 2] {
             // module, at the same release) with a provider acting on this repository's fake cloud: the Go peer
             // of the interoperability tests and benchmarks.
             binaries: &[
-                "kube-apiserver",
-                "kube-controller-manager",
-                "go-cloud-controller-manager",
+                ("kube-apiserver", "./cmd/kube-apiserver"),
+                ("kube-controller-manager", "./cmd/kube-controller-manager"),
+                ("go-cloud-controller-manager", "./cmd/go-cloud-controller-manager"),
             ],
-            ldflags: format!("-s -w {version}"),
+            ldflags: format!("-s -w {}", version_flags(KUBERNETES)),
         },
         Module {
             dir: "tools/etcd",
-            binaries: &["etcd"],
+            binaries: &[("etcd", "./cmd/etcd")],
             ldflags: "-s -w".to_owned(),
+        },
+        Module {
+            // cloud-provider-aws's own main package, as its release images build it: the AWS benchmark's
+            // upstream contender (`ccm-bench versus --cloud aws`) and its test.
+            dir: "tools/aws",
+            binaries: &[(
+                "aws-cloud-controller-manager",
+                "k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager",
+            )],
+            ldflags: format!("-s -w {}", version_flags(CLOUD_PROVIDER_AWS)),
         },
     ]
 }
@@ -108,7 +125,7 @@ pub(crate) fn build() -> Result<serde_json::Value> {
         }
         let mut binaries = serde_json::Map::new();
         for module in modules() {
-            for name in module.binaries {
+            for (name, _) in module.binaries {
                 let path = bin.join(name);
                 let version = version(&staging.join(name))?;
                 binaries.insert((*name).to_owned(), json!({"path": path, "version": version}));
@@ -117,6 +134,7 @@ pub(crate) fn build() -> Result<serde_json::Value> {
         let manifest = json!({
             "kubernetes": KUBERNETES,
             "etcd": ETCD,
+            "cloud_provider_aws": CLOUD_PROVIDER_AWS,
             "go": go_version()?,
             "key": key,
             "binaries": binaries,
@@ -199,14 +217,17 @@ fn check_pins() -> Result<()> {
     for (dir, module, version) in [
         ("tools/kube", "k8s.io/kubernetes", KUBERNETES),
         ("tools/etcd", "go.etcd.io/etcd/server/v3", ETCD),
+        ("tools/aws", "k8s.io/cloud-provider-aws", CLOUD_PROVIDER_AWS),
     ] {
         let path = repo_root().join(dir).join("go.mod");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let wanted = format!("{module} {version}");
-        if !text
-            .lines()
-            .any(|line| line.trim() == wanted || line.trim() == format!("require {wanted}"))
-        {
+        // A `tool`'s module is required `// indirect`.
+        let pinned = |line: &str| {
+            let line = line.trim().trim_start_matches("require ");
+            line == wanted || line == format!("{wanted} // indirect")
+        };
+        if !text.lines().any(pinned) {
             bail!(
                 "{}: does not require {wanted}, which xtask/src/kube.rs names",
                 path.display()
@@ -293,13 +314,13 @@ fn compile(module: &Module, out: &Path) -> Result<()> {
     let started = Instant::now();
     eprintln!(
         "kube: building {} from {} (cold: many minutes on two cores; cached afterwards)…",
-        module.binaries.join(", "),
+        names(module),
         module.dir
     );
     let mut child = go()
         .args(["build", "-v", "-ldflags", &module.ldflags, "-o"])
         .arg(format!("{}/", out.display()))
-        .args(module.binaries.iter().map(|b| format!("./cmd/{b}")))
+        .args(module.binaries.iter().map(|(_, package)| *package))
         .current_dir(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -334,10 +355,20 @@ fn compile(module: &Module, out: &Path) -> Result<()> {
     }
     eprintln!(
         "kube: {} built ({packages} packages compiled, {:.0} s)",
-        module.binaries.join(", "),
+        names(module),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The binaries' names, for progress lines.
+fn names(module: &Module) -> String {
+    module
+        .binaries
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The first line of `<binary> --version`.

@@ -40,12 +40,14 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let directory = TempDir::new()?;
     let run = CostRun {
         manager: manager_binary()?,
+        flags: vec!["--kube-api-qps=1000".into(), "--kube-api-burst=1000".into()],
         kubeconfig: server.kubeconfig.clone(),
         moto_url: moto.url().to_owned(),
         nodes: args.nodes,
         period: Duration::from_secs(args.period_seconds.max(1)),
         periods: args.periods.max(1),
         dir: directory.0.clone(),
+        timeout: Duration::from_secs(300),
     };
     let costs = measure(&run, client)
         .await

@@ -16,12 +16,17 @@ pub struct KubeBinaries {
     /// `go-cloud-controller-manager`: upstream's cloud-controller-manager (`k8s.io/cloud-provider`'s app
     /// package, same release) with a `fake` provider acting on this repository's fake cloud over HTTP.
     pub go_cloud_controller_manager: PathBuf,
+    /// `aws-cloud-controller-manager`: upstream's AWS cloud-controller-manager, `k8s.io/cloud-provider-aws`'s
+    /// own main package at [`cloud_provider_aws_version`](Self::cloud_provider_aws_version).
+    pub aws_cloud_controller_manager: PathBuf,
     /// `etcd`.
     pub etcd: PathBuf,
     /// The Kubernetes release (`v1.37.2`).
     pub kubernetes_version: String,
     /// The etcd release.
     pub etcd_version: String,
+    /// The `k8s.io/cloud-provider-aws` release.
+    pub cloud_provider_aws_version: String,
 }
 
 /// Why the real components are not available.
@@ -49,6 +54,7 @@ pub enum Unavailable {
 struct Manifest {
     kubernetes: String,
     etcd: String,
+    cloud_provider_aws: String,
     binaries: std::collections::BTreeMap<String, Binary>,
 }
 
@@ -98,9 +104,11 @@ impl KubeBinaries {
             kube_apiserver: binary("kube-apiserver")?,
             kube_controller_manager: binary("kube-controller-manager")?,
             go_cloud_controller_manager: binary("go-cloud-controller-manager")?,
+            aws_cloud_controller_manager: binary("aws-cloud-controller-manager")?,
             etcd: binary("etcd")?,
             kubernetes_version: manifest.kubernetes,
             etcd_version: manifest.etcd,
+            cloud_provider_aws_version: manifest.cloud_provider_aws,
         })
     }
 

@@ -1,6 +1,8 @@
-//! What a cluster costs in AWS API requests: the manager (`--cloud-provider=aws`) against moto through a
-//! recording proxy, with the test API server. Shared by the binary's test (which asserts the targets) and
-//! `cargo xtask bench aws` (which reports them).
+//! What a cluster costs in AWS API requests: a manager (`--cloud-provider=aws`: ours, or upstream's
+//! cloud-provider-aws, which takes the same flags and cloud-config) against moto through a recording
+//! proxy, with an API server (the test one, or a real kube-apiserver). Shared by the binary's test (which
+//! asserts the targets), `cargo xtask bench aws` (which reports them) and `cargo xtask bench versus
+//! --cloud aws` (which compares ours with upstream's).
 //!
 //! Three figures, as an account's rate limit would see them (every attempt, retries included): the EC2
 //! requests to initialise N nodes as fast as the API server takes them, then per lifecycle-monitor period
@@ -18,13 +20,15 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 
-use crate::aws::{MOTO_ENVIRONMENT, RecordingProxy, cloud_config, run_instances};
+use crate::aws::{MOTO_ENVIRONMENT, Network, RecordingProxy, cloud_config, run_instances};
 
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct CostRun {
-    /// The `cloud-controller-manager` binary.
+    /// The manager's binary: ours, or upstream's `aws-cloud-controller-manager`.
     pub manager: PathBuf,
+    /// Flags for every start of it beyond [`manager_command`]'s (client limits, workers).
+    pub flags: Vec<String>,
     /// Its kubeconfig for the test API server.
     pub kubeconfig: PathBuf,
     /// moto's endpoint.
@@ -37,6 +41,8 @@ pub struct CostRun {
     pub periods: u32,
     /// Where the managers' logs and cloud-config go.
     pub dir: PathBuf,
+    /// How long the nodes may take to initialise.
+    pub timeout: Duration,
 }
 
 /// The figures.
@@ -52,21 +58,32 @@ pub struct Costs {
     pub init_describe_availability_zones: u64,
     /// Every request during initialisation, by action.
     pub init_requests: BTreeMap<String, u64>,
+    /// Every request during initialisation.
+    pub init_requests_total: u64,
+    /// The manager's peak resident set during initialisation (MiB; Linux's `VmHWM`).
+    pub init_peak_rss_mb: Option<f64>,
     /// `DescribeInstances` per lifecycle-monitor period, every node NotReady.
     pub monitor_describe_instances_per_period: f64,
+    /// Every request per lifecycle-monitor period.
+    pub monitor_requests_per_period: f64,
     /// `DescribeInstances` per address-refresh period.
     pub refresh_describe_instances_per_period: f64,
+    /// Every request per address-refresh period.
+    pub refresh_requests_per_period: f64,
 }
 
 /// Runs the scenario against the API server behind `client` (its kubeconfig in `run`).
 pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
     let names = run_instances(&run.moto_url, run.nodes).await?;
+    let network = Network::default_of(&run.moto_url).await?;
     let counter = RecordingProxy::start(&run.moto_url).await?;
+    counter.answer("DescribeInstanceTopology", crate::aws::no_instance_topology);
+    let config = (counter.url.as_str(), Some(&network));
     let nodes: Api<Node> = Api::all(client);
 
     // Ready nodes (the lifecycle controller leaves them alone), addresses refreshed every 5 minutes (the
     // default): only the cloud-node controller asks.
-    let manager = Manager::start(run, &counter.url, "init", &[])?;
+    let mut manager = Manager::start(run, config, "init", &[])?;
     let begun = Instant::now();
     create_all(&nodes, &names, |name| {
         serde_json::json!({
@@ -76,8 +93,15 @@ pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
         })
     })
     .await?;
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + run.timeout;
     loop {
+        if let Some(status) = manager.child.try_wait()? {
+            bail!(
+                "{} exited ({status}) before the nodes were initialised: {}",
+                run.manager.display(),
+                last_lines(&manager.log)
+            );
+        }
         let list = nodes.list(&Default::default()).await?;
         let done = list
             .items
@@ -89,14 +113,16 @@ pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
         }
         if Instant::now() > deadline {
             bail!(
-                "{done} of {} nodes initialised in 300 s; the manager's log is {}",
+                "{done} of {} nodes initialised in {} s; the manager's log is {}",
                 names.len(),
+                run.timeout.as_secs(),
                 manager.log.display()
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let init_seconds = begun.elapsed().as_secs_f64();
+    let init_peak_rss_mb = peak_rss_mb(manager.child.id());
     drop(manager);
     let init_requests = counter.take_all();
 
@@ -136,13 +162,16 @@ pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
             ],
         ),
     ] {
-        let manager = Manager::start(run, &counter.url, name, &flags)?;
+        let manager = Manager::start(run, config, name, &flags)?;
         // Sampling a rate over whole periods, not waiting for a condition.
         tokio::time::sleep(run.period * run.periods).await;
         drop(manager);
-        per_period.push(
-            counter.take_all().remove("DescribeInstances").unwrap_or(0) as f64 / f64::from(run.periods),
-        );
+        let requests = counter.take_all();
+        let periods = f64::from(run.periods);
+        per_period.push((
+            requests.get("DescribeInstances").copied().unwrap_or(0) as f64 / periods,
+            requests.values().sum::<u64>() as f64 / periods,
+        ));
     }
     Ok(Costs {
         nodes: names.len(),
@@ -152,10 +181,30 @@ pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
             .get("DescribeAvailabilityZones")
             .copied()
             .unwrap_or(0),
+        init_requests_total: init_requests.values().sum(),
         init_requests,
-        monitor_describe_instances_per_period: per_period[0],
-        refresh_describe_instances_per_period: per_period[1],
+        init_peak_rss_mb,
+        monitor_describe_instances_per_period: per_period[0].0,
+        monitor_requests_per_period: per_period[0].1,
+        refresh_describe_instances_per_period: per_period[1].0,
+        refresh_requests_per_period: per_period[1].1,
     })
+}
+
+/// The last lines of the log at `path`, for an error.
+fn last_lines(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}
+
+/// The peak resident set of process `pid` so far, in MiB (`VmHWM` of `/proc/<pid>/status`; `None`
+/// where there is no such file).
+fn peak_rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kib / 1024.0 * 10.0).round() / 10.0)
 }
 
 async fn create_all(
@@ -194,10 +243,17 @@ impl Drop for Manager {
 }
 
 impl Manager {
-    /// The manager for `run`, EC2 and ELB at `url`, with `flags`; its log is `<name>.log`.
-    fn start(run: &CostRun, url: &str, name: &str, flags: &[String]) -> Result<Manager> {
+    /// The manager for `run` with AWS at `url` in `network`, its flags and `flags`; its log is
+    /// `<name>.log`.
+    fn start(
+        run: &CostRun,
+        (url, network): (&str, Option<&Network>),
+        name: &str,
+        flags: &[String],
+    ) -> Result<Manager> {
         let log = run.dir.join(format!("{name}.log"));
-        let child = manager_command(&run.manager, &run.kubeconfig, &run.dir, url)?
+        let child = manager_command(&run.manager, &run.kubeconfig, &run.dir, url, network)?
+            .args(&run.flags)
             .args(flags)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
@@ -207,22 +263,28 @@ impl Manager {
     }
 }
 
-/// `manager` with `--cloud-provider=aws`, EC2 and ELB at `url` (its cloud-config written to
-/// `dir/cloud.conf`), moto's dummy credentials, one process without election, and a generous API rate.
-pub fn manager_command(manager: &Path, kubeconfig: &Path, dir: &Path, url: &str) -> Result<Command> {
-    let config = dir.join("cloud.conf");
-    std::fs::write(&config, cloud_config(url)).with_context(|| format!("writing {}", config.display()))?;
+/// `manager` with `--cloud-provider=aws`, EC2 and the ELBs at `url` (its [`cloud_config`], with
+/// `network`, written to `dir/cloud.conf`), moto's dummy credentials, one process without election,
+/// routes off (no cluster CIDR), no serving: flags ours and upstream's share.
+pub fn manager_command(
+    manager: &Path,
+    kubeconfig: &Path,
+    dir: &Path,
+    url: &str,
+    network: Option<&Network>,
+) -> Result<Command> {
+    let path = dir.join("cloud.conf");
+    std::fs::write(&path, cloud_config(url, network))
+        .with_context(|| format!("writing {}", path.display()))?;
     let mut command = Command::new(manager);
     command
         .arg("--cloud-provider=aws")
-        .arg(format!("--cloud-config={}", config.display()))
+        .arg(format!("--cloud-config={}", path.display()))
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args([
             "--leader-elect=false",
             "--secure-port=0",
             "--configure-cloud-routes=false",
-            "--kube-api-qps=1000",
-            "--kube-api-burst=1000",
         ])
         .envs(MOTO_ENVIRONMENT);
     Ok(command)

@@ -99,7 +99,7 @@ impl Cloud {
     pub fn cloud_config(&self) -> String {
         match self {
             Cloud::Fake(client) => format!("endpoint: {}\n", client.url()),
-            Cloud::Aws(cloud) => aws::cloud_config(&cloud.proxy.url),
+            Cloud::Aws(cloud) => aws::cloud_config(&cloud.proxy.url, None),
             #[cfg(feature = "gce")]
             Cloud::Gce(cloud) => cloud.cloud_config(),
         }

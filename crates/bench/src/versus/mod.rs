@@ -15,6 +15,9 @@
 //! cloud calls per service; then the ratios ours/theirs.
 //! Then hand-offs ([`handoff`]): three replicas of each sharing upstream's Lease, the leader stopped
 //! gracefully and crashed in turn, with the same election timings (2 s / 1 s / 200 ms) for both.
+//!
+//! With `--cloud aws`, the AWS providers instead: ours against upstream's cloud-provider-aws on moto
+//! ([`aws`]).
 
 use std::time::Duration;
 
@@ -24,6 +27,7 @@ use serde_json::json;
 use crate::nodes::{Burst, Contender, Measured, Server, measure};
 use crate::stats::{percentile, round};
 
+mod aws;
 mod handoff;
 
 use handoff::{Gaps, Kind};
@@ -32,9 +36,19 @@ const CONTENDERS: [&str; 3] = ["go-default", "go-tuned", "ours"];
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// New nodes in the burst.
-    #[arg(long, default_value_t = 10_000)]
-    nodes: u32,
+    /// Which providers: `fake` (upstream's CCM with a provider on our fake cloud) or `aws` (upstream's
+    /// cloud-provider-aws and ours, on moto).
+    #[arg(long, default_value = "fake", value_parser = ["fake", "aws"])]
+    cloud: String,
+    /// New nodes in the burst [default: 10,000; 1,000 with `--cloud aws`].
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// With `--cloud aws`: the lifecycle-monitor and address-refresh period, in seconds.
+    #[arg(long, default_value_t = 3)]
+    period_seconds: u64,
+    /// With `--cloud aws`: the periods each is sampled over.
+    #[arg(long, default_value_t = 4)]
+    periods: u32,
     /// LoadBalancer services created once every node is initialised, each given a load balancer (on
     /// the fake cloud, fronting every node) by the manager measured (0: no services phase).
     #[arg(long, default_value_t = 2_000)]
@@ -52,8 +66,9 @@ pub(crate) struct Args {
     /// Graceful stops, and as many crashes, of the leader of three replicas of each (0: none).
     #[arg(long, default_value_t = 5)]
     handoff_rounds: u32,
-    /// Which contenders, in order.
-    #[arg(long, value_delimiter = ',', default_value = "go-default,go-tuned,ours", value_parser = CONTENDERS)]
+    /// Which contenders, in order [default: go-default,go-tuned,ours; with `--cloud aws`:
+    /// aws-default,aws-tuned,ours].
+    #[arg(long, value_delimiter = ',', value_parser = ["go-default", "go-tuned", "aws-default", "aws-tuned", "ours"])]
     contenders: Vec<String>,
     #[command(flatten)]
     output: crate::Output,
@@ -73,11 +88,37 @@ fn upstream(name: &'static str, binaries: &control_plane::KubeBinaries, flags: &
     }
 }
 
-pub(crate) async fn run(args: Args) -> Result<()> {
+pub(crate) async fn run(mut args: Args) -> Result<()> {
+    if args.cloud == "aws" {
+        let contenders = if args.contenders.is_empty() {
+            aws::CONTENDERS.map(str::to_owned).to_vec()
+        } else {
+            args.contenders.clone()
+        };
+        let result = aws::run(&aws::Run {
+            nodes: args.nodes.unwrap_or(1_000),
+            period: Duration::from_secs(args.period_seconds.max(1)),
+            periods: args.periods.max(1),
+            timeout: Duration::from_secs(args.timeout_seconds),
+            contenders,
+        })
+        .await?;
+        return args.output.write(&result);
+    }
+    if args.contenders.is_empty() {
+        args.contenders = CONTENDERS.map(str::to_owned).to_vec();
+    }
+    if let Some(other) = args.contenders.iter().find(|c| !CONTENDERS.contains(&c.as_str())) {
+        anyhow::bail!(
+            "--contenders: {other} is not one of {} (without --cloud aws)",
+            CONTENDERS.join(", ")
+        );
+    }
+    let nodes = args.nodes.unwrap_or(10_000);
     let binaries = control_plane::KubeBinaries::find()
         .context("the Go peer and kube-apiserver (`cargo xtask kube` builds them)")?;
     let burst = Burst {
-        nodes: args.nodes,
+        nodes,
         services: 0,
         load_balancers: args.services,
         cloud_latency_ms: args.cloud_latency_ms,
@@ -158,7 +199,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         eprintln!("hand-off ratios: {}", ratios["handoff"]);
     }
     args.output.write(&json!({
-        "nodes": args.nodes,
+        "cloud": "fake",
+        "nodes": nodes,
         "services": args.services,
         "cloud_latency_ms": args.cloud_latency_ms,
         "contenders": results,

@@ -240,6 +240,7 @@ async fn the_shipped_iam_policy_is_enough_when_moto_enforces_it() {
             server.kubeconfig_path(),
             dir.path(),
             &proxy.url,
+            None,
         )
         .unwrap()
         .args([

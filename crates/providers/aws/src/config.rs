@@ -331,8 +331,16 @@ pub fn region_of_zone(zone: &str) -> Option<String> {
     (numbered >= 1).then(|| format!("{}-{digits}", parts[..numbered].join("-")))
 }
 
+/// A `[ServiceOverride]`'s `Service`, as upstream's releases name it: the AWS SDK for Go v1's endpoint
+/// IDs (`ec2`, `elasticloadbalancing`) or v2's service IDs, which cloud-provider-aws compares since it
+/// moved to v2 (`EC2`, `Elastic Load Balancing`, `Elastic Load Balancing v2`, `Auto Scaling`).
 fn normalise_service(service: &str) -> &'static str {
-    match service.to_ascii_lowercase().as_str() {
+    let service: String = service
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    match service.as_str() {
         "ec2" => "ec2",
         "elb" | "elasticloadbalancing" => "elb",
         "elbv2" | "elasticloadbalancingv2" => "elbv2",
@@ -380,6 +388,32 @@ mod tests {
             config.cluster_service_shared_load_balancer_health_probe_port,
             10256
         );
+    }
+
+    #[test]
+    fn service_overrides_are_found_by_either_sdks_names() {
+        let mut text = String::new();
+        for (number, service) in [
+            "EC2",
+            "Elastic Load Balancing",
+            "Elastic Load Balancing v2",
+            "Auto Scaling",
+        ]
+        .iter()
+        .enumerate()
+        {
+            text.push_str(&format!(
+                "[ServiceOverride \"{number}\"]\nService = {service}\nRegion = us-east-1\nURL = http://{number}\nSigningRegion = us-east-1\n"
+            ));
+        }
+        let config = CloudConfig::parse(&text).unwrap().config;
+        for (number, service) in ["ec2", "elb", "elbv2", "autoscaling"].iter().enumerate() {
+            assert_eq!(
+                config.service_override(service, "us-east-1").unwrap().url,
+                format!("http://{number}"),
+                "{service}"
+            );
+        }
     }
 
     #[test]
