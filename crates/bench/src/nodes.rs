@@ -31,7 +31,7 @@ mod services;
 pub(crate) use services::Provisioned;
 use services::{Phase, provision};
 
-use crate::process::{ApiServer, TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib};
+use crate::process::{ApiServer, TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib, rss_split_mib};
 use crate::stats::round;
 
 const CCM_AGENT: &str = "cloud-controller-manager/";
@@ -258,6 +258,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         "nodes_per_sec": measured.nodes_per_sec,
         "api_writes_per_node": measured.api_writes_per_node,
         "rss_mb": measured.rss_mb,
+        "rss_anon_mb": measured.rss_anon_mb,
+        "rss_file_mb": measured.rss_file_mb,
         "peak_rss_mb": measured.peak_rss_mb,
         "apiserver": server.describe(),
     });
@@ -312,6 +314,11 @@ pub(crate) struct Measured {
     /// Every request (reads, lists and watches too) per initialised node, from start to the end.
     pub(crate) api_requests_per_node: f64,
     pub(crate) rss_mb: f64,
+    /// Of `rss_mb`, the process's own memory (Linux's `RssAnon`: heap, stacks).
+    pub(crate) rss_anon_mb: f64,
+    /// Of `rss_mb`, pages of mapped files (`RssFile`: the binary's code and read-only data, shared
+    /// with the page cache).
+    pub(crate) rss_file_mb: f64,
     pub(crate) peak_rss_mb: f64,
     /// The manager's CPU time from its start to the last node initialised.
     pub(crate) cpu_seconds: f64,
@@ -470,6 +477,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     let apiserver_cpu_after = server.cpu_seconds();
     let cpu = cpu_seconds(pid).context("the controller-manager's CPU time")?;
     let rss = rss_mib(pid).context("the controller-manager's memory")?;
+    let (rss_anon, rss_file) = rss_split_mib(pid).context("the controller-manager's memory")?;
     let peak = peak_rss_mib(pid).context("the controller-manager's peak memory")?;
     follower.abort();
 
@@ -501,6 +509,8 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         api_writes_per_node: round(writes as f64 / initialised),
         api_requests_per_node: round(requests as f64 / initialised),
         rss_mb: round(rss),
+        rss_anon_mb: round(rss_anon),
+        rss_file_mb: round(rss_file),
         peak_rss_mb: round(peak),
         cpu_seconds: round(cpu),
         apiserver_cpu_seconds: delta(1),

@@ -104,6 +104,15 @@ pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
     proc_status_mib(pid, "VmRSS:")
 }
 
+/// Of a process's resident memory, what is its own (heap, stacks: `RssAnon`) and what maps files
+/// (its code and read-only data, shared with the page cache: `RssFile`), in MiB, from /proc.
+pub(crate) fn rss_split_mib(pid: u32) -> Option<(f64, f64)> {
+    Some((
+        proc_status_mib(pid, "RssAnon:")?,
+        proc_status_mib(pid, "RssFile:")?,
+    ))
+}
+
 /// Peak resident memory of a process, in MiB, from /proc.
 pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
     proc_status_mib(pid, "VmHWM:")
