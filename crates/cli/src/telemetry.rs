@@ -107,22 +107,18 @@ pub(crate) fn init(verbosity: u8, json: bool, split_stream: bool) -> Telemetry {
     } else {
         (None, None)
     };
-    // Traces carry the reconcile spans, their cloud calls and the `HTTP` span of every API request: debug
-    // spans of their own targets, which the logs show only from `-v 2` and which cost nothing unless
-    // some layer enables them.
+    // Traces also carry the `HTTP` span of every API request (a debug span), under the reconcile that
+    // made it.
     let otel = traces.as_ref().map(|provider| {
-        let filter = [
-            controller_manager::RECONCILE_SPAN_TARGET,
-            cloud_provider::CALL_SPAN_TARGET,
-            controller_manager::HTTP_SPAN_TARGET,
-        ]
-        .into_iter()
-        .fold(filter(), |filter, target| {
-            filter.add_directive(format!("{target}=debug").parse().expect("a valid directive"))
-        });
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("cloud-controller-manager"))
-            .with_filter(filter)
+            .with_filter(
+                filter().add_directive(
+                    format!("{}=debug", controller_manager::HTTP_SPAN_TARGET)
+                        .parse()
+                        .expect("a valid directive"),
+                ),
+            )
     });
     let (logs, handle) = reload::Layer::new(filter());
     // A second initialisation (tests) is harmless; its handle then reaches nothing.

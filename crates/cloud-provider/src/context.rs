@@ -11,10 +11,6 @@ use tokio_util::sync::CancellationToken;
 use crate::CloudError;
 use crate::fence::FencedStream;
 
-/// The target of [`CallContext::call`]'s `cloud_call` span: a debug span, so that a process that exports
-/// no traces (and logs at info) pays nothing for it; the manager enables this target for trace export.
-pub const CALL_SPAN_TARGET: &str = "cloud_provider::call";
-
 /// The context of one cloud call.
 ///
 /// **The contract for provider authors.** The deadline is never later than the validity of the lock the
@@ -173,16 +169,14 @@ impl CallContext {
     }
 
     /// [`CallContext::guard`], timed and reported as `request` (see [`CallContext::observe`]), in a
-    /// `cloud_call` span (its `request` and `caller`, and the `error` if it fails) under the caller's: a
-    /// debug span of target [`CALL_SPAN_TARGET`], which the manager enables for trace export.
+    /// `cloud_call` span (its `request` and `caller`, and the `error` if it fails) under the caller's.
     pub async fn call<T>(
         &self,
         request: &str,
         call: impl Future<Output = Result<T, CloudError>>,
     ) -> Result<T, CloudError> {
         use tracing::Instrument;
-        let span = tracing::debug_span!(
-            target: CALL_SPAN_TARGET,
+        let span = tracing::info_span!(
             "cloud_call",
             request,
             caller = %self.caller,

@@ -38,7 +38,7 @@ pub mod service;
 
 pub use caches::{CacheEvent, FixedCaches, NoCaches, SharedCaches};
 pub use cidr::{Cidr, CidrError};
-pub use context::{CALL_SPAN_TARGET, CallContext, CallObserver, LockValidity};
+pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::CloudError;
 pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};

@@ -21,9 +21,6 @@ use crate::metrics::Metrics;
 use crate::transport::Fence;
 use crate::workqueue::{WorkQueue, Working};
 
-/// The target of [`ControllerContext::reconcile_span`].
-pub const RECONCILE_SPAN_TARGET: &str = "controller_manager::reconcile";
-
 /// A running controller's world: its own client, the provider, the shared caches, its Event recorder,
 /// and the signals to start and stop by.
 ///
@@ -123,12 +120,8 @@ impl ControllerContext {
 
     /// The span of one reconcile of `key` (`reconcile`, with the controller, the object and the Lease the
     /// controller runs under): run the sync in it, and its cloud calls and API requests are its children.
-    /// A debug span of target [`RECONCILE_SPAN_TARGET`], enabled for trace export and in logs from `-v 2`:
-    /// entered at every poll of the sync, an enabled span took 13% of the manager's CPU in `bench nodes`
-    /// (the subscriber's per-layer filter and span registry), and the log lines of a sync name their object.
     pub fn reconcile_span(&self, key: &str) -> tracing::Span {
-        tracing::debug_span!(
-            target: RECONCILE_SPAN_TARGET,
+        tracing::info_span!(
             "reconcile",
             controller = %self.name,
             object = key,

@@ -41,7 +41,7 @@ pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced,
 pub use cloud_provider::{Cidr, CidrError};
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
-pub use context::{ControllerContext, RECONCILE_SPAN_TARGET, event_reference};
+pub use context::{ControllerContext, event_reference};
 pub use controllers::Backoff;
 pub use exposition::metric_reference;
 pub use flags::{ControllerFlag, FlagKind, FlagValue, FlagValues};
