@@ -3,10 +3,11 @@
 //! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`), `tools/etcd`
 //! (etcd from `go.etcd.io/etcd/server/v3`) and `tools/aws` (upstream's AWS cloud-controller-manager from
 //! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module) are small Go modules of ours; their
-//! `go.mod`/`go.sum` pin the release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`) through the module proxy
-//! into `<target>/kube/<key>/bin/`, where the key is a hash of everything that decides them (the modules'
-//! files, the Go version, the build flags): a second run costs nothing, a changed pin builds again. Go's
-//! build cache lives beside them (`<target>/kube/go-build`), so a cold target directory is a cold build.
+//! `go.mod`/`go.sum` pin the release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`)
+//! through the module proxy into `<target>/kube/<key>/bin/`, where the key is a hash of everything that
+//! decides them (the modules' files, the Go version, the build flags): a second run costs nothing, a
+//! changed pin builds again. Go's build cache lives beside them (`<target>/kube/go-build`), so a cold
+//! target directory is a cold build.
 //! The result is printed as JSON and written to `<target>/kube/kube.json`, where the tests find it.
 //!
 //! Test tooling only: nothing built here ships, and no binary or upstream source is committed.

@@ -29,7 +29,7 @@ pub struct CostRun {
     pub manager: PathBuf,
     /// Flags for every start of it beyond [`manager_command`]'s (client limits, workers).
     pub flags: Vec<String>,
-    /// Its kubeconfig for the test API server.
+    /// Its kubeconfig for the API server (the test one, or a real kube-apiserver).
     pub kubeconfig: PathBuf,
     /// moto's endpoint.
     pub moto_url: String,
