@@ -101,21 +101,21 @@ impl Drop for ApiServer {
 
 /// Resident memory of a process, in MiB, from /proc.
 pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
-    proc_status_mib(pid, "VmRSS:")
+    harness::proc_status_mib(pid, "VmRSS:")
 }
 
 /// Of a process's resident memory, what is its own (heap, stacks: `RssAnon`) and what maps files
 /// (its code and read-only data, shared with the page cache: `RssFile`), in MiB, from /proc.
 pub(crate) fn rss_split_mib(pid: u32) -> Option<(f64, f64)> {
     Some((
-        proc_status_mib(pid, "RssAnon:")?,
-        proc_status_mib(pid, "RssFile:")?,
+        harness::proc_status_mib(pid, "RssAnon:")?,
+        harness::proc_status_mib(pid, "RssFile:")?,
     ))
 }
 
 /// Peak resident memory of a process, in MiB, from /proc.
 pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
-    proc_status_mib(pid, "VmHWM:")
+    harness::proc_status_mib(pid, "VmHWM:")
 }
 
 /// CPU time a process has used so far (user and system), in seconds, from /proc (ticks of 1/100 s,
@@ -126,19 +126,6 @@ pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
     let ticks = |index: usize| fields.get(index - 3)?.parse::<f64>().ok();
     Some((ticks(14)? + ticks(15)?) / 100.0)
-}
-
-fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib / 1024.0)
 }
 
 /// A temporary directory removed on drop.

@@ -22,6 +22,14 @@ use kube::api::{Patch, PatchParams, PostParams};
 
 use crate::aws::{MOTO_ENVIRONMENT, Network, RecordingProxy, cloud_config, run_instances};
 
+/// Upstream's flags for "tuned" (our defaults' node workers and client limits), where its batches of
+/// `DescribeInstances` by ID fill best: `ccm-bench versus --cloud aws` and the binary's test.
+pub const UPSTREAM_TUNED: [&str; 3] = [
+    "--concurrent-node-syncs=128",
+    "--kube-api-qps=1000",
+    "--kube-api-burst=2000",
+];
+
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct CostRun {
@@ -122,7 +130,8 @@ pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let init_seconds = begun.elapsed().as_secs_f64();
-    let init_peak_rss_mb = peak_rss_mb(manager.child.id());
+    let init_peak_rss_mb =
+        crate::proc_status_mib(manager.child.id(), "VmHWM:").map(|mib| (mib * 10.0).round() / 10.0);
     drop(manager);
     let init_requests = counter.take_all();
 
@@ -196,15 +205,6 @@ fn last_lines(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(5)..].join("\n")
-}
-
-/// The peak resident set of process `pid` so far, in MiB (`VmHWM` of `/proc/<pid>/status`; `None`
-/// where there is no such file).
-fn peak_rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((kib / 1024.0 * 10.0).round() / 10.0)
 }
 
 async fn create_all(

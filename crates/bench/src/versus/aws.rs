@@ -48,11 +48,7 @@ pub(crate) async fn run(run: &Run) -> Result<serde_json::Value> {
             "aws-default" => (binaries.aws_cloud_controller_manager.clone(), &[]),
             "aws-tuned" => (
                 binaries.aws_cloud_controller_manager.clone(),
-                &[
-                    "--concurrent-node-syncs=128",
-                    "--kube-api-qps=1000",
-                    "--kube-api-burst=2000",
-                ],
+                &harness::aws_cost::UPSTREAM_TUNED,
             ),
             "ours" => (manager_binary()?, &[]),
             other => anyhow::bail!(

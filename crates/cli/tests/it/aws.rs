@@ -493,11 +493,7 @@ fn cloud_provider_aws_and_ours_initialise_the_same_nodes_and_ours_asks_ec2_far_l
         for (manager, flags) in [
             (
                 binaries.aws_cloud_controller_manager.clone(),
-                vec![
-                    "--concurrent-node-syncs=128",
-                    "--kube-api-qps=1000",
-                    "--kube-api-burst=2000",
-                ],
+                harness::aws_cost::UPSTREAM_TUNED.to_vec(),
             ),
             (env!("CARGO_BIN_EXE_cloud-controller-manager").into(), vec![]),
         ] {
