@@ -4,7 +4,7 @@
 //! inventory (two `BTreeMap`s, a 1.5 KB struct, a string per field); 10k of them would be most of the
 //! process. [`CachedNode`] keeps metadata identity, labels, annotations, the spec fields and the
 //! addresses and conditions (type, status, reason): strings packed into one allocation per field, the
-//! conditions' few distinct strings interned; ≈ 1 KB. Controllers read it directly where they scan every node (route, lifecycle,
+//! conditions' few distinct strings and lists interned; ≈ 1 KB. Controllers read it directly where they scan every node (route, lifecycle,
 //! load-balancer node sets) and [`CachedNode::to_node`] it where a `Node` goes to the cloud provider or
 //! through a controller's per-node logic.
 //!
@@ -31,6 +31,22 @@ const INTERNED_MAX: usize = 4_096;
 static INTERNED: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
 
 static SHARED: LazyLock<Mutex<HashSet<Arc<Packed>>>> = LazyLock::new(Mutex::default);
+
+static CONDITION_SETS: LazyLock<Mutex<HashSet<Arc<[Condition]>>>> = LazyLock::new(Mutex::default);
+
+/// One shared copy of a node's conditions as the cache keeps them: without messages and times, most nodes
+/// have the same few lists (all healthy; not ready yet).
+fn share_conditions(conditions: Vec<Condition>) -> Arc<[Condition]> {
+    let mut table = CONDITION_SETS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = table.get(conditions.as_slice()) {
+        return found.clone();
+    }
+    let new: Arc<[Condition]> = conditions.into();
+    if table.len() < INTERNED_MAX {
+        table.insert(new.clone());
+    }
+    new
+}
 
 /// One shared copy of packed strings that many nodes repeat (the node info their kubelets share, the
 /// capacity of one instance type).
@@ -140,7 +156,7 @@ impl std::fmt::Debug for Packed {
 }
 
 /// A condition as the controllers read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Condition {
     type_: Arc<str>,
     status: Arc<str>,
@@ -162,7 +178,8 @@ pub struct CachedNode {
     unschedulable: bool,
     /// Types and addresses, alternating.
     addresses: Packed,
-    conditions: Box<[Condition]>,
+    /// Shared by the nodes that have the same (see [`share_conditions`]).
+    conditions: Arc<[Condition]>,
     /// `status.nodeInfo` fields that kubelets of one build share (versions, OS, architecture), as
     /// name/value pairs.
     node_info_shared: Arc<Packed>,
@@ -286,16 +303,18 @@ impl From<Wire> for CachedNode {
                     .flatten()
                     .flat_map(|a| [a.type_.as_str(), a.address.as_str()]),
             ),
-            conditions: status
-                .conditions
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| Condition {
-                    type_: intern(&c.type_),
-                    status: intern(&c.status),
-                    reason: c.reason.as_deref().map(intern),
-                })
-                .collect(),
+            conditions: share_conditions(
+                status
+                    .conditions
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| Condition {
+                        type_: intern(&c.type_),
+                        status: intern(&c.status),
+                        reason: c.reason.as_deref().map(intern),
+                    })
+                    .collect(),
+            ),
         }
     }
 }
@@ -606,6 +625,10 @@ mod tests {
         let a: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
         let b: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
         assert!(Arc::ptr_eq(&a.conditions[0].type_, &b.conditions[0].type_));
+        assert!(
+            Arc::ptr_eq(&a.conditions, &b.conditions),
+            "the same conditions, one list"
+        );
         assert!(
             Arc::ptr_eq(&a.capacity, &b.capacity),
             "one instance type, one capacity"

@@ -18,6 +18,7 @@ use crate::config::ControllerSettings;
 use crate::events::{EventRecorder, EventType};
 use crate::informers::{Informer, Informers};
 use crate::metrics::Metrics;
+use crate::runner::Runner;
 use crate::transport::Fence;
 use crate::workqueue::{WorkQueue, Working};
 
@@ -129,10 +130,20 @@ impl ControllerContext {
         )
     }
 
-    /// The controller's work queue for client-go's `workqueue_*` metrics: report what schedules a sync
-    /// ([`WorkQueue::add`], [`WorkQueue::add_after`]) and start each with [`Self::working_on`].
+    /// The controller's work queue (client-go's `workqueue_*` metrics count it): add what schedules a sync
+    /// ([`WorkQueue::add`], [`WorkQueue::add_after`]). A controller run by [`Self::runner`] is handed its
+    /// keys from it; one with its own loop starts each sync with [`Self::working_on`].
     pub fn queue(&self) -> &WorkQueue {
         &self.queue
+    }
+
+    /// The controller's loop over its work queue: reconciles the object `lookup` finds for each key
+    /// ([`crate::runner::by_key`] over an informer's cache); give it its feeds and run it.
+    pub fn runner<K: Send + Sync + 'static>(
+        &self,
+        lookup: impl Fn(&str) -> Option<Arc<K>> + Send + Sync + 'static,
+    ) -> Runner<K> {
+        Runner::new(self.queue.clone(), lookup)
     }
 
     /// Tells readiness the controller is working (its caches are synced).

@@ -9,16 +9,18 @@
 //! informer transforms do. It is safe because
 //! controllers only ever *patch* the fields they own; no cached object is written back whole.
 //!
-//! kube-runtime's shared stream applies back-pressure to every subscriber, so an idle subscriber would
-//! stall the others. Here one internal subscriber re-broadcasts on a lossy channel instead; a controller
-//! that falls behind gets every cached object again (a resync) rather than blocking anyone.
+//! The watch is kube-runtime's; the cache is this module's ([`Cache`]): each object is moved into the
+//! cache once, under a key of one shared string, where kube-runtime's reflector store copies each object it
+//! is given and keys it by a reference that holds four strings (name, namespace, resourceVersion, uid).
+//! After a list, a subscriber gets every object again and the deletions feed every object the list no
+//! longer has (deleted while the watch was down), as client-go's informers do.
 //!
-//! Readiness is republished too: kube-runtime 5's `Store::wait_until_ready` wakes only the last of several
-//! concurrent waiters (its `DelayedInit` keeps one waker), so two controllers waiting at once would leave
-//! one waiting forever. Only the informer's own task waits on it; everyone else waits on a `watch`.
+//! Changes go out on a lossy channel: a controller that falls behind gets every cached object again (a
+//! resync) rather than holding up the watch or anyone else. Deletions are announced after the cache has
+//! applied them, so a listener that reads the cache never finds the object there.
 
-use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use cloud_provider::{CacheEvent, SharedCaches};
 use futures::stream::BoxStream;
@@ -26,7 +28,6 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use tokio::sync::{broadcast, watch};
@@ -36,9 +37,70 @@ use tokio_util::sync::CancellationToken;
 use crate::cached_node::CachedNode;
 use crate::compact::{Compact, Projected};
 
+/// An informer's cache: the objects by key, `name` (cluster-scoped) or `namespace/name`.
+pub struct Cache<K> {
+    objects: Arc<RwLock<HashMap<Arc<str>, Arc<K>>>>,
+}
+
+impl<K> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Cache {
+            objects: self.objects.clone(),
+        }
+    }
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Cache {
+            objects: Arc::default(),
+        }
+    }
+}
+
+impl<K> Cache<K> {
+    /// Every cached object.
+    pub fn state(&self) -> Vec<Arc<K>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// The object cached under `key`: `name`, or `namespace/name`.
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.read().get(key).cloned()
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<K>>> {
+        self.objects.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<K>>> {
+        self.objects.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Calls `f` with the key `object` is cached under: `name`, or `namespace/name`.
+fn with_key<K: Resource, R>(object: &K, f: impl FnOnce(&str) -> R) -> R {
+    let meta = object.meta();
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(namespace) => f(&format!("{namespace}/{name}")),
+        None => f(name),
+    }
+}
+
 /// A shared watch, its cache, a feed of changed objects and one of deleted objects.
 pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
-    store: Store<K>,
+    cache: Cache<K>,
     feed: broadcast::Sender<Arc<K>>,
     deleted: broadcast::Sender<Arc<K>>,
     ready: watch::Receiver<bool>,
@@ -46,6 +108,9 @@ pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
 
 /// Deletions are rarer than changes, and a lost one is not recovered by a resync: a deeper buffer.
 const DELETIONS_BUFFER: usize = 4096;
+
+/// Changes a subscriber may fall behind by before it gets every cached object again.
+const FEED_BUFFER: usize = 256;
 
 // Only crate-internal functions here: the bound does not leak.
 #[allow(private_bounds)]
@@ -61,89 +126,105 @@ where
         + 'static,
 {
     fn start(api: Api<K>, shutdown: &CancellationToken) -> Informer<K> {
-        let (store, writer) = reflector::store_shared::<K>(256);
-        let mut handle = writer.subscribe().expect("a shared writer has subscribers");
-        // kube-runtime's shared reflector passes on changes only: deletions are taken from the watch, and
-        // so are the objects a re-list no longer has (deleted while the watch was down). Those are found
-        // before the re-list replaces the cache (which still holds them then); every deletion is announced
-        // after the cache has applied it, so a listener that reads the cache never finds the object there.
+        let cache = Cache::default();
+        let (feed, _) = broadcast::channel(FEED_BUFFER);
         let (deleted, _) = broadcast::channel(DELETIONS_BUFFER);
-        let announce = deleted.clone();
-        let cache = store.clone();
-        let mut relisted: Option<HashSet<ObjectRef<K>>> = None;
-        let gone = Arc::new(std::sync::Mutex::new(Vec::<Arc<K>>::new()));
-        let found_gone = gone.clone();
+        let (ready_sender, ready) = watch::channel(false);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(K::project)
-            .inspect(move |event| match event {
-                Ok(watcher::Event::Init) => relisted = Some(HashSet::new()),
-                Ok(watcher::Event::InitApply(object)) => {
-                    if let Some(seen) = relisted.as_mut() {
-                        seen.insert(ObjectRef::from_obj(object));
-                    }
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(seen) = relisted.take() {
-                        let mut gone = crate::lock(&found_gone);
-                        gone.extend(
-                            cache
-                                .state()
-                                .into_iter()
-                                .filter(|cached| !seen.contains(&ObjectRef::from_obj(cached.as_ref()))),
-                        );
-                    }
-                }
-                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) | Err(_) => {}
-            })
-            .reflect_shared(writer)
-            .inspect(move |event| match event {
-                Ok(watcher::Event::Delete(object)) => {
-                    let _ = announce.send(Arc::new(object.clone()));
-                }
-                Ok(watcher::Event::InitDone) => {
-                    let gone = std::mem::take(&mut *crate::lock(&gone));
-                    for object in gone {
-                        let _ = announce.send(object);
-                    }
-                }
-                _ => {}
-            });
-        let (feed, _) = broadcast::channel(256);
-        let forward = feed.clone();
-        let (ready_sender, ready) = watch::channel(false);
-        let readiness = store.clone();
-        tokio::spawn(async move {
-            if readiness.wait_until_ready().await.is_ok() {
-                ready_sender.send_replace(true);
-            }
-        });
+            .modify(K::project);
+        let mut reflector = Reflector {
+            cache: cache.clone(),
+            feed: feed.clone(),
+            deleted: deleted.clone(),
+            ready: ready_sender,
+            relisted: None,
+        };
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             loop {
                 tokio::select! {
                     () = stop.cancelled() => return,
-                    event = stream.next() => {
-                        match event {
-                            Some(Err(error)) => tracing::warn!(kind = K::kind(&()).as_ref(), %error, "watch failed; retrying"),
-                            Some(Ok(_)) => {}
-                            None => return,
-                        }
-                    }
-                    object = handle.next() => match object {
-                        // Nobody listening is fine.
-                        Some(object) => { let _ = forward.send(object); }
+                    event = stream.next() => match event {
+                        Some(Ok(event)) => reflector.apply(event),
+                        Some(Err(error)) => tracing::warn!(kind = K::kind(&()).as_ref(), %error, "watch failed; retrying"),
                         None => return,
                     },
                 }
             }
         });
         Informer {
-            store,
+            cache,
             feed,
             deleted,
             ready,
+        }
+    }
+}
+
+/// Applies a watch's events to the cache, then tells the feeds (a listener that reads the cache finds a
+/// change there, and a deleted object gone).
+struct Reflector<K> {
+    cache: Cache<K>,
+    feed: broadcast::Sender<Arc<K>>,
+    deleted: broadcast::Sender<Arc<K>>,
+    ready: watch::Sender<bool>,
+    /// The objects of a (re-)list under way; it replaces the cache when complete.
+    relisted: Option<HashMap<Arc<str>, Arc<K>>>,
+}
+
+impl<K: Resource> Reflector<K> {
+    fn apply(&mut self, event: watcher::Event<K>) {
+        match event {
+            watcher::Event::Init => self.relisted = Some(HashMap::new()),
+            watcher::Event::InitApply(object) => {
+                let key: Arc<str> = with_key(&object, |key| Arc::from(key));
+                self.relisted
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, Arc::new(object));
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relisted.take().unwrap_or_default();
+                let before = std::mem::replace(&mut *self.cache.write(), listed);
+                // Deleted while the watch was down: what the list no longer has.
+                let cache = self.cache.read();
+                let gone: Vec<Arc<K>> = before
+                    .into_iter()
+                    .filter(|(key, _)| !cache.contains_key(key))
+                    .map(|(_, object)| object)
+                    .collect();
+                // Every object again, as kube-runtime's shared reflector and client-go's informers do after a
+                // list.
+                let listed: Vec<Arc<K>> = cache.values().cloned().collect();
+                drop(cache);
+                for object in gone {
+                    let _ = self.deleted.send(object);
+                }
+                for object in listed {
+                    let _ = self.feed.send(object);
+                }
+                self.ready.send_replace(true);
+            }
+            watcher::Event::Apply(object) => {
+                let object = Arc::new(object);
+                with_key(object.as_ref(), |key| {
+                    let mut cache = self.cache.write();
+                    match cache.get_mut(key) {
+                        Some(cached) => *cached = object.clone(),
+                        None => {
+                            cache.insert(Arc::from(key), object.clone());
+                        }
+                    }
+                });
+                // Nobody listening is fine.
+                let _ = self.feed.send(object);
+            }
+            watcher::Event::Delete(object) => {
+                with_key(&object, |key| self.cache.write().remove(key));
+                // The object's last state, as the watch tells it.
+                let _ = self.deleted.send(Arc::new(object));
+            }
         }
     }
 }
@@ -153,8 +234,8 @@ where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     /// The cache.
-    pub fn store(&self) -> Store<K> {
-        self.store.clone()
+    pub fn store(&self) -> Cache<K> {
+        self.cache.clone()
     }
 
     /// Waits until the initial list is in the cache (or forever, if the informer stopped first).
@@ -189,7 +270,7 @@ where
     /// Objects as they change; after falling behind, every cached object again.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let receiver = self.feed.subscribe();
-        let store = self.store.clone();
+        let store = self.cache.clone();
         futures::stream::unfold(
             (receiver, Vec::<Arc<K>>::new()),
             move |(mut receiver, mut backlog)| {
@@ -272,10 +353,7 @@ impl SharedCaches for Informers {
         Informers::ready_now(self.nodes.get())
     }
     fn node(&self, name: &str) -> Option<Node> {
-        self.nodes()
-            .store()
-            .get(&ObjectRef::new(name))
-            .map(|node| node.to_node())
+        self.nodes().store().get(name).map(|node| node.to_node())
     }
     fn nodes(&self) -> Vec<Node> {
         let store = Informers::nodes(self).store();
@@ -293,7 +371,7 @@ impl SharedCaches for Informers {
     fn service(&self, namespace: &str, name: &str) -> Option<Service> {
         Informers::services(self)
             .store()
-            .get(&ObjectRef::new(name).within(namespace))
+            .get(&format!("{namespace}/{name}"))
             .map(|service| service.object())
     }
     fn services(&self) -> Vec<Service> {
@@ -313,7 +391,72 @@ mod tests {
 
     use super::*;
 
-    /// Regression: kube-runtime's `wait_until_ready` wakes only one of several concurrent waiters.
+    fn service(namespace: &str, name: &str, version: &str) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": namespace, "name": name, "resourceVersion": version}
+        }))
+        .unwrap()
+    }
+
+    fn version(service: &Service) -> &str {
+        service.metadata.resource_version.as_deref().unwrap()
+    }
+
+    /// What the watch's events do to the cache and the feeds: a change replaces the cached object and is
+    /// fed; a deletion leaves the cache before it is announced; a re-list replaces the cache, announces what
+    /// it no longer has and feeds every object again; readiness comes with the first list.
+    #[test]
+    fn events_update_the_cache_then_the_feeds() {
+        let cache = Cache::<Service>::default();
+        let (feed, mut fed) = broadcast::channel(16);
+        let (deleted, mut gone) = broadcast::channel(16);
+        let (ready, is_ready) = watch::channel(false);
+        let mut reflector = Reflector {
+            cache: cache.clone(),
+            feed,
+            deleted,
+            ready,
+            relisted: None,
+        };
+        reflector.apply(watcher::Event::Init);
+        reflector.apply(watcher::Event::InitApply(service("a", "web", "1")));
+        reflector.apply(watcher::Event::InitApply(service("b", "web", "1")));
+        assert!(
+            cache.is_empty() && !*is_ready.borrow(),
+            "nothing before the list completes"
+        );
+        reflector.apply(watcher::Event::InitDone);
+        assert!(*is_ready.borrow());
+        assert_eq!(cache.len(), 2);
+        let mut first: Vec<String> = (0..2).map(|_| cache_key(&fed.try_recv().unwrap())).collect();
+        first.sort();
+        assert_eq!(first, ["a/web", "b/web"]);
+
+        reflector.apply(watcher::Event::Apply(service("a", "web", "2")));
+        assert_eq!(version(&cache.get("a/web").unwrap()), "2");
+        assert_eq!(version(&fed.try_recv().unwrap()), "2");
+
+        reflector.apply(watcher::Event::Delete(service("b", "web", "3")));
+        assert!(cache.get("b/web").is_none());
+        assert_eq!(version(&gone.try_recv().unwrap()), "3", "the watch's last state");
+
+        // A re-list after the watch was down: `a` was deleted meanwhile, `c` created.
+        reflector.apply(watcher::Event::Init);
+        reflector.apply(watcher::Event::InitApply(service("c", "web", "5")));
+        assert_eq!(cache.len(), 1, "the old cache serves until the list completes");
+        reflector.apply(watcher::Event::InitDone);
+        assert_eq!(cache_key(&gone.try_recv().unwrap()), "a/web");
+        assert_eq!(cache_key(&fed.try_recv().unwrap()), "c/web");
+        assert!(fed.try_recv().is_err() && gone.try_recv().is_err());
+        assert_eq!(cache.state().len(), 1);
+    }
+
+    fn cache_key(service: &Service) -> String {
+        with_key(service, |key| key.to_owned())
+    }
+
+    /// Every concurrent waiter sees the informer ready (kube-runtime 5's `Store::wait_until_ready`, used
+    /// here before, woke only one).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_concurrent_waiter_sees_the_informer_ready() {
         let server = test_apiserver::TestApiServer::start().await.unwrap();

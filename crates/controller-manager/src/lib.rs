@@ -30,6 +30,7 @@ mod metrics;
 mod plan;
 mod process_metrics;
 mod registry;
+pub mod runner;
 mod runtime;
 pub mod service_accounts;
 mod transport;
@@ -46,13 +47,14 @@ pub use controllers::Backoff;
 pub use exposition::metric_reference;
 pub use flags::{ControllerFlag, FlagKind, FlagValue, FlagValues};
 pub use health::{Health, Verdict};
-pub use informers::Informer;
+pub use informers::{Cache, Informer};
 pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
     SettingsCheck,
 };
+pub use runner::{Action, Runner};
 pub use runtime::{Manager, ManagerError};
 pub use transport::{Fence, HTTP_SPAN_TARGET};
 pub use workqueue::{WorkQueue, Working};

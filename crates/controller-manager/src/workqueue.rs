@@ -1,16 +1,21 @@
-//! client-go's work-queue metrics for controllers that run on kube-runtime.
+//! A controller's work queue, as client-go's: keys waiting (each once), due now or after a delay, handed out
+//! in the order they came due, a key never twice at once; and client-go's work-queue metrics.
 //!
-//! kube-runtime keeps its queue to itself, so each controller's queue is modelled here from what the
-//! controller reports: an object is *added* when a change or a trigger schedules it (a key already waiting
-//! is not added twice, as client-go's queue deduplicates), *requeued* after a delay (counted as added when it
-//! comes due, as client-go's delaying queue adds it then), and *worked on* from the start of its sync to the
-//! end. From that come client-go's families, under its names: `workqueue_depth`, `workqueue_adds_total`,
+//! A [`Runner`](crate::Runner) drives the queue of the node and service controllers: it takes due keys
+//! ([`WorkQueue::next`]) and the [`Working`] guard it holds while the key is reconciled puts the key back
+//! in line when it was added meanwhile. A controller that runs its own loop (kube-runtime's, say) reports to
+//! the queue instead, which then only counts: an object is *added* when a change or a trigger schedules it
+//! (a key already waiting is not added twice, as client-go's queue deduplicates), *requeued* after a delay
+//! (counted as added when it comes due, as client-go's delaying queue adds it then), and *worked on* from
+//! the start of its sync to the end ([`WorkQueue::start`]). From that come client-go's families, under its
+//! names: `workqueue_depth`, `workqueue_adds_total`,
 //! `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`, `workqueue_retries_total`,
 //! `workqueue_unfinished_work_seconds` and `workqueue_longest_running_processor_seconds`, labelled by the
 //! queue's `name` (the controller's canonical name). Periodic passes (routes, node lifecycle) are work
 //! without a queue: they report work durations and in-progress time only.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -20,6 +25,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// `{name}`: a work queue.
@@ -50,19 +56,103 @@ impl QueueFamilies {
     }
 }
 
-/// One object waiting: when it is (or becomes) due, and whether its add was counted yet.
+/// One object waiting: when it is (or becomes) due, whether its add was counted yet, and whether it is in
+/// line (`State::ready`).
 #[derive(Debug, Clone, Copy)]
 struct Waiting {
     due: Instant,
     counted: bool,
+    in_line: bool,
 }
+
+/// Above this many slots, an emptied table is given back: a burst of 10k nodes leaves no 10k-slot tables
+/// behind.
+const SHRINK_ABOVE: usize = 1024;
 
 #[derive(Debug, Default)]
 struct State {
-    waiting: HashMap<String, Waiting>,
+    waiting: HashMap<Arc<str>, Waiting>,
+    /// Whether a runner takes keys from this queue; only then do keys line up in `ready` and `later`.
+    driven: bool,
+    /// Keys due, in the order they came due (a key whose entry is gone from `waiting`, or no longer
+    /// `in_line`, is skipped).
+    ready: VecDeque<Arc<str>>,
+    /// Keys due later, earliest first (stale entries are skipped as in `ready`).
+    later: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
+    /// Keys being reconciled by the runner: added again meanwhile, they wait until the reconcile ends.
+    running: HashSet<Arc<str>>,
     next: u64,
     /// Work in progress: when each unit began.
     working: BTreeMap<u64, Instant>,
+}
+
+impl State {
+    /// The table's own copy of `key`, or a new one.
+    fn key(&self, key: &str) -> Arc<str> {
+        self.waiting
+            .get_key_value(key)
+            .map_or_else(|| Arc::from(key), |(key, _)| key.clone())
+    }
+
+    /// Puts a waiting `key` in line, when a runner drives the queue and the key is not being reconciled:
+    /// in `ready` when due, else in `later`. Whether the runner should look again.
+    fn line_up(&mut self, key: &Arc<str>, now: Instant) -> bool {
+        if !self.driven || self.running.contains(key) {
+            return false;
+        }
+        let Some(waiting) = self.waiting.get_mut(key) else {
+            return false;
+        };
+        if waiting.in_line {
+            return false;
+        }
+        if waiting.due <= now {
+            waiting.in_line = true;
+            self.ready.push_back(key.clone());
+        } else {
+            self.later.push(Reverse((waiting.due, key.clone())));
+        }
+        true
+    }
+
+    /// The next key due, or when the next one comes due (if any does).
+    fn pop(&mut self, now: Instant) -> Result<Arc<str>, Option<Instant>> {
+        while let Some(Reverse((due, _))) = self.later.peek() {
+            if *due > now {
+                break;
+            }
+            let Some(Reverse((_, key))) = self.later.pop() else {
+                break;
+            };
+            if let Some(waiting) = self.waiting.get_mut(&key)
+                && !waiting.in_line
+                && waiting.due <= now
+                && !self.running.contains(&key)
+            {
+                waiting.in_line = true;
+                self.ready.push_back(key);
+            }
+        }
+        while let Some(key) = self.ready.pop_front() {
+            if self.waiting.get(&key).is_some_and(|waiting| waiting.in_line) {
+                return Ok(key);
+            }
+        }
+        Err(self.later.peek().map(|Reverse((due, _))| *due))
+    }
+
+    /// Gives back the memory of emptied tables.
+    fn shrink(&mut self) {
+        if self.waiting.is_empty() && self.waiting.capacity() > SHRINK_ABOVE {
+            self.waiting.shrink_to_fit();
+        }
+        if self.ready.is_empty() && self.ready.capacity() > SHRINK_ABOVE {
+            self.ready.shrink_to_fit();
+        }
+        if self.later.is_empty() && self.later.capacity() > SHRINK_ABOVE {
+            self.later.shrink_to_fit();
+        }
+    }
 }
 
 /// A controller's work queue, as its metrics see it. One per controller name, kept across the controller's
@@ -75,6 +165,8 @@ pub struct WorkQueue {
     queue_duration: Histogram,
     work_duration: Histogram,
     state: Mutex<State>,
+    /// Wakes the runner: a key was lined up.
+    wake: Notify,
 }
 
 impl WorkQueue {
@@ -89,6 +181,7 @@ impl WorkQueue {
             work_duration: families.work_duration.get_or_create(&labels).clone(),
             labels,
             state: Mutex::default(),
+            wake: Notify::new(),
         }
     }
 
@@ -101,25 +194,20 @@ impl WorkQueue {
     pub fn add(&self, key: &str) {
         let now = Instant::now();
         let mut state = self.state();
-        match state.waiting.get_mut(key) {
-            Some(waiting) if waiting.due <= now => {}
-            Some(waiting) => {
-                waiting.due = now;
-                if !waiting.counted {
-                    waiting.counted = true;
-                    self.adds.inc();
-                }
-            }
-            None => {
-                state.waiting.insert(
-                    key.to_owned(),
-                    Waiting {
-                        due: now,
-                        counted: true,
-                    },
-                );
-                self.adds.inc();
-            }
+        let key = state.key(key);
+        let waiting = state.waiting.entry(key.clone()).or_insert(Waiting {
+            due: now,
+            counted: false,
+            in_line: false,
+        });
+        waiting.due = waiting.due.min(now);
+        if !waiting.counted {
+            waiting.counted = true;
+            self.adds.inc();
+        }
+        if state.line_up(&key, now) {
+            drop(state);
+            self.wake.notify_one();
         }
     }
 
@@ -131,18 +219,33 @@ impl WorkQueue {
     }
 
     /// `key` is scheduled `after` from now (a requeue); `retry` when it follows a failure
-    /// (`workqueue_retries_total`). The add is counted when the key comes due.
+    /// (`workqueue_retries_total`). The add is counted when the key comes due. A key already waiting keeps
+    /// the earlier of the two times.
     pub fn add_after(&self, key: &str, after: Duration, retry: bool) {
         if retry {
             self.retries.inc();
         }
-        let due = Instant::now() + after;
+        let now = Instant::now();
+        let due = now + after;
         let mut state = self.state();
+        let key = state.key(key);
+        let mut moved = true;
         state
             .waiting
-            .entry(key.to_owned())
-            .and_modify(|waiting| waiting.due = waiting.due.min(due))
-            .or_insert(Waiting { due, counted: false });
+            .entry(key.clone())
+            .and_modify(|waiting| {
+                moved = due < waiting.due;
+                waiting.due = waiting.due.min(due);
+            })
+            .or_insert(Waiting {
+                due,
+                counted: false,
+                in_line: false,
+            });
+        if moved && state.line_up(&key, now) {
+            drop(state);
+            self.wake.notify_one();
+        }
     }
 
     /// Work begins on `key` (or on a periodic pass when `None`): its time in the queue is observed, and the
@@ -172,12 +275,102 @@ impl WorkQueue {
         Working {
             queue: self.clone(),
             id,
+            key: None,
         }
+    }
+
+    /// Hands out the next key due, waiting for one as long as it takes: its time in the queue is observed,
+    /// and it is being worked on (not handed out again) until the returned guard is dropped. For the one
+    /// runner that drives the queue ([`Self::drive`]).
+    pub(crate) async fn next(self: &Arc<Self>) -> Working {
+        loop {
+            let notified = self.wake.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            match self.take() {
+                Ok(working) => return working,
+                Err(Some(due)) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(due) => {}
+                    }
+                }
+                Err(None) => notified.await,
+            }
+        }
+    }
+
+    fn take(self: &Arc<Self>) -> Result<Working, Option<Instant>> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let key = state.pop(now)?;
+        let waiting = state.waiting.remove(&key).expect("a key in line waits");
+        if !waiting.counted {
+            self.adds.inc();
+        }
+        self.queue_duration
+            .observe(now.saturating_duration_since(waiting.due).as_secs_f64());
+        state.running.insert(key.clone());
+        state.shrink();
+        let id = state.next;
+        state.next += 1;
+        state.working.insert(id, now);
+        Ok(Working {
+            queue: self.clone(),
+            id,
+            key: Some(key),
+        })
+    }
+
+    /// A runner takes keys from this queue until the returned guard is dropped: what waits lines up.
+    pub(crate) fn drive(self: &Arc<Self>) -> Driving {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.driven = true;
+        let mut keys: Vec<(Instant, Arc<str>)> = state
+            .waiting
+            .iter()
+            .map(|(key, waiting)| (waiting.due, key.clone()))
+            .collect();
+        keys.sort();
+        for (_, key) in &keys {
+            state.line_up(key, now);
+        }
+        Driving(self.clone())
     }
 
     /// Forgets what was waiting: the controller stopped.
     pub(crate) fn clear(&self) {
-        self.state().waiting.clear();
+        let mut state = self.state();
+        state.waiting.clear();
+        state.ready.clear();
+        state.later.clear();
+        state.shrink();
+    }
+
+    /// Adds counted (`workqueue_adds_total`).
+    #[cfg(test)]
+    pub(crate) fn adds(&self) -> u64 {
+        self.adds.get()
+    }
+
+    /// Retries counted (`workqueue_retries_total`).
+    #[cfg(test)]
+    pub(crate) fn retries(&self) -> u64 {
+        self.retries.get()
+    }
+
+    /// Keys waiting and due (`workqueue_depth`).
+    #[cfg(test)]
+    pub(crate) fn depth(&self) -> i64 {
+        self.gauges().0
+    }
+
+    /// Slots the queue's tables hold.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        let state = self.state();
+        state.waiting.capacity() + state.ready.capacity() + state.later.capacity() + state.running.capacity()
     }
 
     /// How long the oldest unit of work in progress has been running.
@@ -205,18 +398,55 @@ impl WorkQueue {
     }
 }
 
-/// One unit of work in progress; it ends (and its duration is observed) when dropped.
+/// One unit of work in progress; it ends (and its duration is observed) when dropped. A key the runner
+/// took is then put back in line if it was added meanwhile.
 #[must_use = "the work ends when this is dropped"]
 pub struct Working {
     queue: Arc<WorkQueue>,
     id: u64,
+    key: Option<Arc<str>>,
+}
+
+impl Working {
+    /// The key being worked on (none for a periodic pass).
+    pub(crate) fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
 }
 
 impl Drop for Working {
     fn drop(&mut self) {
-        if let Some(started) = self.queue.state().working.remove(&self.id) {
+        let mut state = self.queue.state();
+        if let Some(started) = state.working.remove(&self.id) {
             self.queue.work_duration.observe(started.elapsed().as_secs_f64());
         }
+        if let Some(key) = self.key.take() {
+            state.running.remove(&key);
+            if state.running.is_empty() && state.running.capacity() > SHRINK_ABOVE {
+                state.running.shrink_to_fit();
+            }
+            if state.line_up(&key, Instant::now()) {
+                drop(state);
+                self.queue.wake.notify_one();
+            }
+        }
+    }
+}
+
+/// While held, a runner drives the queue; dropped, keys stop lining up (those waiting stay counted).
+#[must_use = "the queue is driven while this is held"]
+pub(crate) struct Driving(Arc<WorkQueue>);
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.driven = false;
+        state.ready.clear();
+        state.later.clear();
+        for waiting in state.waiting.values_mut() {
+            waiting.in_line = false;
+        }
+        state.shrink();
     }
 }
 

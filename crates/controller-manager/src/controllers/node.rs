@@ -29,7 +29,6 @@ use cloud_provider::{CloudError, InstanceMetadata};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -41,6 +40,7 @@ use crate::batch::Batcher;
 use crate::cached_node::CachedNode;
 use crate::context::{ControllerContext, event_reference};
 use crate::instances::instances_of;
+use crate::runner::{self, Action};
 
 type MetadataBatcher = Batcher<Arc<Node>, Result<InstanceMetadata, CloudError>>;
 
@@ -131,20 +131,19 @@ pub(super) async fn run(controller: ControllerContext) {
     let report = tokio::spawn(report_uninitialized(controller.clone()));
     let forget = tokio::spawn(forget_deleted(context.clone()));
     controller.set_started();
-    let stop = controller.stop.clone();
-    // The work queue's metrics see what kube-runtime schedules: each change, and every node at the start.
+    // Each change, and every node at the start.
     let queue = controller.queue.clone();
-    let changes = informer.subscribe().inspect(move |node| queue.add(node.name()));
+    let changes = informer.subscribe().map(move |node| queue.add(node.name()));
     let (queue, store) = (controller.queue.clone(), informer.store());
     let all = futures::stream::once(async move {
         queue.add_all(store.state().iter().map(|node| node.name()));
     });
-    Controller::for_shared_stream(changes, informer.store())
-        .with_config(Config::default().concurrency(controller.settings.concurrent_node_syncs))
-        .reconcile_all_on(all)
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, context)
-        .for_each(|_| async {})
+    controller
+        .runner(runner::by_key(informer.store()))
+        .concurrency(controller.settings.concurrent_node_syncs)
+        .feed(changes)
+        .feed(all)
+        .run(&controller.stop, reconcile, error_policy, context)
         .await;
     refresh.abort();
     forget.abort();
@@ -189,7 +188,6 @@ fn error_policy(node: Arc<CachedNode>, error: &NodeError, context: Arc<NodeConte
         NodeError::Cloud(CloudError::Retry { after, .. }) => *after,
         _ => context.backoff.failed(node.uid()),
     };
-    context.controller.queue.add_after(node.name(), after, true);
     Action::requeue(after)
 }
 
@@ -208,7 +206,6 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<A
 }
 
 async fn sync_node(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<Action, NodeError> {
-    let _working = context.controller.working_on(node.name());
     let started = Instant::now();
     let result = if node.has_taint(TAINT_UNINITIALIZED) {
         if context.is_stale(&node) {

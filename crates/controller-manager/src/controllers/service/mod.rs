@@ -35,9 +35,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
 use self::node_set::{NodeSet, spec_hash, sync_trigger};
@@ -48,7 +46,9 @@ use super::periodic::pause;
 use crate::cached_node::CachedNode;
 use crate::compact::Compact;
 use crate::context::ControllerContext;
+use crate::informers::Cache;
 use crate::lock;
+use crate::runner::{self, Action};
 
 /// What was last done for a service: hashes of the spec and of the node set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ struct NodeSetMemo {
 
 pub(super) struct ServiceContext {
     controller: ControllerContext,
-    nodes: Store<CachedNode>,
+    nodes: Cache<CachedNode>,
     /// The last node set given to the provider, while some sync still uses it.
     materialized: Mutex<(u64, Weak<[Arc<Node>]>)>,
     /// The last node set computed, for the versions of the cache's nodes it was computed from: every
@@ -264,30 +264,26 @@ pub(super) async fn run(controller: ControllerContext) {
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
     let orphans = tokio::spawn(delete_orphans(context.clone()));
-    // The work queue's metrics see what kube-runtime schedules: each change, and every service at the
-    // start and on each node-set trigger.
+    // Each change, and every service at the start and on each node-set trigger.
     let (queue, store) = (controller.queue.clone(), services.store());
     let triggers = futures::stream::once(async {})
         .chain(futures::stream::unfold(triggers, |mut receiver| async move {
             receiver.recv().await.map(|()| ((), receiver))
-        }));
-    let triggers = triggers.inspect(move |()| {
-        for service in store.state() {
-            queue.add(&service.key());
-        }
-    });
+        }))
+        .map(move |()| {
+            for service in store.state() {
+                queue.add(&service.key());
+            }
+        });
     let queue = controller.queue.clone();
-    let changes = services
-        .subscribe()
-        .inspect(move |service| queue.add(&service.key()));
+    let changes = services.subscribe().map(move |service| queue.add(&service.key()));
     controller.set_started();
-    let stop = controller.stop().clone();
-    Controller::for_shared_stream(changes, services.store())
-        .with_config(Config::default().concurrency(controller.settings().concurrent_service_syncs))
-        .reconcile_all_on(triggers)
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, context)
-        .for_each(|_| async {})
+    controller
+        .runner(runner::by_key(services.store()))
+        .concurrency(controller.settings().concurrent_service_syncs)
+        .feed(changes)
+        .feed(triggers)
+        .run(controller.stop(), reconcile, error_policy, context)
         .await;
     watcher.abort();
     orphans.abort();
@@ -373,7 +369,6 @@ fn error_policy(
     let after = error
         .retry_after()
         .unwrap_or_else(|| context.backoff.failed(&key));
-    context.controller.queue.add_after(&key, after, true);
     Action::requeue(after)
 }
 
@@ -389,7 +384,6 @@ async fn sync_service(
     cached: Arc<Compact<Service>>,
     context: Arc<ServiceContext>,
 ) -> Result<Action, ServiceError> {
-    let _working = context.controller.working_on(&cached.key());
     let started = Instant::now();
     let service = Arc::new(cached.object());
     let result = sync(service.clone(), &context).await;

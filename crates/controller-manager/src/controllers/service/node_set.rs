@@ -8,10 +8,10 @@ use cloud_provider::names::{
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
 };
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::reflector::Store;
 use serde_json::json;
 
 use crate::cached_node::CachedNode;
+use crate::informers::Cache;
 
 /// Go's `strconv.ParseBool`.
 pub(super) fn parse_bool(text: &str) -> Option<bool> {
@@ -38,7 +38,7 @@ pub(super) fn in_load_balancer(node: &CachedNode) -> bool {
 /// What makes upstream sync load balancers' hosts: a node added or deleted, a node's provider ID changed,
 /// or its exclude label flipped. Other changes — the autoscaler's deletion taint among them — take effect
 /// at the next sync something else causes (upstream leaves such nodes in for connection draining).
-pub(super) fn sync_trigger(nodes: &Store<CachedNode>) -> u64 {
+pub(super) fn sync_trigger(nodes: &Cache<CachedNode>) -> u64 {
     let mut keys: Vec<(String, Option<String>, bool)> = nodes
         .state()
         .iter()

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::runner::Action;
 use cloud_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
 use cloud_provider::{CloudError, LoadBalancer};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
 

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cloud_provider::CloudError;
-use controller_manager::{Backoff, CachedNode, Cidr, ControllerContext};
+use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, runner};
 use futures::StreamExt;
 use google_cloud_compute_v1::model::{Instance, NetworkInterface};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config, Controller};
 use serde_json::json;
 
 use super::{IPV6_POD_PREFIX, NODE_IPAM_CONTROLLER, TAINT_NETWORK_UNAVAILABLE, WORKERS, lock, status_change};
@@ -204,7 +203,7 @@ pub(super) async fn run(controller: ControllerContext) {
     let changes = informer
         .subscribe()
         .filter(|node| std::future::ready(needs_allocation(node)))
-        .inspect(move |node| queued.queue().add(node.name()));
+        .map(move |node| queued.queue().add(node.name()));
     let (queued, store) = (controller.clone(), informer.store());
     let all = futures::stream::once(async move {
         queued.queue().add_all(
@@ -215,13 +214,12 @@ pub(super) async fn run(controller: ControllerContext) {
                 .map(|node| node.name()),
         );
     });
-    let stop = controller.stop().clone();
-    Controller::for_shared_stream(changes, informer.store())
-        .with_config(Config::default().concurrency(WORKERS))
-        .reconcile_all_on(all)
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, context)
-        .for_each(|_| async {})
+    controller
+        .runner(runner::by_key(informer.store()))
+        .concurrency(WORKERS)
+        .feed(changes)
+        .feed(all)
+        .run(controller.stop(), reconcile, error_policy, context)
         .await;
     forget.abort();
 }
@@ -243,7 +241,6 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ipam>) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let controller = &context.controller;
-    let _working = controller.working_on(node.name());
     let started = Instant::now();
     let outcome = allocate(&context, &node).await;
     controller.record_reconcile(outcome.is_ok(), started.elapsed());
@@ -370,7 +367,6 @@ fn error_policy(node: Arc<CachedNode>, error: &IpamError, context: Arc<Ipam>) ->
         _ => context.backoff.failed(node.uid()),
     };
     tracing::warn!(node = node.name(), %error, retry_in = ?after, "node-ipam: cannot allocate");
-    context.controller.queue().add_after(node.name(), after, true);
     Action::requeue(after)
 }
 

@@ -14,11 +14,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use controller_manager::{Backoff, CachedNode, Cidr, ControllerContext};
+use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, runner};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config, Controller};
 use serde_json::json;
 
 use super::{NODE_IPAM_CONTROLLER, WORKERS, lock, status_change};
@@ -208,7 +207,7 @@ pub(super) async fn run(controller: ControllerContext, sets: Vec<CidrSet>) {
     let changes = informer
         .subscribe()
         .filter(|node| std::future::ready(!node.deleting()))
-        .inspect(move |node| queued.queue().add(node.name()));
+        .map(move |node| queued.queue().add(node.name()));
     let (queued, store) = (controller.clone(), informer.store());
     let all = futures::stream::once(async move {
         queued.queue().add_all(
@@ -219,13 +218,12 @@ pub(super) async fn run(controller: ControllerContext, sets: Vec<CidrSet>) {
                 .map(|n| n.name()),
         );
     });
-    let stop = controller.stop().clone();
-    Controller::for_shared_stream(changes, informer.store())
-        .with_config(Config::default().concurrency(WORKERS))
-        .reconcile_all_on(all)
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, context)
-        .for_each(|_| async {})
+    controller
+        .runner(runner::by_key(informer.store()))
+        .concurrency(WORKERS)
+        .feed(changes)
+        .feed(all)
+        .run(controller.stop(), reconcile, error_policy, context)
         .await;
     forget.abort();
 }
@@ -247,7 +245,6 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ranges>) -> Result<Action
         return Ok(Action::await_change());
     }
     let controller = &context.controller;
-    let _working = controller.working_on(node.name());
     let started = Instant::now();
     let Some(cidrs) = allocate(&mut lock(&context.sets)) else {
         controller.record_reconcile(false, started.elapsed());
@@ -280,7 +277,6 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ranges>) -> Result<Action
 fn error_policy(node: Arc<CachedNode>, error: &RangeError, context: Arc<Ranges>) -> Action {
     let after = context.backoff.failed(node.uid());
     tracing::warn!(node = node.name(), %error, retry_in = ?after, "node-ipam: cannot allocate");
-    context.controller.queue().add_after(node.name(), after, true);
     Action::requeue(after)
 }
 
