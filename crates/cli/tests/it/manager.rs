@@ -851,7 +851,11 @@ async fn traces_go_to_the_otlp_endpoint_when_one_is_set() {
     let deadline = Instant::now() + WAIT;
     loop {
         let exported = received.lock().unwrap().iter().any(|(path, body)| {
-            path == "/v1/traces" && contains(body, b"reconciling object") && contains(body, b"ccm-under-test")
+            // Our `reconcile` span, with its controller attribute.
+            path == "/v1/traces"
+                && contains(body, b"reconcile")
+                && contains(body, b"cloud-node-controller")
+                && contains(body, b"ccm-under-test")
         });
         if exported {
             break;
