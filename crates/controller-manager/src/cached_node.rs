@@ -14,8 +14,9 @@
 //! between nodes that have the same), and conditions without messages or heartbeats. The kubelet's images,
 //! volumes, daemon endpoints and condition messages are not kept: no provider reads them.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, HashSet};
+use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::{
@@ -34,45 +35,39 @@ static SHARED: LazyLock<Mutex<HashSet<Arc<Packed>>>> = LazyLock::new(Mutex::defa
 
 static CONDITION_SETS: LazyLock<Mutex<HashSet<Arc<[Condition]>>>> = LazyLock::new(Mutex::default);
 
-/// One shared copy of a node's conditions as the cache keeps them: without messages and times, most nodes
-/// have the same few lists (all healthy; not ready yet).
-fn share_conditions(conditions: Vec<Condition>) -> Arc<[Condition]> {
-    let mut table = CONDITION_SETS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(found) = table.get(conditions.as_slice()) {
+/// The shared copy of `value` in `table`: the one there, or `value` made shared (and added, while the
+/// table has room).
+fn shared_in<T, V>(table: &Mutex<HashSet<Arc<T>>>, value: V) -> Arc<T>
+where
+    T: ?Sized + Hash + Eq,
+    V: Borrow<T> + Into<Arc<T>>,
+{
+    let mut table = table.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = table.get(value.borrow()) {
         return found.clone();
     }
-    let new: Arc<[Condition]> = conditions.into();
+    let new = value.into();
     if table.len() < INTERNED_MAX {
         table.insert(new.clone());
     }
     new
+}
+
+/// One shared copy of a node's conditions as the cache keeps them: without messages and times, most nodes
+/// have the same few lists (all healthy; not ready yet).
+fn share_conditions(conditions: Vec<Condition>) -> Arc<[Condition]> {
+    shared_in(&CONDITION_SETS, conditions)
 }
 
 /// One shared copy of packed strings that many nodes repeat (the node info their kubelets share, the
 /// capacity of one instance type).
 fn share(packed: Packed) -> Arc<Packed> {
-    let mut table = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(found) = table.get(&packed) {
-        return found.clone();
-    }
-    let new = Arc::new(packed);
-    if table.len() < INTERNED_MAX {
-        table.insert(new.clone());
-    }
-    new
+    shared_in(&SHARED, packed)
 }
 
 /// One shared copy of a string that many nodes repeat.
 fn intern(text: &str) -> Arc<str> {
-    let mut table = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(found) = table.get(text) {
-        return found.clone();
-    }
-    let new: Arc<str> = Arc::from(text);
-    if table.len() < INTERNED_MAX {
-        table.insert(new.clone());
-    }
-    new
+    shared_in(&INTERNED, text)
 }
 
 /// Strings in one allocation, each preceded by its length (LEB128): a dozen labels cost one allocation of
@@ -513,147 +508,4 @@ impl CachedNode {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn recache(node: &Node) -> CachedNode {
-        serde_json::from_value(serde_json::to_value(node).unwrap()).unwrap()
-    }
-
-    fn kubelet_node() -> serde_json::Value {
-        json!({
-            "metadata": {
-                "name": "n1", "uid": "u1", "resourceVersion": "7", "creationTimestamp": "2026-11-22T10:00:00Z",
-                "labels": {"kubernetes.io/hostname": "n1", "topology.kubernetes.io/zone": "z1"},
-                "annotations": {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"},
-                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
-            },
-            "spec": {
-                "providerID": "fake://z1/n1", "podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00::/64"],
-                "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}],
-            },
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "n1"}],
-                "conditions": [
-                    {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready",
-                     "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-22T10:00:00Z"},
-                    {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
-                ],
-                "images": [{"names": ["img"], "sizeBytes": 1}],
-                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                "allocatable": {"cpu": "3800m", "memory": "15Gi", "pods": "110"},
-                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
-                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v", "kubeProxyVersion": "",
-                    "operatingSystem": "linux", "architecture": "amd64"},
-            },
-        })
-    }
-
-    #[test]
-    fn keeps_what_controllers_read_and_drops_the_inventory() {
-        let cached: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
-        assert_eq!(cached.name(), "n1");
-        assert_eq!(cached.label("topology.kubernetes.io/zone"), Some("z1"));
-        assert_eq!(cached.label("missing"), None);
-        assert_eq!(cached.provider_id(), Some("fake://z1/n1"));
-        assert_eq!(
-            cached.pod_cidrs().collect::<Vec<_>>(),
-            ["10.244.1.0/24", "fd00::/64"]
-        );
-        assert!(cached.has_taint("node.cloudprovider.kubernetes.io/uninitialized"));
-        assert!(cached.is_ready());
-        assert_eq!(
-            cached.condition("NetworkUnavailable"),
-            Some(("False", Some("RouteCreated")))
-        );
-        assert!(!cached.deleting());
-
-        let expected: Node = serde_json::from_value(json!({
-            "metadata": {
-                "name": "n1", "uid": "u1", "resourceVersion": "7", "creationTimestamp": "2026-11-22T10:00:00Z",
-                "labels": {"kubernetes.io/hostname": "n1", "topology.kubernetes.io/zone": "z1"},
-                "annotations": {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"},
-            },
-            "spec": {
-                "providerID": "fake://z1/n1", "podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00::/64"],
-                "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}],
-            },
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "n1"}],
-                "conditions": [
-                    {"type": "Ready", "status": "True", "reason": "KubeletReady"},
-                    {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
-                ],
-                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                "allocatable": {"cpu": "3800m", "memory": "15Gi", "pods": "110"},
-                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
-                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v", "kubeProxyVersion": "",
-                    "operatingSystem": "linux", "architecture": "amd64"},
-            },
-        }))
-        .unwrap();
-        assert_eq!(cached.to_node(), expected);
-        assert_eq!(cached.node_info_field("systemUUID"), Some("s"));
-        assert_eq!(cached.node_info_field("kubeletVersion"), Some("v"));
-        // Caching the materialised node again changes nothing.
-        assert_eq!(recache(&cached.to_node()), cached);
-    }
-
-    #[test]
-    fn an_empty_node_round_trips() {
-        let cached: CachedNode = serde_json::from_value(json!({"metadata": {"name": "bare"}})).unwrap();
-        assert_eq!(cached.pod_cidrs().count(), 0);
-        assert!(!cached.is_ready());
-        let node = cached.to_node();
-        assert_eq!(node.metadata.name.as_deref(), Some("bare"));
-        assert_eq!(node.metadata.labels, None);
-        assert_eq!(recache(&node), cached);
-    }
-
-    #[test]
-    fn an_old_node_with_only_pod_cidr() {
-        let cached: CachedNode =
-            serde_json::from_value(json!({"metadata": {"name": "old"}, "spec": {"podCIDR": "10.1.0.0/24"}}))
-                .unwrap();
-        assert_eq!(cached.pod_cidrs().collect::<Vec<_>>(), ["10.1.0.0/24"]);
-    }
-
-    #[test]
-    fn repeated_strings_are_shared() {
-        let a: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
-        let b: CachedNode = serde_json::from_value(kubelet_node()).unwrap();
-        assert!(Arc::ptr_eq(&a.conditions[0].type_, &b.conditions[0].type_));
-        assert!(
-            Arc::ptr_eq(&a.conditions, &b.conditions),
-            "the same conditions, one list"
-        );
-        assert!(
-            Arc::ptr_eq(&a.capacity, &b.capacity),
-            "one instance type, one capacity"
-        );
-        assert!(
-            Arc::ptr_eq(&a.node_info_shared, &b.node_info_shared),
-            "one kubelet build, one node info"
-        );
-    }
-
-    #[test]
-    fn packed_strings_of_every_length_and_content() {
-        let long = "x".repeat(300);
-        let items = ["", "a", "ключ", long.as_str(), "with\0nul and = signs"];
-        let packed = Packed::new(items);
-        assert_eq!(packed.iter().collect::<Vec<_>>(), items);
-        let map: BTreeMap<String, String> = [("b", "2"), ("a", ""), ("c", long.as_str())]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        let pairs = Packed::pairs(Some(&map));
-        assert_eq!(pairs.get("a"), Some(""));
-        assert_eq!(pairs.get("c"), Some(long.as_str()));
-        assert_eq!(pairs.get("d"), None);
-        assert_eq!(pairs.to_map(), Some(map));
-        assert_eq!(Packed::pairs(None).to_map(), None);
-    }
-}
+mod tests;

@@ -89,7 +89,7 @@ impl<K> Cache<K> {
 }
 
 /// Calls `f` with the key `object` is cached under: `name`, or `namespace/name`.
-fn with_key<K: Resource, R>(object: &K, f: impl FnOnce(&str) -> R) -> R {
+pub(crate) fn with_key<K: Resource, R>(object: &K, f: impl FnOnce(&str) -> R) -> R {
     let meta = object.meta();
     let name = meta.name.as_deref().unwrap_or_default();
     match meta.namespace.as_deref() {

@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{Stream, StreamExt};
+use kube::Resource;
 use tokio_util::sync::CancellationToken;
 
-use crate::informers::Cache;
+use crate::informers::{Cache, Informer, with_key};
 use crate::workqueue::WorkQueue;
 
 /// What a reconcile (or the error policy) asks for next.
@@ -90,6 +91,27 @@ impl<K: Send + Sync + 'static> Runner<K> {
     pub fn feed(mut self, feed: impl Stream<Item = ()> + Send + 'static) -> Runner<K> {
         self.feeds.push(feed.boxed());
         self
+    }
+
+    /// Feeds `informer`'s objects that are `wanted`: every cached one first, then each as it changes, each
+    /// added under its cache key (what [`by_key`] looks up).
+    #[must_use]
+    pub fn watch(self, informer: &Informer<K>, wanted: fn(&K) -> bool) -> Runner<K>
+    where
+        K: Resource<DynamicType = ()> + Clone,
+    {
+        let queue = self.queue.clone();
+        let changes = informer
+            .subscribe()
+            .filter(move |object| std::future::ready(wanted(object)))
+            .map(move |object| with_key(object.as_ref(), |key| queue.add(key)));
+        let (queue, cache) = (self.queue.clone(), informer.store());
+        let first = futures::stream::once(async move {
+            for object in cache.state().iter().filter(|object| wanted(object)) {
+                with_key(object.as_ref(), |key| queue.add(key));
+            }
+        });
+        self.feed(changes).feed(first)
     }
 
     /// Runs until `stop`, or until every feed has ended; then lets the running reconciles finish.

@@ -131,18 +131,10 @@ pub(super) async fn run(controller: ControllerContext) {
     let report = tokio::spawn(report_uninitialized(controller.clone()));
     let forget = tokio::spawn(forget_deleted(context.clone()));
     controller.set_started();
-    // Each change, and every node at the start.
-    let queue = controller.queue.clone();
-    let changes = informer.subscribe().map(move |node| queue.add(node.name()));
-    let (queue, store) = (controller.queue.clone(), informer.store());
-    let all = futures::stream::once(async move {
-        queue.add_all(store.state().iter().map(|node| node.name()));
-    });
     controller
         .runner(runner::by_key(informer.store()))
         .concurrency(controller.settings.concurrent_node_syncs)
-        .feed(changes)
-        .feed(all)
+        .watch(informer, |_| true)
         .run(&controller.stop, reconcile, error_policy, context)
         .await;
     refresh.abort();

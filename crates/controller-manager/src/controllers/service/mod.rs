@@ -264,24 +264,21 @@ pub(super) async fn run(controller: ControllerContext) {
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
     let orphans = tokio::spawn(delete_orphans(context.clone()));
-    // Each change, and every service at the start and on each node-set trigger.
+    // Every service at the start, each as it changes, and every one again on each node-set trigger.
     let (queue, store) = (controller.queue.clone(), services.store());
-    let triggers = futures::stream::once(async {})
-        .chain(futures::stream::unfold(triggers, |mut receiver| async move {
-            receiver.recv().await.map(|()| ((), receiver))
-        }))
-        .map(move |()| {
-            for service in store.state() {
-                queue.add(&service.key());
-            }
-        });
-    let queue = controller.queue.clone();
-    let changes = services.subscribe().map(move |service| queue.add(&service.key()));
+    let triggers = futures::stream::unfold(triggers, |mut receiver| async move {
+        receiver.recv().await.map(|()| ((), receiver))
+    })
+    .map(move |()| {
+        for service in store.state() {
+            queue.add(&service.key());
+        }
+    });
     controller.set_started();
     controller
         .runner(runner::by_key(services.store()))
         .concurrency(controller.settings().concurrent_service_syncs)
-        .feed(changes)
+        .watch(services, |_| true)
         .feed(triggers)
         .run(controller.stop(), reconcile, error_policy, context)
         .await;

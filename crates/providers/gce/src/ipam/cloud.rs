@@ -199,26 +199,10 @@ pub(super) async fn run(controller: ControllerContext) {
     });
     let forget = tokio::spawn(forget_deleted(context.clone()));
     controller.set_started();
-    let queued = controller.clone();
-    let changes = informer
-        .subscribe()
-        .filter(|node| std::future::ready(needs_allocation(node)))
-        .map(move |node| queued.queue().add(node.name()));
-    let (queued, store) = (controller.clone(), informer.store());
-    let all = futures::stream::once(async move {
-        queued.queue().add_all(
-            store
-                .state()
-                .iter()
-                .filter(|node| needs_allocation(node))
-                .map(|node| node.name()),
-        );
-    });
     controller
         .runner(runner::by_key(informer.store()))
         .concurrency(WORKERS)
-        .feed(changes)
-        .feed(all)
+        .watch(informer, needs_allocation)
         .run(controller.stop(), reconcile, error_policy, context)
         .await;
     forget.abort();
