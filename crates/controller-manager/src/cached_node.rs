@@ -14,16 +14,18 @@
 //! between nodes that have the same), and conditions without messages or heartbeats. The kubelet's images,
 //! volumes, daemon endpoints and condition messages are not kept: no provider reads them.
 
-use std::borrow::{Borrow, Cow};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, ObjectReference, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use crate::cached::{Cached, Identity, Referable, reference};
 
 /// Interned strings stop being added beyond this many (condition types, statuses and reasons are few;
 /// this bounds the table should a cluster use unusual ones).
@@ -161,8 +163,7 @@ struct Condition {
 /// A Node, compactly (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedNode {
-    /// Name, uid, resourceVersion, creation and deletion timestamps only.
-    meta: ObjectMeta,
+    identity: Identity,
     /// Keys and values, alternating.
     labels: Packed,
     /// Keys and values, alternating.
@@ -276,14 +277,14 @@ impl From<Wire> for CachedNode {
             allocatable: share(Packed::pairs(status.allocatable.as_ref())),
             labels: Packed::pairs(metadata.labels.as_ref()),
             annotations: Packed::pairs(metadata.annotations.as_ref()),
-            meta: ObjectMeta {
-                name: metadata.name,
-                uid: metadata.uid,
-                resource_version: metadata.resource_version,
-                creation_timestamp: metadata.creation_timestamp,
-                deletion_timestamp: metadata.deletion_timestamp,
-                ..ObjectMeta::default()
-            },
+            identity: Identity::new(
+                metadata.name.as_deref().unwrap_or_default(),
+                None,
+                metadata.uid.as_deref().unwrap_or_default(),
+                metadata.resource_version.as_deref(),
+                metadata.creation_timestamp,
+                metadata.deletion_timestamp,
+            ),
             provider_id: spec
                 .provider_id
                 .filter(|p| !p.is_empty())
@@ -314,43 +315,23 @@ impl From<Wire> for CachedNode {
     }
 }
 
-impl crate::compact::Projected for CachedNode {
-    /// Already compact.
-    fn project(&mut self) {}
-}
-
 impl<'de> serde::Deserialize<'de> for CachedNode {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<CachedNode, D::Error> {
         Wire::deserialize(deserializer).map(CachedNode::from)
     }
 }
 
-impl kube::Resource for CachedNode {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
+impl Cached for CachedNode {
+    type Kind = Node;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Node::kind(dt)
+    fn identity(&self) -> &Identity {
+        &self.identity
     }
+}
 
-    fn group(dt: &()) -> Cow<'_, str> {
-        Node::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        Node::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Node::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
+impl Referable for CachedNode {
+    fn event_reference(&self) -> ObjectReference {
+        reference::<Node>(&self.identity)
     }
 }
 
@@ -367,7 +348,7 @@ fn quantities(packed: &Packed) -> Option<BTreeMap<String, Quantity>> {
 impl CachedNode {
     /// The node's name.
     pub fn name(&self) -> &str {
-        self.meta.name.as_deref().unwrap_or_default()
+        self.identity.name()
     }
 
     /// A label's value.
@@ -402,12 +383,12 @@ impl CachedNode {
 
     /// `metadata.uid`.
     pub fn uid(&self) -> &str {
-        self.meta.uid.as_deref().unwrap_or_default()
+        self.identity.uid()
     }
 
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> Option<&str> {
-        self.meta.resource_version.as_deref()
+        self.identity.resource_version()
     }
 
     /// `status.addresses`, in order.
@@ -421,9 +402,14 @@ impl CachedNode {
             .collect()
     }
 
+    /// `metadata.creationTimestamp`.
+    pub fn created(&self) -> Option<&Time> {
+        self.identity.created()
+    }
+
     /// Whether the node is being deleted.
     pub fn deleting(&self) -> bool {
-        self.meta.deletion_timestamp.is_some()
+        self.identity.deleted().is_some()
     }
 
     /// A condition's status and reason.
@@ -475,7 +461,7 @@ impl CachedNode {
             metadata: ObjectMeta {
                 labels: self.labels.to_map(),
                 annotations: self.annotations.to_map(),
-                ..self.meta.clone()
+                ..self.identity.to_meta()
             },
             spec: Some(NodeSpec {
                 provider_id: self.provider_id.as_deref().map(str::to_owned),

@@ -5,12 +5,13 @@
 //! cluster with thousands of services keeps a fraction of the memory. The identity (name, namespace, uid,
 //! resourceVersion, timestamps) stays decoded, for the cache's keys and for events.
 
-use std::borrow::Cow;
 use std::marker::PhantomData;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::ObjectReference;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::cached::{Cached, Identity, Referable, reference};
 
 /// Drops what no controller reads from an object about to be cached (as client-go's informer transforms).
 pub(crate) trait Projected {
@@ -29,15 +30,10 @@ impl Projected for k8s_openapi::api::core::v1::Service {
     }
 }
 
-impl<K> Projected for Compact<K> {
-    /// Projected when made.
-    fn project(&mut self) {}
-}
-
 /// An object of type `K`, kept as the JSON of its projection (what a controller reads).
 #[derive(Debug)]
 pub struct Compact<K> {
-    meta: ObjectMeta,
+    identity: Identity,
     json: Box<[u8]>,
     kind: PhantomData<fn() -> K>,
 }
@@ -45,7 +41,7 @@ pub struct Compact<K> {
 impl<K> Clone for Compact<K> {
     fn clone(&self) -> Self {
         Compact {
-            meta: self.meta.clone(),
+            identity: self.identity.clone(),
             json: self.json.clone(),
             kind: PhantomData,
         }
@@ -64,17 +60,8 @@ where
         let json = serde_json::to_vec(&object)
             .expect("a Kubernetes object serialises")
             .into_boxed_slice();
-        let meta = object.meta();
         Compact {
-            meta: ObjectMeta {
-                name: meta.name.clone(),
-                namespace: meta.namespace.clone(),
-                uid: meta.uid.clone(),
-                resource_version: meta.resource_version.clone(),
-                creation_timestamp: meta.creation_timestamp.clone(),
-                deletion_timestamp: meta.deletion_timestamp.clone(),
-                ..ObjectMeta::default()
-            },
+            identity: Identity::of(object.meta()),
             json,
             kind: PhantomData,
         }
@@ -89,11 +76,7 @@ impl<K: DeserializeOwned> Compact<K> {
 
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!(
-            "{}/{}",
-            self.meta.namespace.as_deref().unwrap_or_default(),
-            self.meta.name.as_deref().unwrap_or_default()
-        )
+        self.identity.key().into_owned()
     }
 }
 
@@ -106,42 +89,27 @@ where
     }
 }
 
-impl<K> kube::Resource for Compact<K>
+impl<K> Cached for Compact<K>
 where
-    K: kube::Resource<DynamicType = ()>,
+    K: kube::Resource<DynamicType = ()> + Projected + Serialize + DeserializeOwned + std::fmt::Debug,
+    K: Send + Sync + 'static,
 {
-    type DynamicType = ();
-    type Scope = K::Scope;
+    type Kind = K;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
+    fn identity(&self) -> &Identity {
+        &self.identity
     }
+}
 
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
+impl<K: kube::Resource<DynamicType = ()>> Referable for Compact<K> {
+    fn event_reference(&self) -> ObjectReference {
+        reference::<K>(&self.identity)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Service;
-    use kube::Resource;
     use serde_json::json;
 
     use super::*;
@@ -163,8 +131,9 @@ mod tests {
         });
         let compact: Compact<Service> = serde_json::from_value(text.clone()).unwrap();
         assert_eq!(compact.key(), "shop/web");
-        assert_eq!(compact.meta().resource_version.as_deref(), Some("3"));
-        assert_eq!(Compact::<Service>::kind(&()), "Service");
+        assert_eq!(compact.identity().resource_version(), Some("3"));
+        assert_eq!(compact.identity().uid(), "u");
+        assert_eq!(compact.event_reference().kind.as_deref(), Some("Service"));
 
         let mut expected: Service = serde_json::from_value(text).unwrap();
         expected.metadata.managed_fields = None;

@@ -4,9 +4,9 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cached::Referable;
 use cloud_provider::{CallContext, CloudProvider};
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
-use kube::Resource;
 use leadermigration::ControllerName;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -178,9 +178,6 @@ impl ControllerContext {
 /// A reference to `object` for Events: without the resourceVersion, so that an Event repeated about an
 /// object that changed in between is one Event with a series, as client-go's correlator makes it, not a new
 /// Event per version.
-pub fn event_reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
-    ObjectReference {
-        resource_version: None,
-        ..object.object_ref(&())
-    }
+pub fn event_reference<K: Referable + ?Sized>(object: &K) -> ObjectReference {
+    object.event_reference()
 }

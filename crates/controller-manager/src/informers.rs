@@ -34,8 +34,9 @@ use tokio::sync::{broadcast, watch};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::cached::{Cached, Watched};
 use crate::cached_node::CachedNode;
-use crate::compact::{Compact, Projected};
+use crate::compact::Compact;
 
 /// An informer's cache: the objects by key, `name` (cluster-scoped) or `namespace/name`.
 pub struct Cache<K> {
@@ -89,17 +90,12 @@ impl<K> Cache<K> {
 }
 
 /// Calls `f` with the key `object` is cached under: `name`, or `namespace/name`.
-pub(crate) fn with_key<K: Resource, R>(object: &K, f: impl FnOnce(&str) -> R) -> R {
-    let meta = object.meta();
-    let name = meta.name.as_deref().unwrap_or_default();
-    match meta.namespace.as_deref() {
-        Some(namespace) => f(&format!("{namespace}/{name}")),
-        None => f(name),
-    }
+pub(crate) fn with_key<K: Cached, R>(object: &K, f: impl FnOnce(&str) -> R) -> R {
+    f(&object.identity().key())
 }
 
 /// A shared watch, its cache, a feed of changed objects and one of deleted objects.
-pub struct Informer<K: Resource<DynamicType = ()> + 'static> {
+pub struct Informer<K: Cached> {
     cache: Cache<K>,
     feed: broadcast::Sender<Arc<K>>,
     deleted: broadcast::Sender<Arc<K>>,
@@ -112,27 +108,14 @@ const DELETIONS_BUFFER: usize = 4096;
 /// Changes a subscriber may fall behind by before it gets every cached object again.
 const FEED_BUFFER: usize = 256;
 
-// Only crate-internal functions here: the bound does not leak.
-#[allow(private_bounds)]
-impl<K> Informer<K>
-where
-    K: Resource<DynamicType = ()>
-        + Projected
-        + Clone
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + serde::de::DeserializeOwned
-        + 'static,
-{
-    fn start(api: Api<K>, shutdown: &CancellationToken) -> Informer<K> {
+impl<K: Cached> Informer<K> {
+    fn start(client: kube::Client, shutdown: &CancellationToken) -> Informer<K> {
         let cache = Cache::default();
         let (feed, _) = broadcast::channel(FEED_BUFFER);
         let (deleted, _) = broadcast::channel(DELETIONS_BUFFER);
         let (ready_sender, ready) = watch::channel(false);
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(K::project);
+        let api: Api<Watched<K>> = Api::all(client);
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
         let mut reflector = Reflector {
             cache: cache.clone(),
             feed: feed.clone(),
@@ -147,8 +130,8 @@ where
                 tokio::select! {
                     () = stop.cancelled() => return,
                     event = stream.next() => match event {
-                        Some(Ok(event)) => reflector.apply(event),
-                        Some(Err(error)) => tracing::warn!(kind = K::kind(&()).as_ref(), %error, "watch failed; retrying"),
+                        Some(Ok(event)) => reflector.apply(unwrapped(event)),
+                        Some(Err(error)) => tracing::warn!(kind = K::Kind::kind(&()).as_ref(), %error, "watch failed; retrying"),
                         None => return,
                     },
                 }
@@ -163,6 +146,17 @@ where
     }
 }
 
+/// The event with the cached form of its object.
+fn unwrapped<K>(event: watcher::Event<Watched<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(watched) => watcher::Event::Apply(watched.object),
+        watcher::Event::Delete(watched) => watcher::Event::Delete(watched.object),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(watched) => watcher::Event::InitApply(watched.object),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 /// Applies a watch's events to the cache, then tells the feeds (a listener that reads the cache finds a
 /// change there, and a deleted object gone).
 struct Reflector<K> {
@@ -174,7 +168,7 @@ struct Reflector<K> {
     relisted: Option<HashMap<Arc<str>, Arc<K>>>,
 }
 
-impl<K: Resource> Reflector<K> {
+impl<K: Cached> Reflector<K> {
     fn apply(&mut self, event: watcher::Event<K>) {
         match event {
             watcher::Event::Init => self.relisted = Some(HashMap::new()),
@@ -229,10 +223,7 @@ impl<K: Resource> Reflector<K> {
     }
 }
 
-impl<K> Informer<K>
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
+impl<K: Cached> Informer<K> {
     /// The cache.
     pub fn store(&self) -> Cache<K> {
         self.cache.clone()
@@ -256,7 +247,7 @@ where
                     Ok(object) => return Some((object, receiver)),
                     Err(broadcast::error::RecvError::Lagged(lost)) => {
                         tracing::warn!(
-                            kind = K::kind(&()).as_ref(),
+                            kind = K::Kind::kind(&()).as_ref(),
                             lost,
                             "fell behind the deletions feed"
                         );
@@ -313,20 +304,18 @@ impl Informers {
     /// Nodes (started on first use).
     pub(crate) fn nodes(&self) -> &Informer<CachedNode> {
         self.nodes
-            .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
+            .get_or_init(|| Informer::start(self.client.clone(), &self.shutdown))
     }
 
     /// Services in every namespace (started on first use).
     pub(crate) fn services(&self) -> &Informer<Compact<Service>> {
         self.services
-            .get_or_init(|| Informer::start(Api::all(self.client.clone()), &self.shutdown))
+            .get_or_init(|| Informer::start(self.client.clone(), &self.shutdown))
     }
 }
 
 impl Informers {
-    fn ready_now<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static>(
-        informer: Option<&Informer<K>>,
-    ) -> bool {
+    fn ready_now<K: Cached>(informer: Option<&Informer<K>>) -> bool {
         informer.is_some_and(|informer| *informer.ready.borrow())
     }
 }
@@ -334,7 +323,7 @@ impl Informers {
 /// Both feeds of `informer` as cache events, the objects made by `object`.
 fn events<K, T>(informer: &Informer<K>, object: fn(&K) -> T) -> BoxStream<'static, CacheEvent<T>>
 where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: Cached,
     T: Send + 'static,
 {
     let applied = informer.subscribe().map(move |k| CacheEvent::Applied(object(&k)));
@@ -391,15 +380,15 @@ mod tests {
 
     use super::*;
 
-    fn service(namespace: &str, name: &str, version: &str) -> Service {
+    fn service(namespace: &str, name: &str, version: &str) -> Compact<Service> {
         serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": namespace, "name": name, "resourceVersion": version}
         }))
         .unwrap()
     }
 
-    fn version(service: &Service) -> &str {
-        service.metadata.resource_version.as_deref().unwrap()
+    fn version(service: &Compact<Service>) -> &str {
+        service.identity().resource_version().unwrap()
     }
 
     /// What the watch's events do to the cache and the feeds: a change replaces the cached object and is
@@ -407,7 +396,7 @@ mod tests {
     /// it no longer has and feeds every object again; readiness comes with the first list.
     #[test]
     fn events_update_the_cache_then_the_feeds() {
-        let cache = Cache::<Service>::default();
+        let cache = Cache::<Compact<Service>>::default();
         let (feed, mut fed) = broadcast::channel(16);
         let (deleted, mut gone) = broadcast::channel(16);
         let (ready, is_ready) = watch::channel(false);
@@ -451,8 +440,8 @@ mod tests {
         assert_eq!(cache.state().len(), 1);
     }
 
-    fn cache_key(service: &Service) -> String {
-        with_key(service, |key| key.to_owned())
+    fn cache_key(service: &Compact<Service>) -> String {
+        service.key()
     }
 
     /// Every concurrent waiter sees the informer ready (kube-runtime 5's `Store::wait_until_ready`, used

@@ -14,6 +14,7 @@
 //! - [`Health`] and [`Metrics`]: what the serving endpoints expose.
 
 mod batch;
+mod cached;
 mod cached_node;
 mod client;
 mod compact;
@@ -37,6 +38,7 @@ mod transport;
 pub mod webhooks;
 mod workqueue;
 
+pub use cached::{Cached, Identity, Referable};
 pub use cached_node::CachedNode;
 pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced, Stopping};
 pub use cloud_provider::{Cidr, CidrError};

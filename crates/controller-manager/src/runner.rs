@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{Stream, StreamExt};
-use kube::Resource;
 use tokio_util::sync::CancellationToken;
 
+use crate::cached::Cached;
 use crate::informers::{Cache, Informer, with_key};
 use crate::workqueue::WorkQueue;
 
@@ -98,7 +98,7 @@ impl<K: Send + Sync + 'static> Runner<K> {
     #[must_use]
     pub fn watch(self, informer: &Informer<K>, wanted: fn(&K) -> bool) -> Runner<K>
     where
-        K: Resource<DynamicType = ()> + Clone,
+        K: Cached,
     {
         let queue = self.queue.clone();
         let changes = informer

@@ -11,7 +11,7 @@ mod periodic;
 mod route;
 mod service;
 
-use kube::Resource;
+use crate::cached::Cached;
 
 pub use backoff::Backoff;
 
@@ -77,8 +77,8 @@ fn routes_configured(settings: &ControllerSettings) -> Result<(), String> {
 }
 
 /// Seconds since the object was created (for upstream's delay histograms).
-pub(crate) fn age_seconds<K: Resource>(object: &K) -> Option<f64> {
-    let created = object.meta().creation_timestamp.as_ref()?.0;
+pub(crate) fn age_seconds<K: Cached>(object: &K) -> Option<f64> {
+    let created = object.identity().created()?.0;
     let age = jiff::Timestamp::now().duration_since(created);
     Some(age.as_secs_f64().max(0.0))
 }

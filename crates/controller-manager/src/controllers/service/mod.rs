@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
-use kube::Resource;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 use tokio::sync::mpsc;
@@ -43,6 +42,7 @@ pub(crate) use self::sync::ServiceError;
 use self::sync::{Target, clean_up, delete_orphan, ensure, update_hosts};
 use super::backoff::Backoff;
 use super::periodic::pause;
+use crate::cached::Cached;
 use crate::cached_node::CachedNode;
 use crate::compact::Compact;
 use crate::context::ControllerContext;
@@ -327,7 +327,9 @@ async fn delete_orphans(context: Arc<ServiceContext>) {
     while let Some(deleted) = deletions.next().await {
         let key = deleted.key();
         let ensured = context.ensured().get(&key).cloned();
-        let Some(gone) = ensured.filter(|e| e.metadata.uid == deleted.meta().uid) else {
+        let Some(gone) =
+            ensured.filter(|e| e.metadata.uid.as_deref().unwrap_or_default() == deleted.identity().uid())
+        else {
             context.forget(&key);
             continue;
         };

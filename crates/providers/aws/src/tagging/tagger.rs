@@ -9,7 +9,6 @@ use cloud_provider::CloudError;
 use controller_manager::{Backoff, CachedNode, ControllerContext};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use tokio::time::Instant;
 
@@ -248,7 +247,7 @@ impl Tagger {
                 self.invalid.insert(due.node.uid().to_owned());
             }
             Refused::NotFound => {
-                let created = due.node.meta().creation_timestamp.as_ref().map(|t| t.0);
+                let created = due.node.created().map(|t| t.0);
                 let age = created.map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t));
                 if age.is_some_and(|age| age.as_secs() < GRACE.as_secs() as i64) {
                     tracing::info!(node = name, instance = %due.instance, "the node's instance does not exist yet (EC2 is eventually consistent); retrying");

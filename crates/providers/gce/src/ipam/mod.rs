@@ -195,7 +195,7 @@ async fn run(controller: ControllerContext) {
 
 /// Upstream's `RecordNodeStatusChange`: a Normal Event whose reason is the new status.
 async fn status_change(controller: &ControllerContext, node: &CachedNode, status: &str) {
-    let reference = event_reference(&node.to_node());
+    let reference = event_reference(node);
     let note = format!("Node {} status is now: {status}", node.name());
     controller
         .event(&reference, EventType::Normal, status, "AllocateCIDR", note)
