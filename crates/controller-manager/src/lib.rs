@@ -37,6 +37,7 @@ pub mod service_accounts;
 mod transport;
 pub mod webhooks;
 mod workqueue;
+mod written;
 
 pub use cached::{Cached, Identity, Referable};
 pub use cached_node::CachedNode;
@@ -60,6 +61,7 @@ pub use runner::{Action, Runner};
 pub use runtime::{Manager, ManagerError};
 pub use transport::{Fence, HTTP_SPAN_TARGET};
 pub use workqueue::{WorkQueue, Working};
+pub use written::Written;
 
 /// Locks a mutex that guards plain data: a panic elsewhere while holding it leaves nothing half-done
 /// that a later reader could trip over, so poisoning is ignored.

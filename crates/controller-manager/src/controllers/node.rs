@@ -41,6 +41,7 @@ use crate::cached_node::CachedNode;
 use crate::context::{ControllerContext, event_reference};
 use crate::instances::instances_of;
 use crate::runner::{self, Action};
+use crate::written::Written;
 
 type MetadataBatcher = Batcher<Arc<Node>, Result<InstanceMetadata, CloudError>>;
 
@@ -61,7 +62,7 @@ pub(crate) enum NodeError {
 
 struct NodeContext {
     controller: ControllerContext,
-    api: Api<Node>,
+    api: Api<Written<Node>>,
     metadata: MetadataBatcher,
     /// Nodes this process initialised, by UID, with the resourceVersion of its untainting write: the cache
     /// may still show an older, tainted version, which must not be initialised again; a tainted version

@@ -32,6 +32,7 @@ use super::periodic::{self, Schedule};
 use crate::cached_node::CachedNode;
 use crate::context::{ControllerContext, event_reference};
 use crate::instances::instances_of;
+use crate::written::Written;
 
 /// A round in which some nodes could not be checked or changed (each is logged).
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +48,7 @@ pub(super) async fn run(controller: ControllerContext) {
         () = informer.ready() => {}
     }
     controller.set_started();
-    let api: Api<Node> = Api::all(controller.client().clone());
+    let api: Api<Written<Node>> = Api::all(controller.client().clone());
     let schedule = Schedule {
         period: controller.settings().node_monitor_period,
         from_start: false,
@@ -73,7 +74,7 @@ fn all_failed<T>(count: usize, error: &CloudError) -> Vec<Result<T, CloudError>>
         .collect()
 }
 
-async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), RoundFailed> {
+async fn monitor(controller: &ControllerContext, api: &Api<Written<Node>>) -> Result<(), RoundFailed> {
     let _working = controller.working();
     let provider = controller.provider();
     let Some(instances) = instances_of(provider.as_ref()) else {
@@ -195,7 +196,7 @@ async fn monitor(controller: &ControllerContext, api: &Api<Node>) -> Result<(), 
 }
 
 /// Deletes the node; false when that failed.
-async fn delete(controller: &ControllerContext, api: &Api<Node>, node: &CachedNode) -> bool {
+async fn delete(controller: &ControllerContext, api: &Api<Written<Node>>, node: &CachedNode) -> bool {
     let name = node.name();
     controller
         .event(
@@ -237,7 +238,7 @@ async fn delete(controller: &ControllerContext, api: &Api<Node>, node: &CachedNo
 
 /// Adds or removes the shutdown taint, conditional on the cached version (taints are a whole-list field);
 /// false when the write failed.
-async fn set_shutdown_taint(api: &Api<Node>, node: &CachedNode, present: bool) -> bool {
+async fn set_shutdown_taint(api: &Api<Written<Node>>, node: &CachedNode, present: bool) -> bool {
     let name = node.name();
     let mut list: Vec<Taint> = node
         .taints()

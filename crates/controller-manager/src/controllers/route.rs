@@ -37,6 +37,7 @@ use serde_json::json;
 use super::periodic::{self, Schedule};
 use crate::cached_node::CachedNode;
 use crate::context::{ControllerContext, event_reference};
+use crate::written::Written;
 use cloud_provider::Cidr;
 
 /// At most this many route calls at once (upstream's `maxConcurrentRouteOperations`).
@@ -97,7 +98,7 @@ pub(super) async fn run(controller: ControllerContext) {
         () = informer.ready() => {}
     }
     controller.set_started();
-    let api: Api<Node> = Api::all(controller.client().clone());
+    let api: Api<Written<Node>> = Api::all(controller.client().clone());
     let schedule = Schedule {
         period: controller.settings().route_reconciliation_period,
         from_start: true,
@@ -144,7 +145,7 @@ fn same_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
 
 async fn reconcile(
     controller: &ControllerContext,
-    api: &Api<Node>,
+    api: &Api<Written<Node>>,
     warned: &Mutex<HashSet<(String, String)>>,
 ) -> Result<(), RouteError> {
     let Some(routes) = controller.provider().routes() else {
@@ -352,7 +353,7 @@ async fn reconcile(
 }
 
 /// Sets `NetworkUnavailable` when its status or reason changes; false when the write failed.
-async fn update_condition(api: &Api<Node>, node: &CachedNode, routes_created: bool) -> bool {
+async fn update_condition(api: &Api<Written<Node>>, node: &CachedNode, routes_created: bool) -> bool {
     let (status, reason, message) = if routes_created {
         ("False", "RouteCreated", "RouteController created a route")
     } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::CloudError;
-use controller_manager::{Backoff, CachedNode, ControllerContext};
+use controller_manager::{Backoff, CachedNode, ControllerContext, Written};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -35,7 +35,7 @@ struct Untag {
 struct Tagger {
     controller: ControllerContext,
     provider: Arc<AwsProvider>,
-    api: Api<Node>,
+    api: Api<Written<Node>>,
     tags: BTreeMap<String, String>,
     checksum: String,
     backoff: Backoff,

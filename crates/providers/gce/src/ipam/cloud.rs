@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cloud_provider::CloudError;
-use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, runner};
+use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, Written, runner};
 use futures::StreamExt;
 use google_cloud_compute_v1::model::{Instance, NetworkInterface};
 use k8s_openapi::api::core::v1::Node;
@@ -161,7 +161,7 @@ enum IpamError {
 struct Ipam {
     controller: ControllerContext,
     provider: Arc<GceProvider>,
-    api: Api<Node>,
+    api: Api<Written<Node>>,
     backoff: Backoff,
     stack: Stack,
     /// Per node (uid), the resource versions its last successful allocation wrote.
@@ -322,7 +322,10 @@ fn same_cidrs(current: &[&str], proposed: &[String]) -> bool {
 /// Sets `NetworkUnavailable` to `False`/`RouteCreated` unless it is already; a new condition (or one
 /// whose status changes) gets a transition time, an unchanged status keeps its own.
 /// The node's resource version after the write, if one was made.
-async fn set_network_available(api: &Api<Node>, node: &CachedNode) -> Result<Option<String>, kube::Error> {
+async fn set_network_available(
+    api: &Api<Written<Node>>,
+    node: &CachedNode,
+) -> Result<Option<String>, kube::Error> {
     const MESSAGE: &str = "NodeController create implicit route";
     let current = node.condition("NetworkUnavailable");
     if current == Some(("False", Some("RouteCreated"))) {

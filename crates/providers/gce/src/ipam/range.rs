@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, runner};
+use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, Written, runner};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -167,7 +167,7 @@ enum RangeError {
 
 struct Ranges {
     controller: ControllerContext,
-    api: Api<Node>,
+    api: Api<Written<Node>>,
     backoff: Backoff,
     sets: Mutex<Vec<CidrSet>>,
     /// Per node (uid), the networks given to it whose write the cache has not shown yet.
