@@ -154,14 +154,16 @@ impl<K: Send + Sync + 'static> Runner<K> {
                 biased;
                 () = stop.cancelled() => break,
                 Some(done) = running.next(), if !running.is_empty() => finish(done),
-                // Every feed ended (the informers stopped): no new work, as after `stop`.
-                fed = feeds.next(), if feeding => if fed.is_none() { break },
+                // Work is started before more is fed: under a burst the feeds are never empty, and a feed
+                // polled first would hold every free slot idle until it was.
                 working = queue.next(), if running.len() < concurrency => {
                     // A key whose object is gone is done with (its guard drops here).
                     if let Some(object) = working.key().and_then(&lookup) {
                         running.push(start(object, working));
                     }
                 }
+                // Every feed ended (the informers stopped): no new work, as after `stop`.
+                fed = feeds.next(), if feeding => if fed.is_none() { break },
             }
         }
         while let Some(done) = running.next().await {

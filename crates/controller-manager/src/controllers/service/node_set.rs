@@ -39,18 +39,12 @@ pub(super) fn in_load_balancer(node: &CachedNode) -> bool {
 /// or its exclude label flipped. Other changes — the autoscaler's deletion taint among them — take effect
 /// at the next sync something else causes (upstream leaves such nodes in for connection draining).
 pub(super) fn sync_trigger(nodes: &Cache<CachedNode>) -> u64 {
-    let mut keys: Vec<(String, Option<String>, bool)> = nodes
-        .state()
+    let nodes = nodes.state();
+    let mut keys: Vec<(&str, Option<&str>, bool)> = nodes
         .iter()
-        .map(|n| {
-            (
-                n.name().to_owned(),
-                n.provider_id().map(str::to_owned),
-                included_by_label(n),
-            )
-        })
+        .map(|n| (n.name(), n.provider_id(), included_by_label(n)))
         .collect();
-    keys.sort();
+    keys.sort_unstable();
     let mut hasher = DefaultHasher::new();
     keys.hash(&mut hasher);
     hasher.finish()
