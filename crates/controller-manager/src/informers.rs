@@ -273,7 +273,15 @@ impl<K: Cached> Informer<K> {
                         }
                         match receiver.recv().await {
                             Ok(object) => return Some((object, (receiver, backlog))),
-                            Err(broadcast::error::RecvError::Lagged(_)) => backlog = store.state(),
+                            Err(broadcast::error::RecvError::Lagged(lost)) => {
+                                backlog = store.state();
+                                tracing::debug!(
+                                    kind = K::Kind::kind(&()).as_ref(),
+                                    lost,
+                                    again = backlog.len(),
+                                    "fell behind the changes feed: every cached object again"
+                                );
+                            }
                             Err(broadcast::error::RecvError::Closed) => return None,
                         }
                     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, FuturesUnordered};
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::cached::Cached;
@@ -51,6 +51,9 @@ impl Action {
         self.requeue_after
     }
 }
+
+/// Feed items taken at once when the feeds are read (see [`Runner::run`]).
+const FEED_DRAIN: usize = 1024;
 
 type Lookup<K> = Box<dyn Fn(&str) -> Option<Arc<K>> + Send + Sync>;
 
@@ -163,7 +166,19 @@ impl<K: Send + Sync + 'static> Runner<K> {
                     }
                 }
                 // Every feed ended (the informers stopped): no new work, as after `stop`.
-                fed = feeds.next(), if feeding => if fed.is_none() { break },
+                fed = feeds.next(), if feeding => {
+                    if fed.is_none() {
+                        break;
+                    }
+                    // Adding a key is cheap: take what else is ready now (up to a bound, to stay fair),
+                    // so that a burst does not leave the feed behind its informer (which would feed every
+                    // cached object again).
+                    for _ in 0..FEED_DRAIN {
+                        if feeds.next().now_or_never() != Some(Some(())) {
+                            break;
+                        }
+                    }
+                }
             }
         }
         while let Some(done) = running.next().await {

@@ -303,12 +303,19 @@ async fn watch_node_set(context: Arc<ServiceContext>, trigger: mpsc::Sender<()>)
         let Some(mut deleted) = changes.next().await else {
             return;
         };
-        if !pause(context.controller.stop(), Duration::from_secs(1)).await {
-            return;
-        }
-        // Drain what arrived meanwhile; one pass covers it all.
-        while let Some(Some(deletion)) = futures::FutureExt::now_or_never(changes.next()) {
-            deleted |= deletion;
+        // One pass a second at most, covering what arrives meanwhile. The feed is read all the while: a
+        // reader that stops for the second falls behind it and is fed every cached node again.
+        let settled = tokio::time::sleep(Duration::from_secs(1));
+        let mut settled = std::pin::pin!(settled);
+        loop {
+            tokio::select! {
+                () = context.controller.stop().cancelled() => return,
+                () = &mut settled => break,
+                change = changes.next() => match change {
+                    Some(deletion) => deleted |= deletion,
+                    None => return,
+                },
+            }
         }
         let latest = sync_trigger(&context.nodes);
         if latest != current || deleted {
