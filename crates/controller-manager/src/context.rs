@@ -159,7 +159,7 @@ impl ControllerContext {
     }
 
     /// Records an Event about `about`, reported by this controller (upstream's reporter name) and process,
-    /// in core/v1 as upstream's managers record them ([`crate::events`]). A message longer than 1024 bytes
+    /// in core/v1 as upstream's managers record them (`events.rs`). A message longer than 1024 bytes
     /// is cut. Returns once the Event is queued: one background task writes this controller's Events in
     /// order, as client-go's broadcaster (a sync never waits for the API server to take them; past 1,000
     /// waiting, new ones are dropped). Failures are logged: an Event is never worth failing a sync.

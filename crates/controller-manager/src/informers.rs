@@ -5,7 +5,7 @@
 //!
 //! The cache holds a projection: nodes as [`CachedNode`]s (what the controllers read, compactly: with
 //! 10k kubelet-shaped nodes they are most of the process's memory), services as the JSON of the Service
-//! without `managedFields` and the last-applied annotation ([`Compact`], [`Projected`]), as client-go's
+//! without `managedFields` and the last-applied annotation ([`Compact`]), as client-go's
 //! informer transforms do. It is safe because
 //! controllers only ever *patch* the fields they own; no cached object is written back whole.
 //!
