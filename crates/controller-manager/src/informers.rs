@@ -89,11 +89,6 @@ impl<K> Cache<K> {
     }
 }
 
-/// Calls `f` with the key `object` is cached under: `name`, or `namespace/name`.
-pub(crate) fn with_key<K: Cached, R>(object: &K, f: impl FnOnce(&str) -> R) -> R {
-    f(&object.identity().key())
-}
-
 /// A shared watch, its cache, a feed of changed objects and one of deleted objects.
 pub struct Informer<K: Cached> {
     cache: Cache<K>,
@@ -173,7 +168,7 @@ impl<K: Cached> Reflector<K> {
         match event {
             watcher::Event::Init => self.relisted = Some(HashMap::new()),
             watcher::Event::InitApply(object) => {
-                let key: Arc<str> = with_key(&object, |key| Arc::from(key));
+                let key: Arc<str> = Arc::from(object.identity().key());
                 self.relisted
                     .get_or_insert_with(HashMap::new)
                     .insert(key, Arc::new(object));
@@ -202,20 +197,20 @@ impl<K: Cached> Reflector<K> {
             }
             watcher::Event::Apply(object) => {
                 let object = Arc::new(object);
-                with_key(object.as_ref(), |key| {
-                    let mut cache = self.cache.write();
-                    match cache.get_mut(key) {
-                        Some(cached) => *cached = object.clone(),
-                        None => {
-                            cache.insert(Arc::from(key), object.clone());
-                        }
+                let key = object.identity().key();
+                let mut cache = self.cache.write();
+                match cache.get_mut(key.as_ref()) {
+                    Some(cached) => *cached = object.clone(),
+                    None => {
+                        cache.insert(Arc::from(key), object.clone());
                     }
-                });
+                }
+                drop(cache);
                 // Nobody listening is fine.
                 let _ = self.feed.send(object);
             }
             watcher::Event::Delete(object) => {
-                with_key(&object, |key| self.cache.write().remove(key));
+                self.cache.write().remove(object.identity().key().as_ref());
                 // The object's last state, as the watch tells it.
                 let _ = self.deleted.send(Arc::new(object));
             }

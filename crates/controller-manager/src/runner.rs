@@ -22,7 +22,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::cached::Cached;
-use crate::informers::{Cache, Informer, with_key};
+use crate::informers::{Cache, Informer};
 use crate::workqueue::WorkQueue;
 
 /// What a reconcile (or the error policy) asks for next.
@@ -107,11 +107,11 @@ impl<K: Send + Sync + 'static> Runner<K> {
         let changes = informer
             .subscribe()
             .filter(move |object| std::future::ready(wanted(object)))
-            .map(move |object| with_key(object.as_ref(), |key| queue.add(key)));
+            .map(move |object| queue.add(&object.identity().key()));
         let (queue, cache) = (self.queue.clone(), informer.store());
         let first = futures::stream::once(async move {
             for object in cache.state().iter().filter(|object| wanted(object)) {
-                with_key(object.as_ref(), |key| queue.add(key));
+                queue.add(&object.identity().key());
             }
         });
         self.feed(changes).feed(first)

@@ -152,6 +152,9 @@ impl State {
         if self.later.is_empty() && self.later.capacity() > SHRINK_ABOVE {
             self.later.shrink_to_fit();
         }
+        if self.running.is_empty() && self.running.capacity() > SHRINK_ABOVE {
+            self.running.shrink_to_fit();
+        }
     }
 }
 
@@ -422,9 +425,7 @@ impl Drop for Working {
         }
         if let Some(key) = self.key.take() {
             state.running.remove(&key);
-            if state.running.is_empty() && state.running.capacity() > SHRINK_ABOVE {
-                state.running.shrink_to_fit();
-            }
+            state.shrink();
             if state.line_up(&key, Instant::now()) {
                 drop(state);
                 self.queue.wake.notify_one();
