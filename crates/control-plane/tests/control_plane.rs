@@ -121,9 +121,94 @@ async fn minted_identities_are_judged_by_rbac(backend: Backend) {
     }
 }
 
+/// A write asked for its answer as `PartialObjectMetadata` gets the object's metadata only, on the main
+/// resource and the status subresource; a Node created with neither spec nor status has both, so a JSON
+/// Patch may add under them.
+async fn writes_answer_with_metadata_only_when_asked(backend: Backend) {
+    const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let server = ApiServer::for_test(backend).await;
+    let client = server.client();
+    Api::<Node>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &object(serde_json::json!({"metadata": {"name": "bare"}})),
+        )
+        .await
+        .unwrap();
+    let patch = |path: &str, body: serde_json::Value, accept: Option<&str>| {
+        let mut request =
+            http::Request::patch(path).header(http::header::CONTENT_TYPE, "application/json-patch+json");
+        if let Some(accept) = accept {
+            request = request.header(http::header::ACCEPT, accept);
+        }
+        request.body(serde_json::to_vec(&body).unwrap()).unwrap()
+    };
+    let status: serde_json::Value = client
+        .request(patch(
+            "/api/v1/nodes/bare/status",
+            serde_json::json!([{"op": "add", "path": "/status/addresses", "value": [{"type": "InternalIP", "address": "10.0.0.1"}]}]),
+            Some(METADATA_ONLY),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(status["kind"], "PartialObjectMetadata", "{status}");
+    assert_eq!(status["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(status["metadata"]["name"], "bare");
+    assert!(
+        status.get("status").is_none() && status.get("spec").is_none(),
+        "{status}"
+    );
+    let main: serde_json::Value = client
+        .request(patch(
+            "/api/v1/nodes/bare",
+            serde_json::json!([
+                {"op": "add", "path": "/metadata/resourceVersion", "value": status["metadata"]["resourceVersion"]},
+                {"op": "add", "path": "/metadata/labels", "value": {"a/b": "c"}},
+                {"op": "add", "path": "/spec/providerID", "value": "fake://bare"},
+            ]),
+            Some(METADATA_ONLY),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(main["kind"], "PartialObjectMetadata", "{main}");
+    assert_eq!(main["metadata"]["labels"]["a/b"], "c");
+    assert_ne!(
+        main["metadata"]["resourceVersion"],
+        status["metadata"]["resourceVersion"]
+    );
+    // Without the Accept, the whole object; a stale resourceVersion in a JSON Patch is a conflict.
+    let whole: Node = client
+        .request(patch(
+            "/api/v1/nodes/bare",
+            serde_json::json!([{"op": "add", "path": "/metadata/labels/a~1b", "value": "d"}]),
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(whole.spec.unwrap().provider_id.as_deref(), Some("fake://bare"));
+    let addresses = whole.status.unwrap().addresses.unwrap();
+    assert_eq!(addresses[0].address, "10.0.0.1");
+    assert_eq!(whole.metadata.labels.unwrap()["a/b"], "d");
+    let stale = client
+        .request::<serde_json::Value>(patch(
+            "/api/v1/nodes/bare",
+            serde_json::json!([
+                {"op": "add", "path": "/metadata/resourceVersion", "value": status["metadata"]["resourceVersion"]},
+                {"op": "add", "path": "/metadata/labels/x", "value": "y"},
+            ]),
+            Some(METADATA_ONLY),
+        ))
+        .await;
+    match stale {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 409, "{status:?}"),
+        other => panic!("a stale resourceVersion is a conflict: {other:?}"),
+    }
+}
+
 on_both_backends!(
     the_server_records_writes_and_lease_holders,
-    minted_identities_are_judged_by_rbac
+    minted_identities_are_judged_by_rbac,
+    writes_answer_with_metadata_only_when_asked
 );
 
 /// Start-up time and memory of the real control plane, for the record (`--nocapture` shows them).

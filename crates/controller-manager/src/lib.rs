@@ -37,7 +37,7 @@ pub mod service_accounts;
 mod transport;
 pub mod webhooks;
 mod workqueue;
-mod written;
+pub mod written;
 
 pub use cached::{Cached, Identity, Referable};
 pub use cached_node::CachedNode;

@@ -44,7 +44,10 @@ pub(crate) fn apply(
 ) {
     match (resource.group, resource.plural) {
         ("", "services") => service(object, old, allocations),
-        ("", "nodes") if old.is_none() => not_ready_taint(object),
+        ("", "nodes") if old.is_none() => {
+            not_ready_taint(object);
+            node_status(object);
+        }
         ("coordination.k8s.io", "leases") => coordinated_leader_election_off(object, old),
         ("", "namespaces") if old.is_none() => {
             object["status"] = json!({"phase": "Active"});
@@ -72,6 +75,40 @@ fn not_ready_taint(object: &mut Value) {
         .any(|t| t["key"] == NOT_READY && t["effect"] == "NoSchedule");
     if !present {
         taints.push(json!({"key": NOT_READY, "effect": "NoSchedule"}));
+    }
+}
+
+/// A Node's status as the real server stores and encodes it: never absent (its Go struct has no empty
+/// form), with the daemon endpoint and the node info's string fields always there. A JSON Patch may name
+/// paths under `/status` on any Node.
+fn node_status(object: &mut Value) {
+    const NODE_INFO: [&str; 10] = [
+        "machineID",
+        "systemUUID",
+        "bootID",
+        "kernelVersion",
+        "osImage",
+        "containerRuntimeVersion",
+        "kubeletVersion",
+        "kubeProxyVersion",
+        "operatingSystem",
+        "architecture",
+    ];
+    if !object["status"].is_object() {
+        object["status"] = json!({});
+    }
+    let status = &mut object["status"];
+    if !status["daemonEndpoints"]["kubeletEndpoint"].is_object() {
+        status["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": 0}});
+    }
+    if !status["nodeInfo"].is_object() {
+        status["nodeInfo"] = json!({});
+    }
+    let info = &mut status["nodeInfo"];
+    for field in NODE_INFO {
+        if !info[field].is_string() {
+            info[field] = json!("");
+        }
     }
 }
 

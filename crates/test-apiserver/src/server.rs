@@ -168,6 +168,17 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    // `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`: a single object's answer is
+    // reduced to its metadata, as the real server's `transformResponseObject` does.
+    let metadata_only = request
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| {
+            accept
+                .split(';')
+                .any(|parameter| parameter.trim() == "as=PartialObjectMetadata")
+        });
     let segments: Vec<&str> = path
         .trim_matches('/')
         .split('/')
@@ -312,7 +323,7 @@ async fn handle(
     }
 
     let body = read_body(request).await;
-    verbs::handle(
+    let reply = verbs::handle(
         state,
         ApiRequest {
             target,
@@ -323,7 +334,14 @@ async fn handle(
             user_agent,
         },
     )
-    .await
+    .await?;
+    if metadata_only
+        && matches!(verb, "get" | "create" | "update" | "patch")
+        && (200..300).contains(&reply.status)
+    {
+        return Ok(reply.metadata_only().await);
+    }
+    Ok(reply)
 }
 
 /// The request's body; a body that breaks off reads as empty (and then fails to decode).

@@ -46,6 +46,30 @@ impl Reply {
         reply
     }
 
+    /// The same answer with its object reduced to a `PartialObjectMetadata` (kind, apiVersion, metadata).
+    pub(crate) async fn metadata_only(mut self) -> Reply {
+        let body = std::mem::replace(&mut self.body, full(Bytes::new()));
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) => return Reply::error(&ApiError::internal(format!("the answer broke off: {error}"))),
+        };
+        let object: Value = match serde_json::from_slice(&bytes) {
+            Ok(object) => object,
+            Err(error) => {
+                return Reply::error(&ApiError::internal(format!("the answer is not JSON: {error}")));
+            }
+        };
+        let partial = serde_json::json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": object.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+        });
+        self.body = full(Bytes::from(
+            serde_json::to_vec(&partial).expect("JSON values serialise"),
+        ));
+        self
+    }
+
     pub(crate) fn into_response(self) -> Response<Body> {
         let mut response = Response::new(self.body);
         *response.status_mut() =

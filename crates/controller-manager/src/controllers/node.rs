@@ -27,7 +27,9 @@ use cloud_provider::names::{
 };
 use cloud_provider::{CloudError, InstanceMetadata};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
@@ -41,7 +43,7 @@ use crate::cached_node::CachedNode;
 use crate::context::{ControllerContext, event_reference};
 use crate::instances::instances_of;
 use crate::runner::{self, Action};
-use crate::written::Written;
+use crate::written::{self, Written};
 
 type MetadataBatcher = Batcher<Arc<Node>, Result<InstanceMetadata, CloudError>>;
 
@@ -254,6 +256,28 @@ fn initial_labels(node: &CachedNode, metadata: &InstanceMetadata) -> BTreeMap<St
     set
 }
 
+/// A JSON Patch `add` (which replaces a member already there) of `value` at the path of `tokens`.
+///
+/// The node writes are JSON Patches rather than merge patches for the API server's sake: kube-apiserver
+/// applies a merge patch by decoding the whole stored object into generic maps and encoding it again, a
+/// JSON Patch by decoding only the members on its paths (for a kubelet-shaped Node, not the status'
+/// images and inventory). Each operation names its full path, so the object must have the parents: every
+/// Node has `spec` and `status`; `metadata.labels` may be absent, and is then added whole.
+fn add<'t>(tokens: impl IntoIterator<Item = &'t str>, value: serde_json::Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(tokens),
+        value,
+    })
+}
+
+/// The status write of a node's addresses (the list replaced, as upstream's).
+fn addresses_patch(addresses: &[NodeAddress]) -> Patch<()> {
+    Patch::Json(json_patch::Patch(vec![add(
+        ["status", "addresses"],
+        json!(addresses),
+    )]))
+}
+
 /// The cloud's metadata for `node`: the only place the node controller builds a full `Node`.
 async fn instance_metadata(node: &CachedNode, context: &NodeContext) -> Result<InstanceMetadata, NodeError> {
     context
@@ -313,12 +337,14 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
     };
     let mut resource_version = node.resource_version().map(str::to_owned);
     if let Some(desired) = desired.filter(|d| addresses_differ(&current_addresses, d)) {
-        let patch = json!({"status": {"addresses": desired}});
-        let written = context
-            .api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map_err(NodeError::Write)?;
+        let written = written::patch_status(
+            &context.api,
+            name,
+            &PatchParams::default(),
+            &addresses_patch(&desired),
+        )
+        .await
+        .map_err(NodeError::Write)?;
         resource_version = written.metadata.resource_version;
     }
 
@@ -328,17 +354,29 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
         .iter()
         .filter(|t| t.key != TAINT_UNINITIALIZED)
         .collect();
-    let mut spec = json!({"taints": remaining});
-    if node.provider_id().is_none() {
-        spec["providerID"] = json!(metadata.provider_id);
+    let mut operations = Vec::new();
+    if let Some(version) = resource_version {
+        operations.push(add(["metadata", "resourceVersion"], json!(version)));
     }
-    let patch = json!({
-        "metadata": {"resourceVersion": resource_version, "labels": initial_labels(node, &metadata)},
-        "spec": spec,
-    });
+    let labels = initial_labels(node, &metadata);
+    if node.has_labels() {
+        for (key, value) in labels {
+            operations.push(add(["metadata", "labels", key.as_str()], json!(value)));
+        }
+    } else if !labels.is_empty() {
+        operations.push(add(["metadata", "labels"], json!(labels)));
+    }
+    if node.provider_id().is_none() {
+        operations.push(add(["spec", "providerID"], json!(metadata.provider_id)));
+    }
+    operations.push(add(["spec", "taints"], json!(remaining)));
     let written = context
         .api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch::Patch(operations)),
+        )
         .await
         .map_err(NodeError::Write)?;
     if let Some(version) = written
@@ -433,12 +471,14 @@ async fn refresh_one(node: &CachedNode, context: &NodeContext) -> Result<(), Nod
             error,
         })?;
     if let Some(desired) = desired.filter(|d| addresses_differ(&current, d)) {
-        let patch = json!({"status": {"addresses": desired}});
-        context
-            .api
-            .patch_status(node.name(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map_err(NodeError::Write)?;
+        written::patch_status(
+            &context.api,
+            node.name(),
+            &PatchParams::default(),
+            &addresses_patch(&desired),
+        )
+        .await
+        .map_err(NodeError::Write)?;
     }
     Ok(())
 }

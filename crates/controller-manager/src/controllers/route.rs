@@ -378,10 +378,7 @@ async fn update_condition(api: &Api<Written<Node>>, node: &CachedNode, routes_cr
     .into();
     let name = node.name().to_owned();
     let patch = json!({"status": {"conditions": [condition]}});
-    match api
-        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-    {
+    match crate::written::patch_status(api, &name, &PatchParams::default(), &Patch::Strategic(patch)).await {
         Ok(_) => true,
         Err(error) => {
             tracing::warn!(node = %name, %error, "cannot set the NetworkUnavailable condition");

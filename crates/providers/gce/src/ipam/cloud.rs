@@ -343,9 +343,14 @@ async fn set_network_available(
         condition.insert("lastTransitionTime", now);
     }
     let patch = json!({"status": {"conditions": [condition]}});
-    api.patch_status(node.name(), &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map(|patched| patched.metadata.resource_version)
+    controller_manager::written::patch_status(
+        api,
+        node.name(),
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await
+    .map(|patched| patched.metadata.resource_version)
 }
 
 fn error_policy(node: Arc<CachedNode>, error: &IpamError, context: Arc<Ipam>) -> Action {
