@@ -356,11 +356,6 @@ impl CachedNode {
         self.labels.get(key)
     }
 
-    /// Whether the node has any label.
-    pub fn has_labels(&self) -> bool {
-        !self.labels.0.is_empty()
-    }
-
     /// `spec.providerID`, when set and not empty.
     pub fn provider_id(&self) -> Option<&str> {
         self.provider_id.as_deref()

@@ -27,8 +27,6 @@ use cloud_provider::names::{
 };
 use cloud_provider::{CloudError, InstanceMetadata};
 use futures::StreamExt;
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -256,26 +254,9 @@ fn initial_labels(node: &CachedNode, metadata: &InstanceMetadata) -> BTreeMap<St
     set
 }
 
-/// A JSON Patch `add` (which replaces a member already there) of `value` at the path of `tokens`.
-///
-/// The node writes are JSON Patches rather than merge patches for the API server's sake: kube-apiserver
-/// applies a merge patch by decoding the whole stored object into generic maps and encoding it again, a
-/// JSON Patch by decoding only the members on its paths (for a kubelet-shaped Node, not the status'
-/// images and inventory). Each operation names its full path, so the object must have the parents: every
-/// Node has `spec` and `status`; `metadata.labels` may be absent, and is then added whole.
-fn add<'t>(tokens: impl IntoIterator<Item = &'t str>, value: serde_json::Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation {
-        path: PointerBuf::from_tokens(tokens),
-        value,
-    })
-}
-
 /// The status write of a node's addresses (the list replaced, as upstream's).
-fn addresses_patch(addresses: &[NodeAddress]) -> Patch<()> {
-    Patch::Json(json_patch::Patch(vec![add(
-        ["status", "addresses"],
-        json!(addresses),
-    )]))
+fn addresses_patch(addresses: &[NodeAddress]) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"status": {"addresses": addresses}}))
 }
 
 /// The cloud's metadata for `node`: the only place the node controller builds a full `Node`.
@@ -354,29 +335,17 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
         .iter()
         .filter(|t| t.key != TAINT_UNINITIALIZED)
         .collect();
-    let mut operations = Vec::new();
-    if let Some(version) = resource_version {
-        operations.push(add(["metadata", "resourceVersion"], json!(version)));
-    }
-    let labels = initial_labels(node, &metadata);
-    if node.has_labels() {
-        for (key, value) in labels {
-            operations.push(add(["metadata", "labels", key.as_str()], json!(value)));
-        }
-    } else if !labels.is_empty() {
-        operations.push(add(["metadata", "labels"], json!(labels)));
-    }
+    let mut spec = json!({"taints": remaining});
     if node.provider_id().is_none() {
-        operations.push(add(["spec", "providerID"], json!(metadata.provider_id)));
+        spec["providerID"] = json!(metadata.provider_id);
     }
-    operations.push(add(["spec", "taints"], json!(remaining)));
+    let patch = json!({
+        "metadata": {"resourceVersion": resource_version, "labels": initial_labels(node, &metadata)},
+        "spec": spec,
+    });
     let written = context
         .api
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(json_patch::Patch(operations)),
-        )
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(NodeError::Write)?;
     if let Some(version) = written
