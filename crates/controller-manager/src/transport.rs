@@ -34,15 +34,15 @@ use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 /// The tracing target of the `HTTP` span each request gets (a debug span; traces let it through).
 pub const HTTP_SPAN_TARGET: &str = "controller_manager::http";
 
-/// A client's stack below the framework's own layers.
 /// Idle connections kept per API server. kube's connector speaks HTTP/1.1 only, so a burst of concurrent
-/// syncs opens a connection per request in flight (≈ 130 at the default concurrency). The cap was
+/// syncs opens a connection per request in flight (130–170 at the default concurrency). The cap was
 /// client-go's (25, `idleConnsPerHost` in `transport/cache.go`, which with HTTP/2 rarely matters) until
 /// `bench nodes --apiserver kube` counted ≈ 9,000 new TCP and TLS connections in a 10k-node burst: every
 /// request past the 25th opened one and closed it. Now the pool keeps what the default concurrency
 /// uses; the idle timeout (90 s) closes them after a burst.
 const IDLE_CONNECTIONS_PER_HOST: usize = 160;
 
+/// A client's stack below the framework's own layers.
 pub(crate) type Transport = BoxService<http::Request<Body>, http::Response<Box<DynBody>>, BoxError>;
 
 /// A lock's state, for fencing a client's writes and connections; with a stop signal, the controllers
