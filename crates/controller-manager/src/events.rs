@@ -20,6 +20,12 @@
 //! an `eventTime`, which these lack, but an Event is no place for a page of text). Recording never fails a
 //! caller: a refused write is logged at debug level.
 //!
+//! A background recorder tries a write again when it failed before the API server answered (a connection
+//! refused or reset, a request timeout), as client-go's: up to [`TRIES_PER_EVENT`] tries, ten seconds
+//! apart, the first wait a random part of that so that many processes do not all come back at once. An
+//! answer is final (as client-go's, which abandons an Event on any status error), and so is a write the
+//! lock refused: a process that lost its lock does not keep trying.
+//!
 //! A controller's recorder writes in the background ([`EventRecorder::in_background`]), as client-go's
 //! broadcaster does: a sync never waits for its Events (a load balancer's two cost each sync two API
 //! round trips: 79 services/s where upstream did 118 in `bench versus`). One task a recorder writes them
@@ -56,6 +62,10 @@ const SPAM_REFILL: Duration = Duration::from_secs(300);
 const COMBINED: &str = "(combined from similar events): ";
 /// Events a background recorder holds before it drops new ones (client-go's `maxQueuedEvents`).
 pub(crate) const QUEUED_EVENTS: usize = 1000;
+/// Tries at one Event's write before it is given up (client-go's `maxTriesPerEvent`).
+pub(crate) const TRIES_PER_EVENT: u32 = 12;
+/// The wait between those tries (client-go's `sleepDuration`).
+const RETRY_EVERY: Duration = Duration::from_secs(10);
 
 /// One controller's (or the leader elector's) Event recorder.
 pub(crate) struct EventRecorder {
@@ -68,6 +78,8 @@ pub(crate) struct EventRecorder {
     background: bool,
     /// The background task's queue, from the first Event on.
     queue: std::sync::OnceLock<tokio::sync::mpsc::Sender<Write>>,
+    /// The wait between tries at a failed write ([`RETRY_EVERY`]; shorter in tests).
+    retry_every: Duration,
 }
 
 /// What an Event is about, as the caches key it.
@@ -209,6 +221,36 @@ enum Write {
     Drop,
 }
 
+impl Write {
+    /// The Event's reason, for the log.
+    fn reason(&self) -> &str {
+        match self {
+            Write::Create(event) | Write::Bump(event) => event.reason.as_deref().unwrap_or_default(),
+            Write::Drop => "",
+        }
+    }
+}
+
+/// Whether a failed Event write is worth another try: it failed before the API server answered, and not
+/// because the lock governing the recorder's controller refused it or passed its validity (see
+/// [`crate::client`]).
+fn worth_retrying(error: &kube::Error) -> bool {
+    let kube::Error::Service(error) = error else {
+        return matches!(error, kube::Error::HyperError(_));
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
+    while let Some(error) = cause {
+        if error.is::<crate::Fenced>() || error.is::<crate::Stopping>() {
+            return false;
+        }
+        if let Some(deadline) = error.downcast_ref::<crate::DeadlineExceeded>() {
+            return matches!(deadline.why, crate::Deadline::RequestTimeout);
+        }
+        cause = error.source();
+    }
+    true
+}
+
 impl EventRecorder {
     /// A recorder whose Events are reported by `component` (upstream's reporter name) from `host` (this
     /// process's identity).
@@ -223,6 +265,7 @@ impl EventRecorder {
             state: Mutex::default(),
             background: false,
             queue: std::sync::OnceLock::new(),
+            retry_every: RETRY_EVERY,
         }
     }
 
@@ -243,6 +286,13 @@ impl EventRecorder {
         self
     }
 
+    /// Failed writes tried again `every` apart, not [`RETRY_EVERY`].
+    #[cfg(test)]
+    fn retrying_every(mut self, every: Duration) -> EventRecorder {
+        self.retry_every = every;
+        self
+    }
+
     /// Records an Event about `about`. `action` is kept in the Event's `action` field (upstream's legacy
     /// recorder sets none). Never fails: a refused write is logged.
     pub(crate) async fn record(
@@ -259,15 +309,17 @@ impl EventRecorder {
             return;
         }
         if !self.background {
-            Self::write_event(&self.client, write, &self.source).await;
+            if let Err(error) = Self::write_event(&self.client, &write).await {
+                tracing::debug!(%error, reason, component = self.source.component.as_deref(), "cannot record event");
+            }
             return;
         }
         let queue = self.queue.get_or_init(|| {
             let (sender, mut receiver) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
-            let (client, source) = (self.client.clone(), self.source.clone());
+            let (client, source, every) = (self.client.clone(), self.source.clone(), self.retry_every);
             tokio::spawn(async move {
                 while let Some(write) = receiver.recv().await {
-                    EventRecorder::write_event(&client, write, &source).await;
+                    EventRecorder::write_retrying(&client, write, &source, every).await;
                 }
             });
             sender
@@ -281,19 +333,47 @@ impl EventRecorder {
         }
     }
 
+    /// Writes one Event, trying again (at most [`TRIES_PER_EVENT`] times, `every` apart) while its write
+    /// fails before the API server answers; see the module's documentation.
+    async fn write_retrying(client: &kube::Client, write: Write, source: &EventSource, every: Duration) {
+        let component = source.component.as_deref();
+        let mut tries = 0;
+        loop {
+            let Err(error) = Self::write_event(client, &write).await else {
+                return;
+            };
+            let reason = write.reason();
+            tries += 1;
+            if !worth_retrying(&error) {
+                tracing::debug!(%error, reason, component, "cannot record event");
+                return;
+            }
+            if tries >= TRIES_PER_EVENT {
+                tracing::warn!(%error, reason, component, tries, "cannot record event: giving up");
+                return;
+            }
+            // The first wait is random, so that the recorders of many processes spread out.
+            let wait = if tries == 1 {
+                every.mul_f64(rand::random::<f64>())
+            } else {
+                every
+            };
+            tracing::debug!(%error, reason, component, tries, ?wait, "cannot record event yet: trying again");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     /// Writes one Event: creates it, or patches its count (creating it again if it is gone).
-    async fn write_event(client: &kube::Client, write: Write, source: &EventSource) {
+    async fn write_event(client: &kube::Client, write: &Write) -> Result<(), kube::Error> {
         let (event, bump) = match write {
-            Write::Drop => return,
+            Write::Drop => return Ok(()),
             Write::Create(event) => (event, false),
             Write::Bump(event) => (event, true),
         };
-        let reason = event.reason.clone().unwrap_or_default();
-        let reason = reason.as_str();
-        let namespace = event.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-        let patched = if bump {
-            let name = event.metadata.name.clone().unwrap_or_default();
+        let namespace = event.metadata.namespace.as_deref().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+        if bump {
+            let name = event.metadata.name.as_deref().unwrap_or_default();
             let patch = serde_json::json!({
                 "count": event.count,
                 "lastTimestamp": event.last_timestamp,
@@ -301,22 +381,14 @@ impl EventRecorder {
             });
             // Gone meanwhile (expired, deleted): created again under its name, as client-go does.
             match api
-                .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await
             {
-                Err(kube::Error::Api(status)) if status.code == 404 => None,
-                other => Some(other.map(drop)),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                other => return other.map(drop),
             }
-        } else {
-            None
-        };
-        let result = match patched {
-            Some(result) => result,
-            None => api.create(&PostParams::default(), &event).await.map(drop),
-        };
-        if let Err(error) = result {
-            tracing::debug!(%error, reason, component = source.component.as_deref(), "cannot record event");
         }
+        api.create(&PostParams::default(), event).await.map(drop)
     }
 
     /// What recording this Event now writes, with the caches updated (pure but for the caches).

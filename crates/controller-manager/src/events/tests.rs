@@ -210,3 +210,111 @@ async fn a_background_recorder_never_waits_for_the_api_server() {
     }
     drop(silent);
 }
+
+/// A front for the API server at `upstream` that closes the first `dropped` connections it accepts
+/// without an answer (a write that fails before the API server answers) and relays the rest; it counts
+/// the connections it accepted.
+async fn flaky_front(
+    upstream: &str,
+    dropped: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let upstream: http::Uri = upstream.parse().unwrap();
+    let (scheme, upstream) = (
+        upstream.scheme_str().unwrap().to_owned(),
+        upstream.authority().unwrap().to_string(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = format!("{scheme}://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            if counted.fetch_add(1, Ordering::SeqCst) < dropped {
+                drop(inbound);
+                continue;
+            }
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    (front, accepted)
+}
+
+/// A write that got no answer (its connection closed) is tried again, as client-go's recorder does;
+/// the Event arrives once the API server can be reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_recorder_tries_again_a_write_that_got_no_answer() {
+    let server = control_plane::ApiServer::for_test(control_plane::Backend::Test).await;
+    let (front, accepted) = flaky_front(server.url(), 2).await;
+    let mut config = server.config();
+    config.cluster_url = front.parse().unwrap();
+    let recorder = EventRecorder::new(kube::Client::try_from(config).unwrap(), "service-controller", "h")
+        .in_background()
+        .retrying_every(Duration::from_millis(50));
+    let reason = "UpdatedLoadBalancer";
+    recorder
+        .record(
+            &node("n1"),
+            EventType::Normal,
+            reason,
+            "UpdateLoadBalancer",
+            "m".into(),
+        )
+        .await;
+    let events: Api<Event> = Api::namespaced(server.client(), "default");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reasons = loop {
+        let list = events.list(&Default::default()).await.unwrap();
+        let reasons: Vec<String> = list.items.into_iter().filter_map(|e| e.reason).collect();
+        if !reasons.is_empty() || Instant::now() > deadline {
+            break reasons;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(reasons, [reason], "written on the third try");
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "two connections dropped, one relayed"
+    );
+}
+
+/// Only a write that failed before any answer is tried again: an answer is final, and so is a write the
+/// lock refused or that outlived the lock's validity.
+#[test]
+fn what_is_worth_another_try() {
+    let boxed = |error: Box<dyn std::error::Error + Send + Sync>| kube::Error::Service(error);
+    let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+    assert!(worth_retrying(&boxed(Box::new(reset))), "a connection reset");
+    let timeout = crate::DeadlineExceeded {
+        why: crate::Deadline::RequestTimeout,
+    };
+    assert!(worth_retrying(&boxed(Box::new(timeout))), "the request timeout");
+    let lease = crate::DeadlineExceeded {
+        why: crate::Deadline::Lease("cloud-controller-manager".into()),
+    };
+    assert!(
+        !worth_retrying(&boxed(Box::new(lease))),
+        "past the lock's validity"
+    );
+    let fenced = crate::Fenced {
+        lease: "cloud-controller-manager".into(),
+    };
+    assert!(!worth_retrying(&boxed(Box::new(fenced))), "refused by the lock");
+    let stopping = crate::Stopping {
+        lease: "cloud-controller-manager".into(),
+    };
+    assert!(
+        !worth_retrying(&boxed(Box::new(stopping))),
+        "the controllers are stopping"
+    );
+    let answer: kube::core::Status = serde_json::from_value(serde_json::json!({
+        "status": "Failure", "reason": "Forbidden", "code": 403, "message": "events is forbidden"
+    }))
+    .unwrap();
+    assert!(!worth_retrying(&kube::Error::Api(answer.into())), "an answer");
+}

@@ -460,16 +460,34 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
         nodes: set.hash,
     };
     let previous = context.synced().get(&target.key).copied();
-    let has_ingress = ingress_of(&service).is_some();
+    // Published: the service shows its load balancer's address, or is a version the cache held before
+    // this process wrote that address (the status write's watch event is still on its way).
+    // (Asked first: the question forgets the versions once the cache is past them.)
     let before_published = context.is_before_published(&target.key, &service);
+    let published = before_published || ingress_of(&service).is_some();
+    match next_step(previous, current, published) {
+        Step::Nothing => Ok(Action::await_change()),
+        Step::UpdateHosts => update_hosts(&target, &service, &set, current).await,
+        Step::Ensure => ensure(&target, service, &set, current).await,
+    }
+}
+
+/// What a sync of a service that wants a load balancer does.
+#[derive(Debug, PartialEq)]
+enum Step {
+    Nothing,
+    /// Only the node set changed since the last ensure.
+    UpdateHosts,
+    Ensure,
+}
+
+/// The step after `previous` (what was last done), for the spec and node set `current`; `published`
+/// as in [`sync`]. An address missing from the service is repaired by an ensure.
+fn next_step(previous: Option<Synced>, current: Synced, published: bool) -> Step {
     match previous {
-        Some(previous) if previous == current && (has_ingress || before_published) => {
-            Ok(Action::await_change())
-        }
-        Some(previous) if previous.spec == current.spec && has_ingress => {
-            update_hosts(&target, &service, &set, current).await
-        }
-        _ => ensure(&target, service, &set, current).await,
+        Some(previous) if previous == current && published => Step::Nothing,
+        Some(previous) if previous.spec == current.spec && published => Step::UpdateHosts,
+        _ => Step::Ensure,
     }
 }
 
@@ -482,6 +500,25 @@ mod tests {
 
     fn service(value: serde_json::Value) -> Service {
         serde_json::from_value(value).unwrap()
+    }
+
+    /// A node set that changes while the cache still holds the service as it was before this process
+    /// published its address is a hosts update (upstream's `UpdatedLoadBalancer`), not a new ensure.
+    #[test]
+    fn the_step_after_the_last_sync() {
+        let synced = |spec, nodes| Synced { spec, nodes };
+        let last = Some(synced(1, 1));
+        assert_eq!(next_step(None, synced(1, 1), true), Step::Ensure);
+        assert_eq!(next_step(last, synced(1, 1), true), Step::Nothing);
+        assert_eq!(
+            next_step(last, synced(1, 1), false),
+            Step::Ensure,
+            "the address was removed"
+        );
+        assert_eq!(next_step(last, synced(1, 2), true), Step::UpdateHosts);
+        assert_eq!(next_step(last, synced(1, 2), false), Step::Ensure);
+        assert_eq!(next_step(last, synced(2, 1), true), Step::Ensure);
+        assert_eq!(next_step(last, synced(2, 2), true), Step::Ensure);
     }
 
     #[test]
