@@ -6,7 +6,7 @@
 use control_plane::{ApiServer, Backend, Credentials, UserInfo, on_both_backends};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
@@ -205,10 +205,93 @@ async fn writes_answer_with_metadata_only_when_asked(backend: Backend) {
     }
 }
 
+/// The node controller's writes as strategic merge patches: a status patch whose `$patch: replace`
+/// replaces the addresses whole (their merge key, the type, repeats: two InternalIPs), and a main
+/// resource patch that merges labels, replaces the taints (a list with no merge key) and fails on a stale
+/// resourceVersion.
+async fn strategic_patches_write_a_node_as_the_node_controller_does(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
+    let nodes = Api::<Node>::all(server.client());
+    let created = nodes
+        .create(
+            &PostParams::default(),
+            &object(serde_json::json!({
+                "metadata": {"name": "n", "labels": {"kept": "yes"}},
+                "spec": {"taints": [
+                    {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"},
+                    {"key": "example.com/keep", "effect": "NoSchedule"},
+                ]},
+                "status": {"addresses": [
+                    {"type": "InternalIP", "address": "10.0.0.1"},
+                    {"type": "InternalIP", "address": "10.0.0.2"},
+                    {"type": "Hostname", "address": "n"},
+                ]},
+            })),
+        )
+        .await
+        .unwrap();
+    let addresses = serde_json::json!({"status": {"addresses": [
+        {"$patch": "replace"},
+        {"type": "InternalIP", "address": "10.0.0.4"},
+        {"type": "InternalIP", "address": "10.0.0.3"},
+        {"type": "Hostname", "address": "n"},
+    ]}});
+    let status = nodes
+        .patch_status("n", &PatchParams::default(), &Patch::Strategic(addresses))
+        .await
+        .unwrap();
+    let listed: Vec<(String, String)> = status
+        .status
+        .unwrap()
+        .addresses
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("InternalIP".to_owned(), "10.0.0.4".to_owned()),
+            ("InternalIP".to_owned(), "10.0.0.3".to_owned()),
+            ("Hostname".to_owned(), "n".to_owned()),
+        ],
+        "replaced whole, in the patch's order"
+    );
+    let main = serde_json::json!({
+        "metadata": {"resourceVersion": status.metadata.resource_version, "labels": {"added": "yes"}},
+        "spec": {"providerID": "fake://n", "taints": [{"key": "example.com/keep", "effect": "NoSchedule"}]},
+    });
+    let written = nodes
+        .patch("n", &PatchParams::default(), &Patch::Strategic(main.clone()))
+        .await
+        .unwrap();
+    let labels = written.metadata.labels.unwrap();
+    assert_eq!(
+        (labels["kept"].as_str(), labels["added"].as_str()),
+        ("yes", "yes")
+    );
+    let spec = written.spec.unwrap();
+    assert_eq!(spec.provider_id.as_deref(), Some("fake://n"));
+    let taints: Vec<String> = spec.taints.unwrap().into_iter().map(|t| t.key).collect();
+    assert_eq!(taints, ["example.com/keep"], "the taints replaced");
+    match nodes
+        .patch("n", &PatchParams::default(), &Patch::Strategic(main))
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 409, "{status:?}"),
+        other => panic!("a stale resourceVersion is a conflict: {other:?}"),
+    }
+    assert_ne!(
+        created.metadata.resource_version,
+        written.metadata.resource_version
+    );
+}
+
 on_both_backends!(
     the_server_records_writes_and_lease_holders,
     minted_identities_are_judged_by_rbac,
-    writes_answer_with_metadata_only_when_asked
+    writes_answer_with_metadata_only_when_asked,
+    strategic_patches_write_a_node_as_the_node_controller_does
 );
 
 /// Start-up time and memory of the real control plane, for the record (`--nocapture` shows them).

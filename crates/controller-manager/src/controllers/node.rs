@@ -254,9 +254,12 @@ fn initial_labels(node: &CachedNode, metadata: &InstanceMetadata) -> BTreeMap<St
     set
 }
 
-/// The status write of a node's addresses (the list replaced, as upstream's).
+/// The status write of a node's addresses: the list replaced, as upstream's (`$patch: replace`: the list's
+/// merge key, the type, is not unique, a node may have several InternalIPs).
 fn addresses_patch(addresses: &[NodeAddress]) -> Patch<serde_json::Value> {
-    Patch::Merge(json!({"status": {"addresses": addresses}}))
+    let mut list = vec![json!({"$patch": "replace"})];
+    list.extend(addresses.iter().map(|address| json!(address)));
+    Patch::Strategic(json!({"status": {"addresses": list}}))
 }
 
 /// The cloud's metadata for `node`: the only place the node controller builds a full `Node`.
@@ -345,7 +348,7 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
     });
     let written = context
         .api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(NodeError::Write)?;
     if let Some(version) = written
