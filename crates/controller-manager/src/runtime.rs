@@ -361,6 +361,16 @@ impl Runner {
         stop: CancellationToken,
     ) {
         tracing::info!(scope, controllers = ?controllers, "starting controllers");
+        // Not ready from before the first controller starts (one may act at once, e.g. initialise a
+        // node) until every one has: none of the scope's until all of them are registered.
+        let readiness = format!("controllers-started-{scope}");
+        let registered: Arc<std::sync::Mutex<Option<Vec<watch::Receiver<bool>>>>> = Arc::default();
+        let check = registered.clone();
+        self.health
+            .add_readiness_check(&readiness, move || match &*lock(&check) {
+                Some(started) if started.iter().all(|s| *s.borrow()) => Ok(()),
+                _ => Err("controllers are still starting".to_owned()),
+            });
         let mut tasks = Vec::new();
         let mut started: Vec<watch::Receiver<bool>> = Vec::new();
         for name in controllers {
@@ -438,14 +448,7 @@ impl Runner {
             tasks.push((name, labels, AbortOnDropHandle::new(task)));
             started.push(started_receiver);
         }
-        let readiness = format!("controllers-started-{scope}");
-        self.health.add_readiness_check(&readiness, move || {
-            if started.iter().all(|s| *s.borrow()) {
-                Ok(())
-            } else {
-                Err("controllers are still starting".to_owned())
-            }
-        });
+        *lock(&registered) = Some(started);
         stop.cancelled().await;
         for (name, labels, task) in tasks {
             self.health.remove_health_check(name.as_str());
