@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PostParams};
 use tokio::time::Instant;
 
 pub(crate) use kube::runtime::events::EventType;
@@ -381,7 +381,7 @@ impl EventRecorder {
             });
             // Gone meanwhile (expired, deleted): created again under its name, as client-go does.
             match api
-                .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+                .patch(name, &crate::written::patch_params(), &Patch::Strategic(patch))
                 .await
             {
                 Err(kube::Error::Api(status)) if status.code == 404 => {}

@@ -24,6 +24,17 @@ use kube::api::{Api, Patch, PatchParams};
 /// The `Accept` of a single object's answer reduced to its metadata (as kube's `Api::patch_metadata` sends).
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
+/// The parameters of every controller patch: `fieldValidation=Ignore`.
+///
+/// Without it kube-apiserver validates fields as `Warn` says: it decodes the patch strictly and converts the
+/// patched object tracking unknown fields, only to report them in `Warning` headers, which kube's client never
+/// reads. Our patches are built from typed fields, and their shape is held to the real kube-apiserver by the
+/// both-backends tests. A microbenchmark of the node controller's two writes on kube-apiserver 1.37.2
+/// (1,000 kubelet-shaped nodes a round, alternating rounds) measured 11–14% less of its CPU with `Ignore`.
+pub fn patch_params() -> PatchParams {
+    PatchParams::default().validation_ignore()
+}
+
 /// `Api::patch_status` answered with the object's metadata only (kube's own asks for the whole object even
 /// when the answer is read as [`Written`]).
 pub async fn patch_status<K, P>(

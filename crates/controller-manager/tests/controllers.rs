@@ -99,15 +99,24 @@ async fn nodes_are_initialized_from_the_cloud_in_two_writes(backend: Backend) {
         ],
         "the provided IP first, the kubelet's hostname kept"
     );
-    let n1_writes = cluster
+    let n1_writes: Vec<_> = cluster
         .writes_by("cloud-node-controller")
         .into_iter()
         .filter(|w| w.name.as_deref() == Some("n1"))
-        .count();
+        .collect();
     assert_eq!(
-        n1_writes, 2,
+        n1_writes.len(),
+        2,
         "addresses, then everything else with the taint removed last"
     );
+    for write in &n1_writes {
+        assert!(
+            write.query.split('&').any(|q| q == "fieldValidation=Ignore"),
+            "the API server is spared validating fields nobody reads the warnings of: {}?{}",
+            write.path,
+            write.query
+        );
+    }
 
     eventually("an event explaining why n2 stays tainted", || async {
         !events(&cluster, "ProvidedNodeIPNotFound").await.is_empty()

@@ -28,7 +28,7 @@ use cloud_provider::names::{
 use cloud_provider::{CloudError, InstanceMetadata};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -324,7 +324,7 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
         let written = written::patch_status(
             &context.api,
             name,
-            &PatchParams::default(),
+            &written::patch_params(),
             &addresses_patch(&desired),
         )
         .await
@@ -348,7 +348,7 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
     });
     let written = context
         .api
-        .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .patch(name, &written::patch_params(), &Patch::Strategic(patch))
         .await
         .map_err(NodeError::Write)?;
     if let Some(version) = written
@@ -380,7 +380,7 @@ async fn reconcile_labels(node: &CachedNode, context: &NodeContext) -> Result<Ac
         let patch = json!({"metadata": {"labels": set}});
         context
             .api
-            .patch(node.name(), &PatchParams::default(), &Patch::Merge(patch))
+            .patch(node.name(), &written::patch_params(), &Patch::Merge(patch))
             .await
             .map_err(NodeError::Write)?;
     }
@@ -446,7 +446,7 @@ async fn refresh_one(node: &CachedNode, context: &NodeContext) -> Result<(), Nod
         written::patch_status(
             &context.api,
             node.name(),
-            &PatchParams::default(),
+            &written::patch_params(),
             &addresses_patch(&desired),
         )
         .await

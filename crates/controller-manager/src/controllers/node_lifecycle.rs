@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use cloud_provider::CloudError;
 use cloud_provider::names::TAINT_SHUTDOWN;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -255,7 +255,7 @@ async fn set_shutdown_taint(api: &Api<Written<Node>>, node: &CachedNode, present
     }
     let patch = json!({"metadata": {"resourceVersion": node.resource_version()}, "spec": {"taints": list}});
     match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(name, &crate::written::patch_params(), &Patch::Merge(patch))
         .await
     {
         Ok(_) => {

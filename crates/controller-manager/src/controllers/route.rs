@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use cloud_provider::{CloudError, Route};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -378,7 +378,14 @@ async fn update_condition(api: &Api<Written<Node>>, node: &CachedNode, routes_cr
     .into();
     let name = node.name().to_owned();
     let patch = json!({"status": {"conditions": [condition]}});
-    match crate::written::patch_status(api, &name, &PatchParams::default(), &Patch::Strategic(patch)).await {
+    match crate::written::patch_status(
+        api,
+        &name,
+        &crate::written::patch_params(),
+        &Patch::Strategic(patch),
+    )
+    .await
+    {
         Ok(_) => true,
         Err(error) => {
             tracing::warn!(node = %name, %error, "cannot set the NetworkUnavailable condition");

@@ -8,7 +8,7 @@ use crate::runner::Action;
 use cloud_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
 use cloud_provider::{CloudError, LoadBalancer};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -92,7 +92,7 @@ impl Target<'_> {
         let patch = json!({"status": {"loadBalancer": status}});
         match self
             .api
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(&self.name, &crate::written::patch_params(), &Patch::Merge(patch))
             .await
         {
             Ok(_) => Ok(()),
@@ -113,7 +113,7 @@ impl Target<'_> {
         finalizers.push(FINALIZER_LOAD_BALANCER_CLEANUP.to_owned());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": service.metadata.resource_version}});
         self.api
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(&self.name, &crate::written::patch_params(), &Patch::Merge(patch))
             .await
             .map(Arc::new)
             .map_err(ServiceError::AddFinalizer)
@@ -136,7 +136,11 @@ impl Target<'_> {
         .expect("a valid JSON patch");
         match self
             .api
-            .patch_status(&self.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .patch_status(
+                &self.name,
+                &crate::written::patch_params(),
+                &Patch::<()>::Json(patch),
+            )
             .await
         {
             Ok(_) => Ok(()),
