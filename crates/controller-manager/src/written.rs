@@ -24,9 +24,9 @@ use kube::api::{Api, Patch, PatchParams};
 /// The `Accept` of a single object's answer reduced to its metadata (as kube's `Api::patch_metadata` sends).
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
-/// The parameters of the framework's controllers' patches (node, node-lifecycle, route, service, Event
-/// repeats): `fieldValidation=Ignore`. Providers' own controllers may use it too; the AWS tagger and GCE's
-/// IPAM and internal load-balancer finalizer do not yet.
+/// The parameters of every controller patch (node, node-lifecycle, route, service, Event repeats, and the
+/// providers' own: the AWS tagger, GCE's IPAM and internal load-balancer finalizer): `fieldValidation=Ignore`.
+/// A provider's own controller should use it too.
 ///
 /// Without it kube-apiserver validates fields as `Warn` says: it decodes the patch strictly and converts the
 /// patched object tracking unknown fields, only to report them in `Warning` headers, which kube's client never

@@ -9,7 +9,7 @@ use cloud_provider::CloudError;
 use controller_manager::{Backoff, CachedNode, ControllerContext, Written};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use tokio::time::Instant;
 
 use super::{
@@ -220,7 +220,11 @@ impl Tagger {
         let patch = serde_json::json!({"metadata": {"labels": {LABEL: self.checksum}}});
         match self
             .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(
+                name,
+                &controller_manager::written::patch_params(),
+                &Patch::Merge(patch),
+            )
             .await
         {
             Ok(_) => {

@@ -12,7 +12,7 @@ use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, W
 use futures::StreamExt;
 use google_cloud_compute_v1::model::{Instance, NetworkInterface};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use serde_json::json;
 
 use super::{IPV6_POD_PREFIX, NODE_IPAM_CONTROLLER, TAINT_NETWORK_UNAVAILABLE, WORKERS, lock, status_change};
@@ -287,7 +287,11 @@ async fn allocate(context: &Ipam, node: &CachedNode) -> Result<Vec<String>, Ipam
         let patch = json!({"spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs}});
         match context
             .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(
+                name,
+                &controller_manager::written::patch_params(),
+                &Patch::Merge(patch),
+            )
             .await
         {
             Ok(patched) => written.extend(patched.metadata.resource_version),
@@ -346,7 +350,7 @@ async fn set_network_available(
     controller_manager::written::patch_status(
         api,
         node.name(),
-        &PatchParams::default(),
+        &controller_manager::written::patch_params(),
         &Patch::Strategic(patch),
     )
     .await

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use controller_manager::{Action, Backoff, CachedNode, Cidr, ControllerContext, Written, runner};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use serde_json::json;
 
 use super::{NODE_IPAM_CONTROLLER, WORKERS, lock, status_change};
@@ -256,7 +256,11 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ranges>) -> Result<Action
     let patch = json!({"spec": {"podCIDR": texts[0], "podCIDRs": texts}});
     let outcome = context
         .api
-        .patch(node.name(), &PatchParams::default(), &Patch::Merge(patch))
+        .patch(
+            node.name(),
+            &controller_manager::written::patch_params(),
+            &Patch::Merge(patch),
+        )
         .await;
     controller.record_reconcile(outcome.is_ok(), started.elapsed());
     match outcome {

@@ -39,7 +39,7 @@ impl GceProvider {
         let name = service.metadata.name.as_deref().unwrap_or_default();
         api.patch_status(
             name,
-            &kube::api::PatchParams::default(),
+            &controller_manager::written::patch_params(),
             &kube::api::Patch::Merge(patch),
         )
         .await
@@ -66,7 +66,7 @@ impl GceProvider {
         match api
             .patch_status(
                 name,
-                &kube::api::PatchParams::default(),
+                &controller_manager::written::patch_params(),
                 &kube::api::Patch::<()>::Json(patch),
             )
             .await
