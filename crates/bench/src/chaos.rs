@@ -34,10 +34,12 @@ use crate::process::{ApiServer, TempDir, manager_binary};
 use crate::stats::round;
 
 mod faults;
+mod orphans;
 mod plane;
 mod server;
 
 use faults::{cloud_call, inject, retire};
+use orphans::Orphan;
 use plane::{EXPECTED_EXIT, Peer, Plane, Slot};
 use server::Server;
 
@@ -105,7 +107,12 @@ struct Report {
     nodes_uninitialized: Vec<String>,
     retired_nodes_left: Vec<String>,
     load_balancer_services: usize,
-    orphaned_load_balancers: Vec<String>,
+    /// Load balancers whose service is gone, each with the cloud write that created it: one created by
+    /// upstream's Go CCM outside its tenure is upstream's unfenced write, reported and not judged (see
+    /// `orphans.rs`); any other fails the run.
+    orphaned_load_balancers: Vec<Orphan>,
+    /// Services being deleted whose load balancer is still there at the end.
+    undeleted_load_balancers: Vec<String>,
     missing_load_balancers: Vec<String>,
     /// Processes that did not exit within ten lease durations of SIGTERM.
     stuck_processes: Vec<String>,
@@ -341,6 +348,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         .filter(|r| r.verb.as_deref() == Some(CLOUD_VERB))
         .count();
     let events_survived = events.values().sum();
+    let orphaned = orphans::explain(&state.orphaned, &requests, &report.overlaps, &plane.ours);
     // Upstream's unfenced writes are its own; a write of ours outside its tenure, an unowned write, or
     // two tenures at once fail the run.
     let (upstream, overlaps): (Vec<Overlap>, Vec<Overlap>) =
@@ -399,6 +407,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             && events_survived >= args.min_events
             && both_wrote
             && converged_after_s.is_some()
+            && orphaned.iter().all(Orphan::upstream_unfenced)
             && plane.stuck.is_empty()
             && plane.exits.keys().all(|status| status == EXPECTED_EXIT)
             && cloud_writes_judged > 0,
@@ -409,7 +418,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         nodes_uninitialized: state.uninitialized,
         retired_nodes_left: state.retired_left,
         load_balancer_services: state.wanted.len(),
-        orphaned_load_balancers: state.orphaned,
+        orphaned_load_balancers: orphaned,
+        undeleted_load_balancers: state.undeleted,
         missing_load_balancers: state.missing,
         stuck_processes: plane.stuck.clone(),
         exits: plane.exits.clone(),
@@ -432,7 +442,10 @@ struct State {
     retired_left: Vec<String>,
     /// `namespace/name` of every LoadBalancer service.
     wanted: BTreeSet<String>,
-    orphaned: Vec<String>,
+    /// `(service, load balancer)` of each load balancer whose service is gone: final, nothing deletes it.
+    orphaned: Vec<(String, String)>,
+    /// Services being deleted whose load balancer is still there: their controller's work in progress.
+    undeleted: Vec<String>,
     missing: Vec<String>,
 }
 
@@ -456,6 +469,10 @@ impl State {
             .filter(|n| retired.contains(n))
             .collect();
         let mut service_list = services.list(&ListParams::default()).await?.items;
+        let present: BTreeSet<String> = service_list
+            .iter()
+            .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
+            .collect();
         service_list.retain(harness::is_load_balancer);
         let wanted: BTreeSet<String> = service_list
             .iter()
@@ -467,30 +484,46 @@ impl State {
             .filter(|s| s.metadata.deletion_timestamp.is_none() && harness::has_ingress(s))
             .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
             .collect();
-        let load_balancers: BTreeSet<String> = match cloud_call(cloud, AdminRequest::Snapshot).await? {
-            CloudResponse::Snapshot { load_balancers, .. } => {
-                load_balancers.into_iter().map(|lb| lb.service).collect()
-            }
+        // service -> load balancer name
+        let load_balancers: BTreeMap<String, String> = match cloud_call(cloud, AdminRequest::Snapshot).await?
+        {
+            CloudResponse::Snapshot { load_balancers, .. } => load_balancers
+                .into_iter()
+                .map(|lb| (lb.service, lb.name))
+                .collect(),
             other => bail!("unexpected snapshot answer {other:?}"),
+        };
+        let unwanted = || {
+            load_balancers
+                .iter()
+                .filter(|(service, _)| !wanted.contains(*service))
         };
         Ok(State {
             nodes: node_list.len(),
             uninitialized,
             retired_left,
-            orphaned: load_balancers.difference(&wanted).cloned().collect(),
+            orphaned: unwanted()
+                .filter(|(service, _)| !present.contains(*service))
+                .map(|(service, name)| (service.clone(), name.clone()))
+                .collect(),
+            undeleted: unwanted()
+                .filter(|(service, _)| present.contains(*service))
+                .map(|(service, _)| service.clone())
+                .collect(),
             missing: wanted
                 .iter()
-                .filter(|s| !load_balancers.contains(*s) || !served.contains(*s))
+                .filter(|s| !load_balancers.contains_key(*s) || !served.contains(*s))
                 .cloned()
                 .collect(),
             wanted,
         })
     }
 
+    /// Nothing left to do: orphans aside, which nobody deletes (the verdict judges who made them).
     fn converged(&self) -> bool {
         self.uninitialized.is_empty()
             && self.retired_left.is_empty()
-            && self.orphaned.is_empty()
+            && self.undeleted.is_empty()
             && self.missing.is_empty()
     }
 }
