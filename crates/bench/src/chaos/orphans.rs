@@ -1,11 +1,12 @@
 //! Load balancers left in the cloud after their service is gone, each with the cloud write that made it.
 //!
-//! Nothing deletes such a load balancer later (upstream's service controller, like ours, only acts on
-//! services), so it is final as soon as its service is gone, and the verdict names who left it: the
-//! `ensure_load_balancer` that created it after its last deletion. Made by upstream's Go CCM outside its own
-//! tenure, it is upstream's unfenced write (a replica that lost its Lease, e.g. while stopped, acting on
-//! what it had queued) and is reported, not judged; made by anyone inside a tenure, or by ours at all, it
-//! fails the run: a controller that held the lock missed the service's deletion.
+//! The run waits for such a load balancer to go until its deadline (ours deletes one it ensured for a
+//! service deleted without its finalizer; nothing else deletes a load balancer whose service is gone).
+//! One still there then is judged by who created it: the `ensure_load_balancer` after its last deletion.
+//! Made by upstream's Go CCM outside its own tenure, it is upstream's unfenced write (a replica that lost
+//! its Lease, e.g. while stopped, acting on what it had queued) and is reported, not judged; made by
+//! anyone inside a tenure, or by ours at all, it fails the run: a controller that held the lock missed the
+//! service's deletion.
 
 use std::collections::BTreeSet;
 
