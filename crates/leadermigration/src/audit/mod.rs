@@ -13,10 +13,14 @@
 //!   release in between (the protocol forbids it; it is the way two tenures would really overlap). A
 //!   client-go elector (kube-controller-manager, an upstream CCM: [`is_client_go`]) sees renewTime in
 //!   whole seconds and counts from the first write of the record it last saw change, up to a second
-//!   before the last renewal: its takeovers are judged by that rule, ours by the stricter one.
+//!   before the last renewal: its takeovers are judged by that rule, ours by the stricter one;
+//! - a write nobody can be held to: its `User-Agent` names no governed process and controller, and the
+//!   judge did not declare its writer ([`Governance::other_client`]: its own workload, the API server).
 //!
 //! Writes are ordered by resourceVersion (assigned by the server under one lock), falling back to time.
-//! Requests are attributed to processes by [`UserAgent`].
+//! Requests are attributed to processes by [`UserAgent`]. A write answered 504 may have been applied after
+//! its answer ([`Applied::Maybe`]): it is judged by the whole window in which it could have been
+//! (`writes.rs`).
 //!
 //! The records come from the test API server's admin API, or from a real kube-apiserver's audit log
 //! ([`kube::parse`]), so a run on a real server is judged from that server's own record.
@@ -30,6 +34,12 @@ use crate::controller_name::ControllerCatalog;
 use crate::filter::{Filter, FilterResult};
 
 pub mod kube;
+mod writes;
+
+#[cfg(test)]
+use writes::object_path;
+use writes::resource;
+pub use writes::{POSSIBLE_APPLY_GRACE_US, audit};
 
 /// The controller name used in the `User-Agent` of leader-election requests.
 pub const LEADER_ELECTION: &str = "leader-election";
@@ -149,21 +159,56 @@ pub struct RequestEntry {
 /// The verb of a cloud change in the audit's records: judged by time (it has no resourceVersion).
 pub const CLOUD_VERB: &str = "cloud";
 
+/// Whether the server applied a write, as far as its answer tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Answered 2xx.
+    Yes,
+    /// Answered 504: kube-apiserver answers so when the request's deadline passes or its client goes away,
+    /// and leaves the storage call running, so the write may still be applied after the answer.
+    Maybe,
+    /// Refused, or not a write.
+    No,
+}
+
 impl RequestEntry {
-    fn is_successful_write(&self) -> bool {
-        let write = matches!(
+    fn is_write(&self) -> bool {
+        matches!(
             self.verb.as_deref(),
             Some("create" | "update" | "patch" | "delete" | "deletecollection" | CLOUD_VERB)
-        ) || (self.verb.is_none()
-            && matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"));
-        write && (200..300).contains(&self.status)
+        ) || (self.verb.is_none() && matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE"))
+    }
+
+    /// Whether the server applied this write.
+    pub fn applied(&self) -> Applied {
+        match self.status {
+            _ if !self.is_write() => Applied::No,
+            200..=299 => Applied::Yes,
+            504 => Applied::Maybe,
+            _ => Applied::No,
+        }
+    }
+
+    fn is_successful_write(&self) -> bool {
+        self.applied() == Applied::Yes
     }
 }
 
-/// Which Lease governs each controller in each component.
+/// Which Lease governs each controller in each component, and which other writers the judge expects.
 #[derive(Debug, Clone, Default)]
 pub struct Governance {
     components: HashMap<String, ComponentRules>,
+    others: Vec<OtherClient>,
+}
+
+/// A writer that is not a controller, known to the judge by construction (its own workload, the API
+/// server's own loopback client): its writes are counted, not judged.
+#[derive(Debug, Clone)]
+struct OtherClient {
+    name: String,
+    user_agent_prefix: String,
+    /// The resources (plural names) it may write; empty: any.
+    resources: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -197,6 +242,36 @@ impl Governance {
             },
         );
         self
+    }
+
+    /// Declares the writes whose `User-Agent` starts with `user_agent_prefix` as `name`'s: counted, not
+    /// judged. Only a writer the judge knows by construction belongs here; any other write that names no
+    /// governed controller is an [`Overlap::UnattributableWrite`].
+    pub fn other_client(self, name: &str, user_agent_prefix: &str) -> Self {
+        self.other_client_writing(name, user_agent_prefix, &[])
+    }
+
+    /// As [`Governance::other_client`], for a writer expected to write only these resources (plural
+    /// names, e.g. `events`); a write of any other resource is unattributable.
+    pub fn other_client_writing(mut self, name: &str, user_agent_prefix: &str, resources: &[&str]) -> Self {
+        self.others.push(OtherClient {
+            name: name.to_owned(),
+            user_agent_prefix: user_agent_prefix.to_owned(),
+            resources: resources.iter().map(|&r| r.to_owned()).collect(),
+        });
+        self
+    }
+
+    /// The declared writer this write is from, if any.
+    fn other(&self, request: &RequestEntry) -> Option<&str> {
+        self.others
+            .iter()
+            .find(|other| {
+                request.user_agent.starts_with(&other.user_agent_prefix)
+                    && (other.resources.is_empty()
+                        || resource(&request.path).is_some_and(|r| other.resources.iter().any(|o| o == r)))
+            })
+            .map(|other| other.name.as_str())
     }
 
     fn rule(&self, component: &str, controller: &str) -> Option<Rule> {
@@ -238,6 +313,11 @@ impl Tenure {
             Some(rv) => self.start_rv < rv && self.end_rv.is_none_or(|end| rv < end),
             None => self.start_us <= time_us && self.end_us.is_none_or(|end| time_us < end),
         }
+    }
+
+    /// Whether the tenure holds for all of `[from_us, to_us]`, by time.
+    fn covers(&self, from_us: i64, to_us: i64) -> bool {
+        self.start_us <= from_us && self.end_us.is_none_or(|end| to_us < end)
     }
 
     fn overlaps(&self, other: &Tenure) -> bool {
@@ -308,6 +388,20 @@ pub enum Overlap {
         /// The other.
         second: String,
     },
+    /// A write nobody can be held to: its `User-Agent` names no governed component's process and
+    /// controller, and no writer the judge declared.
+    UnattributableWrite {
+        /// Its `User-Agent`.
+        user_agent: String,
+        /// The request.
+        method: String,
+        /// The request.
+        path: String,
+        /// Server time.
+        time_us: i64,
+        /// Why it cannot be attributed.
+        reason: String,
+    },
     /// A holder was replaced before its record could have expired.
     PrematureTakeover {
         /// Lease name.
@@ -334,11 +428,24 @@ pub struct AuditReport {
     pub handoffs: Vec<Handoff>,
     /// Every overlap found.
     pub overlaps: Vec<Overlap>,
-    /// Controller writes checked.
+    /// Controller writes checked (Kubernetes and cloud).
     pub writes_checked: usize,
-    /// Successful writes by client-go programs that name no process in their `User-Agent` (a real
-    /// kube-controller-manager's): not attributable to a tenure, so not judged.
-    pub unattributed_client_go_writes: usize,
+    /// The writes checked, by their writer's identity.
+    pub judged_by_writer: BTreeMap<String, Judged>,
+    /// Of the writes checked, those answered 504, which the server may have applied after answering:
+    /// each judged by the whole window in which it could have been applied.
+    pub possibly_applied_writes: usize,
+    /// Writes of the writers the judge declared ([`Governance::other_client`]), by name: not judged.
+    pub other_writes: BTreeMap<String, usize>,
+}
+
+/// The writes of one writer that the audit checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Judged {
+    /// Kubernetes writes.
+    pub kubernetes: usize,
+    /// Cloud changes.
+    pub cloud: usize,
 }
 
 /// Builds tenures and hand-offs from the Lease history.
@@ -392,7 +499,8 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
                                 released,
                                 at_us: write.time_us,
                             });
-                            let duration_ms = previous.lease_duration_seconds.unwrap_or(0) * 1000;
+                            let duration_ms =
+                                previous.lease_duration_seconds.unwrap_or(0).saturating_mul(1000);
                             // A client-go elector counts the lease duration from when it saw the
                             // record change, and it compares renewTime in whole seconds.
                             let since = match observed {
@@ -460,137 +568,6 @@ fn same_record_in_whole_seconds(first: &LeaseWrite, then: &LeaseWrite) -> bool {
         && first.lease_duration_seconds == then.lease_duration_seconds
         && second(first).is_some()
         && second(first) == second(then)
-}
-
-/// Checks every controller write of the request log against the tenures of the Lease history.
-///
-/// A write that changed nothing is answered with the object's unchanged resourceVersion, which orders it
-/// with the write that made that version, not when it happened: such a write (its resourceVersion no newer
-/// than one an earlier write of the same object produced) is judged by its time instead.
-pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Governance) -> AuditReport {
-    let (tenures, handoffs, mut overlaps) = tenures(leases);
-    let (mut writes_checked, mut unattributed_client_go_writes) = (0, 0);
-    let no_ops = no_op_writes(requests);
-    for (index, request) in requests
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.is_successful_write())
-    {
-        let resource_version = if no_ops.contains(&index) {
-            None
-        } else {
-            request.resource_version
-        };
-        let Some(agent) = UserAgent::parse(&request.user_agent) else {
-            if is_client_go(&request.user_agent) && !request.path.contains("/leases/") {
-                unattributed_client_go_writes += 1;
-            }
-            continue;
-        };
-        if agent.controller == LEADER_ELECTION {
-            continue;
-        }
-        let Some(rule) = governance.rule(&agent.component, &agent.controller) else {
-            continue;
-        };
-        writes_checked += 1;
-        match rule {
-            Rule::Forbidden { owner } => overlaps.push(Overlap::UnownedWrite {
-                component: agent.component,
-                identity: agent.identity,
-                controller: agent.controller,
-                owner,
-                path: request.path.clone(),
-                time_us: request.time_us,
-            }),
-            Rule::Lease(lease) => {
-                let held = tenures.iter().any(|t| {
-                    t.lease == lease
-                        && t.identity == agent.identity
-                        && t.contains(resource_version, request.time_us)
-                });
-                if !held {
-                    overlaps.push(Overlap::WriteOutsideTenure {
-                        component: agent.component,
-                        identity: agent.identity,
-                        controller: agent.controller,
-                        lease,
-                        method: request.method.clone(),
-                        path: request.path.clone(),
-                        time_us: request.time_us,
-                    });
-                }
-            }
-        }
-    }
-    AuditReport {
-        tenures,
-        handoffs,
-        overlaps,
-        writes_checked,
-        unattributed_client_go_writes,
-    }
-}
-
-/// The indexes of successful writes that changed nothing: their resourceVersion is no newer than one
-/// an earlier write (by time) of the same object produced, or no newer than one any write had produced
-/// before this request was received (resourceVersions only grow, so a write that commits after that
-/// produces a newer one). The second rule finds the no-op answered with a version that a write with a
-/// failed answer produced (a write cut off by its client may still commit, recorded as a 504).
-fn no_op_writes(requests: &[RequestEntry]) -> std::collections::HashSet<usize> {
-    let mut order: Vec<usize> = (0..requests.len())
-        .filter(|&i| requests[i].is_successful_write() && requests[i].resource_version.is_some())
-        .collect();
-    order.sort_by_key(|&i| requests[i].time_us);
-    // The newest resourceVersion produced by the writes completed up to each time.
-    let mut completed: Vec<(i64, u64)> = Vec::with_capacity(order.len());
-    for &index in &order {
-        let rv = requests[index].resource_version.unwrap_or(0);
-        let newest = completed.last().map_or(rv, |&(_, newest)| newest.max(rv));
-        completed.push((requests[index].time_us, newest));
-    }
-    let newest_before = |time_us: i64| {
-        let count = completed.partition_point(|&(completed_us, _)| completed_us < time_us);
-        count.checked_sub(1).map(|last| completed[last].1)
-    };
-    let mut newest: HashMap<&str, u64> = HashMap::new();
-    let mut no_ops = std::collections::HashSet::new();
-    for index in order {
-        let request = &requests[index];
-        let rv = request.resource_version.unwrap_or(0);
-        let seen = newest.entry(object_path(&request.path)).or_insert(0);
-        let stale = request
-            .received_us
-            .and_then(newest_before)
-            .is_some_and(|before| rv <= before);
-        if rv <= *seen || stale {
-            no_ops.insert(index);
-        } else {
-            *seen = rv;
-        }
-    }
-    no_ops
-}
-
-/// The path of the object a request is about, without its subresource
-/// (`/api/v1/namespaces/default/services/web/status` → `…/services/web`).
-fn object_path(path: &str) -> &str {
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    // `api/v1` or `apis/GROUP/VERSION`, then `[namespaces/NS/]RESOURCE/NAME[/SUBRESOURCE]`.
-    let prefix = match segments.first() {
-        Some(&"api") => 2,
-        Some(&"apis") => 3,
-        _ => return path,
-    };
-    let rest = segments.len().saturating_sub(prefix);
-    let namespaced = segments.get(prefix) == Some(&"namespaces") && rest > 2;
-    let object_len = prefix + if namespaced { 4 } else { 2 };
-    if segments.len() > object_len {
-        let cut: usize = segments[..object_len].iter().map(|s| s.len() + 1).sum();
-        &path[..cut]
-    } else {
-        path
-    }
 }
 
 #[cfg(test)]
@@ -668,6 +645,7 @@ mod tests {
                 Overlap::UnownedWrite { .. } => "unowned",
                 Overlap::ConcurrentTenures { .. } => "concurrent",
                 Overlap::PrematureTakeover { .. } => "premature",
+                Overlap::UnattributableWrite { .. } => "unattributable",
             })
             .collect()
     }
@@ -744,6 +722,7 @@ mod tests {
             path: path.into(),
             status: 504,
             resource_version: None,
+            received_us: Some(4_500_000),
             ..write(5, KCM, "kcm-a", "service-lb-controller")
         });
         // ccm-b's same patch, received at 9.4 s after write 8 completed, changes nothing: answered 6.
@@ -878,7 +857,7 @@ mod tests {
     }
 
     #[test]
-    fn failed_writes_and_other_clients_are_not_counted() {
+    fn failed_writes_are_not_judged_and_declared_clients_are_counted() {
         let (leases, mut requests) = clean_history();
         let mut refused = write(9, KCM, "kcm-a", "service-lb-controller");
         refused.status = 409;
@@ -887,10 +866,141 @@ mod tests {
             user_agent: "kubectl/v1.33 (linux/amd64) kubernetes/abc".into(),
             ..write(9, KCM, "x", "y")
         });
-        let report = audit(&leases, &requests, &governance());
+        let governance = governance().other_client("the operator", "kubectl/");
+        let report = audit(&leases, &requests, &governance);
         assert_eq!(kinds(&report), Vec::<&str>::new());
         assert_eq!(report.writes_checked, 3);
-        assert_eq!(report.unattributed_client_go_writes, 1);
+        assert_eq!(
+            report.other_writes,
+            BTreeMap::from([("the operator".to_owned(), 1)])
+        );
+    }
+
+    #[test]
+    fn a_write_nobody_can_be_held_to_is_named() {
+        let (leases, mut requests) = clean_history();
+        // A client the judge does not expect, a manager's User-Agent cut short, a component nobody
+        // governs, and a declared client writing what it was not declared to.
+        for user_agent in [
+            "curl/8.0".to_owned(),
+            "cloud-controller-manager/v1 (linux/amd64) ccm-b".to_owned(),
+            ua("rogue-controller-manager", "r-1", "service-lb-controller"),
+            "kubectl/v1.33 (linux/amd64) kubernetes/abc".to_owned(),
+        ] {
+            requests.push(RequestEntry {
+                user_agent,
+                ..write(9, CCM, "x", "y")
+            });
+        }
+        // A client-go elector's Lease write is the lock protocol, judged by the tenures.
+        requests.push(RequestEntry {
+            path: "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l".into(),
+            user_agent: "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/abc/leader-election".into(),
+            ..write(9, CCM, "x", "y")
+        });
+        let governance = governance().other_client_writing("the operator", "kubectl/", &["events"]);
+        let report = audit(&leases, &requests, &governance);
+        let named: Vec<&str> = report
+            .overlaps
+            .iter()
+            .filter_map(|o| match o {
+                Overlap::UnattributableWrite { user_agent, .. } => Some(user_agent.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named.len(), 4, "{:?}", report.overlaps);
+        assert_eq!(named[0], "curl/8.0");
+        assert_eq!(report.writes_checked, 3);
+        // Declared for events, it may write them.
+        requests.truncate(3);
+        requests.push(RequestEntry {
+            path: "/api/v1/namespaces/default/events".into(),
+            user_agent: "kubectl/v1.33 (linux/amd64) kubernetes/abc".into(),
+            ..write(9, CCM, "x", "y")
+        });
+        assert_eq!(kinds(&audit(&leases, &requests, &governance)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_write_answered_504_is_held_only_if_its_whole_window_is() {
+        let (leases, mut requests) = clean_history();
+        // ccm-b holds the migration lease from 7 s; its 504 at 9 s arrived at 8 s: held throughout.
+        let answered_504 = |received_s: f64, answered_s: f64, identity: &str, component: &str| RequestEntry {
+            time_us: (answered_s * 1e6) as i64,
+            received_us: Some((received_s * 1e6) as i64),
+            status: 504,
+            resource_version: None,
+            path: "/api/v1/namespaces/default/services/web/status".into(),
+            ..write(9, component, identity, "service-lb-controller")
+        };
+        requests.push(answered_504(8.0, 9.0, "ccm-b", CCM));
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(kinds(&report), Vec::<&str>::new());
+        assert_eq!(report.possibly_applied_writes, 1);
+        // kcm-a's, answered 504 at 5.8 s, could have been applied up to 6.3 s: after its release at 6 s.
+        requests.push(answered_504(4.5, 5.8, "kcm-a", KCM));
+        assert_eq!(kinds(&audit(&leases, &requests, &governance())), ["outside"]);
+        // Unless a later answer shows the object unchanged since before it arrived: a write received at
+        // 8.5 s answered with version 4, the newest before 4.5 s.
+        requests.push(RequestEntry {
+            path: "/api/v1/namespaces/default/services/web".into(),
+            resource_version: Some(4),
+            received_us: Some(8_500_000),
+            ..write(9, CCM, "ccm-b", "service-lb-controller")
+        });
+        assert_eq!(
+            kinds(&audit(&leases, &requests, &governance())),
+            Vec::<&str>::new()
+        );
+        // A refusal is not judged at all.
+        let (leases, mut requests) = clean_history();
+        requests.push(RequestEntry {
+            status: 503,
+            ..answered_504(4.5, 5.8, "kcm-a", KCM)
+        });
+        assert_eq!(audit(&leases, &requests, &governance()).writes_checked, 3);
+    }
+
+    #[test]
+    fn each_writers_judged_writes_are_counted_by_kind() {
+        let (leases, mut requests) = clean_history();
+        requests.push(RequestEntry {
+            verb: Some(CLOUD_VERB.into()),
+            path: "cloud:ensure_load_balancer/a".into(),
+            resource_version: None,
+            ..write(8, CCM, "ccm-b", "service-lb-controller")
+        });
+        let report = audit(&leases, &requests, &governance());
+        assert_eq!(
+            report.judged_by_writer,
+            BTreeMap::from([
+                (
+                    "ccm-b".to_owned(),
+                    Judged {
+                        kubernetes: 2,
+                        cloud: 1
+                    }
+                ),
+                (
+                    "kcm-a".to_owned(),
+                    Judged {
+                        kubernetes: 1,
+                        cloud: 0
+                    }
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn hostile_records_do_not_panic_the_judge() {
+        // A path whose leading slashes shift a multi-byte segment, and a lease duration that overflows
+        // milliseconds.
+        assert_eq!(object_path("//api/v1/a/\u{e9}/c"), "//api/v1/a/\u{e9}");
+        let mut leases = clean_history().0;
+        leases[0].lease_duration_seconds = Some(i64::MAX);
+        leases.push(lease(9, KCM, Some("kcm-z"), (KCM, "kcm-z")));
+        assert_eq!(kinds(&audit(&leases, &[], &governance())), ["premature"]);
     }
 
     /// A Lease write whose renewTime is `renew_ms` after the epoch, by a client-go elector when
