@@ -80,9 +80,13 @@ impl ApiServer {
     /// A client as the administrator.
     pub(crate) async fn client(&self) -> Result<kube::Client> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
-        let config =
+        let mut config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
                 .await?;
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static("ccm-bench/0 (workload)"),
+        ));
         Ok(kube::Client::try_from(config)?)
     }
 

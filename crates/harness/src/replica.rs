@@ -175,7 +175,7 @@ impl Environment {
             let bytes = std::fs::read(path)?;
             Ok(MigrationConfig::load(&path.display().to_string(), &bytes, catalog)?.config)
         };
-        Ok(Governance::default()
+        Ok(crate::expecting_judges(Governance::default())
             .component(
                 KUBE_CONTROLLER_MANAGER,
                 KUBE_CONTROLLER_MANAGER,
@@ -201,6 +201,7 @@ pub struct Replica {
     log: PathBuf,
     identity: Option<String>,
     exit: Option<ExitStatus>,
+    started: Instant,
 }
 
 impl Replica {
@@ -301,7 +302,13 @@ impl Replica {
             log,
             identity: None,
             exit: None,
+            started: Instant::now(),
         })
+    }
+
+    /// How long ago it was started.
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// The process ID.

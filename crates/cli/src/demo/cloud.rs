@@ -1,6 +1,7 @@
 //! The cloud the demo's managers run against (`--cloud`): the fake cloud, the AWS provider against moto
 //! (installed on first use), or the GCE provider against the Compute double; and what it holds at the end.
 
+#[cfg(any(feature = "aws", feature = "gce"))]
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};

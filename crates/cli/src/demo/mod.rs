@@ -491,7 +491,11 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
         .inventory()
         .await
         .context("list what the cloud holds")?;
-    let mut report = audit(&server.lease_writes(), &requests, &environment.governance()?);
+    let mut report = audit(
+        &server.lease_writes(),
+        &requests,
+        &from.expecting(environment.governance()?),
+    );
     let ended_on = |end: i64| {
         report
             .tenures

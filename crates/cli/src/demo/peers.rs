@@ -67,6 +67,27 @@ impl From {
         }
     }
 
+    /// `governance` expecting the old side's writes that name no process: the real
+    /// kube-controller-manager's (client-go's `User-Agent`; since v1.31 it runs no cloud controller, so
+    /// none is one the audit governs), upstream's Go CCM's own client's (its leader-election Events).
+    pub(super) fn expecting(
+        self,
+        governance: leadermigration::audit::Governance,
+    ) -> leadermigration::audit::Governance {
+        match self {
+            From::Ours => governance,
+            From::Kcm => governance.other_client(
+                "the real kube-controller-manager (client-go names no process)",
+                "kube-controller-manager/",
+            ),
+            From::GoCcm => governance.other_client_writing(
+                "upstream's Go CCM's own client (Events)",
+                "go-cloud-controller-manager/",
+                &["events"],
+            ),
+        }
+    }
+
     /// `{"kind": …, "version": …}` of the old side, for `--output json`.
     pub(super) fn describe(self, peers: Option<&Peers>) -> serde_json::Value {
         match (self, peers) {

@@ -162,6 +162,7 @@ pub(super) fn show(args: &Args, timeline: &Timeline, names: &Names, outcome: &Ou
             "judged_from": judged_from,
             "migration_lease_ends_with": ends_with,
             "overlaps": report.overlaps.len(),
+            "overlap_list": report.overlaps,
             "handoffs": handoffs,
             "nodes_initialized": nodes_initialized,
             "services_with_ingress": services_with_ingress,
