@@ -21,15 +21,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, DeleteParams, ListParams};
-use leadermigration::audit::{CLOUD_VERB, Overlap, UserAgent, audit};
-use provider_fake::{AdminRequest, CloudResponse, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
+use kube::api::{Api, DeleteParams};
+use leadermigration::audit::audit;
+use provider_fake::{AdminRequest, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::netns::Netns;
+use crate::netns::{Netns, Uts};
 use crate::process::{ApiServer, TempDir, manager_binary};
 use crate::stats::round;
 
@@ -37,11 +36,14 @@ mod faults;
 mod orphans;
 mod plane;
 mod server;
+mod state;
+mod verdict;
 
 use faults::{cloud_call, inject, retire};
-use orphans::Orphan;
-use plane::{EXPECTED_EXIT, Peer, Plane, Slot};
+use plane::{Peer, Plane, Slot};
 use server::Server;
+use state::State;
+use verdict::{Seen, judge};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -73,61 +75,10 @@ pub(crate) struct Args {
     output: crate::Output,
 }
 
-/// What happened and the verdict.
-#[derive(Debug, Serialize)]
-struct Report {
-    seed: u64,
-    seconds: u64,
-    /// `test-apiserver`, or `kube-apiserver (Kubernetes v…)`.
-    apiserver: String,
-    /// The managers: `rust`, or `go` with the Go peer's version.
-    peers: String,
-    processes: usize,
-    partition: &'static str,
-    /// Faults injected, by kind.
-    events: BTreeMap<&'static str, u32>,
-    events_survived: u32,
-    /// Kubernetes writes of controllers judged against lock tenures.
-    kubernetes_writes_judged: usize,
-    /// Of those that succeeded, the Go peer's and ours (with `--peers go` both must have written).
-    controller_writes_by_peer: BTreeMap<&'static str, usize>,
-    /// Cloud changes judged against lock tenures.
-    cloud_writes_judged: usize,
-    /// Overlaps by this framework's replicas, or tenures of a Lease that intersect: none may be.
-    overlaps: Vec<Overlap>,
-    /// With `--peers go`: writes of upstream's Go cloud-controller-manager outside its own tenure,
-    /// counted and not judged (upstream's writes are not fenced on its lock: a replica whose renewals
-    /// fall behind, e.g. behind its own client's rate limiter, goes on writing until it notices), the
-    /// first few shown.
-    upstream_writes_outside_tenure: usize,
-    upstream_examples: Vec<Overlap>,
-    handoffs: usize,
-    worst_handoff_gap_ms: f64,
-    nodes: usize,
-    nodes_uninitialized: Vec<String>,
-    retired_nodes_left: Vec<String>,
-    load_balancer_services: usize,
-    /// Load balancers whose service is gone, at the end, each with the cloud write that created it: one
-    /// created by upstream's Go CCM outside its tenure is upstream's unfenced write, reported and not
-    /// judged (see `orphans.rs`); any other fails the run.
-    orphaned_load_balancers: Vec<Orphan>,
-    /// Services being deleted whose load balancer is still there at the end.
-    undeleted_load_balancers: Vec<String>,
-    missing_load_balancers: Vec<String>,
-    /// Processes that did not exit within ten lease durations of SIGTERM.
-    stuck_processes: Vec<String>,
-    /// Processes that exited on their own (a lost lease ends the process, as upstream's), by exit status;
-    /// each was restarted in its slot, as kubelet restarts a pod's container. Anything but status 1 (a
-    /// panic, a signal nobody sent) fails the run.
-    exits: BTreeMap<String, u32>,
-    /// From the end of the faults to a converged cluster (`None`: it did not converge in time).
-    converged_after_s: Option<f64>,
-    pass: bool,
-}
-
 pub(crate) async fn run(args: Args) -> Result<()> {
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut rng = StdRng::seed_from_u64(seed);
+    let uts = Uts::probe()?;
     let namespaces = Netns::available();
     let listen = if namespaces { "0.0.0.0:0" } else { "127.0.0.1:0" };
     let rust_sides = [Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm];
@@ -246,7 +197,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         next: 0,
         wait: lease * 10,
         stuck: Vec::new(),
-        ours: BTreeSet::new(),
+        uts,
+        hosts: BTreeMap::new(),
         exits: BTreeMap::new(),
     };
     for (slot, side) in sides.into_iter().enumerate() {
@@ -325,106 +277,52 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
 
-    for (replica, _) in &plane.replicas {
-        replica.terminate()?;
-    }
-    let wait = plane.wait;
-    for (replica, _) in &mut plane.replicas {
-        if replica.wait(wait).is_err() {
-            plane.stuck.push(replica.name.clone());
-            replica.kill()?;
-        }
-    }
+    plane.terminate_all()?;
 
     let mut requests = server.requests().await?;
     requests.extend(harness::cloud_writes(cloud_server.url()).await?);
-    let report = audit(
-        &server.leases().await?,
-        &requests,
-        &plane.environment.governance()?,
-    );
-    let cloud_writes_judged = requests
-        .iter()
-        .filter(|r| r.verb.as_deref() == Some(CLOUD_VERB))
-        .count();
-    let events_survived = events.values().sum();
-    let orphaned = orphans::explain(&state.orphaned, &requests, &report.overlaps, &plane.ours);
-    // Upstream's unfenced writes are its own; a write of ours outside its tenure, an unowned write, or
-    // two tenures at once fail the run.
-    let (upstream, overlaps): (Vec<Overlap>, Vec<Overlap>) =
-        report
-            .overlaps
-            .iter()
-            .cloned()
-            .partition(|overlap| match overlap {
-                Overlap::WriteOutsideTenure { identity, .. } => !plane.ours.contains(identity),
-                _ => false,
-            });
-    let mut controller_writes_by_peer: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for request in &requests {
-        let write = request.method != "GET" && (200..300).contains(&request.status);
-        if let Some(agent) = UserAgent::parse(&request.user_agent)
-            .filter(|a| write && a.controller != leadermigration::audit::LEADER_ELECTION)
-        {
-            let peer = if plane.ours.contains(&agent.identity) {
-                "rust"
-            } else {
-                "go"
-            };
-            *controller_writes_by_peer.entry(peer).or_default() += 1;
-        }
+    let mut governance = plane.environment.governance()?;
+    if args.peers == "go" {
+        // Upstream's own client (its leader-election Events) names no process: expected, for Events only.
+        governance = governance.other_client_writing(
+            "upstream's Go CCM's own client (Events)",
+            "go-cloud-controller-manager/",
+            &["events"],
+        );
     }
-    let both_wrote = args.peers != "go"
-        || (controller_writes_by_peer.get("go").copied().unwrap_or(0) > 0
-            && controller_writes_by_peer.get("rust").copied().unwrap_or(0) > 0);
-    let result = Report {
-        seed,
-        seconds: args.seconds,
-        apiserver: server.describe(),
-        peers: match (&args.peers[..], &kube_binaries) {
-            ("go", Some(binaries)) => format!(
-                "go: three of upstream's Go cloud-controller-manager ({}) and three of ours",
-                binaries.kubernetes_version
-            ),
-            _ => "rust: six of ours (three at N as kube-controller-manager, three at N+1)".to_owned(),
+    let report = audit(&server.leases().await?, &requests, &governance);
+    let result = judge(
+        Seen {
+            report: &report,
+            requests: &requests,
+            plane: &plane,
+            state,
+            events,
+            min_events: args.min_events,
+            converged_after_s,
+            peers: &args.peers,
         },
-        processes,
-        partition: if namespaces {
-            "network: each replica in its own network namespace, its veth link taken down"
-        } else if server.faults().is_none() {
-            "none: no network namespaces here, and the real kube-apiserver cannot cut a client off"
-        } else {
-            "at the API server (no network namespaces here): the cut-off process's requests hang and its watches end; not a cut TCP link"
+        |result| {
+            result.seed = seed;
+            result.seconds = args.seconds;
+            result.apiserver = server.describe();
+            result.peers = match (&args.peers[..], &kube_binaries) {
+                ("go", Some(binaries)) => format!(
+                    "go: three of upstream's Go cloud-controller-manager ({}) and three of ours",
+                    binaries.kubernetes_version
+                ),
+                _ => "rust: six of ours (three at N as kube-controller-manager, three at N+1)".to_owned(),
+            };
+            result.processes = processes;
+            result.partition = if namespaces {
+                "network: each replica in its own network namespace, its veth link taken down"
+            } else if server.faults().is_none() {
+                "none: no network namespaces here, and the real kube-apiserver cannot cut a client off"
+            } else {
+                "at the API server (no network namespaces here): the cut-off process's requests hang and its watches end; not a cut TCP link"
+            };
         },
-        events,
-        events_survived,
-        kubernetes_writes_judged: report.writes_checked.saturating_sub(cloud_writes_judged),
-        controller_writes_by_peer,
-        cloud_writes_judged,
-        handoffs: report.handoffs.len(),
-        worst_handoff_gap_ms: round(report.handoffs.iter().map(|h| h.gap_ms).fold(0.0, f64::max)),
-        pass: overlaps.is_empty()
-            && events_survived >= args.min_events
-            && both_wrote
-            && (converged_after_s.is_some() || state.converged_but_for_orphans())
-            && orphaned.iter().all(Orphan::upstream_unfenced)
-            && plane.stuck.is_empty()
-            && plane.exits.keys().all(|status| status == EXPECTED_EXIT)
-            && cloud_writes_judged > 0,
-        overlaps,
-        upstream_writes_outside_tenure: upstream.len(),
-        upstream_examples: upstream.into_iter().take(5).collect(),
-        nodes: state.nodes,
-        nodes_uninitialized: state.uninitialized,
-        retired_nodes_left: state.retired_left,
-        load_balancer_services: state.wanted.len(),
-        orphaned_load_balancers: orphaned,
-        undeleted_load_balancers: state.undeleted,
-        missing_load_balancers: state.missing,
-        stuck_processes: plane.stuck.clone(),
-        exits: plane.exits.clone(),
-        converged_after_s,
-    };
+    );
     args.output.write(&serde_json::to_value(&result)?)?;
     if !result.pass {
         bail!(
@@ -433,104 +331,4 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The cluster and the cloud, compared.
-struct State {
-    nodes: usize,
-    uninitialized: Vec<String>,
-    retired_left: Vec<String>,
-    /// `namespace/name` of every LoadBalancer service.
-    wanted: BTreeSet<String>,
-    /// `(service, load balancer)` of each load balancer whose service is gone.
-    orphaned: Vec<(String, String)>,
-    /// Services being deleted whose load balancer is still there: their controller's work in progress.
-    undeleted: Vec<String>,
-    missing: Vec<String>,
-}
-
-impl State {
-    async fn read(
-        nodes: &Api<Node>,
-        services: &Api<Service>,
-        cloud: &FakeCloudClient,
-        retired: &BTreeSet<String>,
-    ) -> Result<State> {
-        let node_list = nodes.list(&ListParams::default()).await?.items;
-        let names = |n: &Node| n.metadata.name.clone().unwrap_or_default();
-        let uninitialized = node_list
-            .iter()
-            .filter(|n| !retired.contains(&names(n)) && !harness::initialized(n))
-            .map(names)
-            .collect();
-        let retired_left = node_list
-            .iter()
-            .map(names)
-            .filter(|n| retired.contains(n))
-            .collect();
-        let mut service_list = services.list(&ListParams::default()).await?.items;
-        let present: BTreeSet<String> = service_list
-            .iter()
-            .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
-            .collect();
-        service_list.retain(harness::is_load_balancer);
-        let wanted: BTreeSet<String> = service_list
-            .iter()
-            .filter(|s| s.metadata.deletion_timestamp.is_none())
-            .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
-            .collect();
-        let served: BTreeSet<String> = service_list
-            .iter()
-            .filter(|s| s.metadata.deletion_timestamp.is_none() && harness::has_ingress(s))
-            .map(|s| format!("default/{}", s.metadata.name.as_deref().unwrap_or_default()))
-            .collect();
-        // service -> load balancer name
-        let load_balancers: BTreeMap<String, String> = match cloud_call(cloud, AdminRequest::Snapshot).await?
-        {
-            CloudResponse::Snapshot { load_balancers, .. } => load_balancers
-                .into_iter()
-                .map(|lb| (lb.service, lb.name))
-                .collect(),
-            other => bail!("unexpected snapshot answer {other:?}"),
-        };
-        let unwanted = || {
-            load_balancers
-                .iter()
-                .filter(|(service, _)| !wanted.contains(*service))
-        };
-        Ok(State {
-            nodes: node_list.len(),
-            uninitialized,
-            retired_left,
-            orphaned: unwanted()
-                .filter(|(service, _)| !present.contains(*service))
-                .map(|(service, name)| (service.clone(), name.clone()))
-                .collect(),
-            undeleted: unwanted()
-                .filter(|(service, _)| present.contains(*service))
-                .map(|(service, _)| service.clone())
-                .collect(),
-            missing: wanted
-                .iter()
-                .filter(|s| !load_balancers.contains_key(*s) || !served.contains(*s))
-                .cloned()
-                .collect(),
-            wanted,
-        })
-    }
-
-    /// Nothing left to do.
-    fn converged(&self) -> bool {
-        self.orphaned.is_empty() && self.converged_but_for_orphans()
-    }
-
-    /// Nothing left to do but load balancers whose service is gone. Ours deletes one it ensured for a
-    /// service deleted without its finalizer, so the run waits for them until its deadline; what is left
-    /// then is judged by who created it (`orphans.rs`).
-    fn converged_but_for_orphans(&self) -> bool {
-        self.uninitialized.is_empty()
-            && self.retired_left.is_empty()
-            && self.undeleted.is_empty()
-            && self.missing.is_empty()
-    }
 }

@@ -102,3 +102,61 @@ impl Drop for Netns {
         let _ = ip(&["link", "del", &self.host_link]);
     }
 }
+
+/// How a replica gets the hostname the harness chose for it, and with it an identity known by
+/// construction (`<hostname>_<uuid>`, upstream's scheme and ours): its own UTS namespace (`unshare` from
+/// util-linux), as root or inside an unprivileged user namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Uts {
+    Root,
+    UserNamespace,
+}
+
+impl Uts {
+    /// The way this machine allows, tried once.
+    pub(crate) fn probe() -> Result<Uts> {
+        for uts in [Uts::Root, Uts::UserNamespace] {
+            let mut wrapper = uts.wrapper("ccm-probe");
+            let program = wrapper.remove(0);
+            let status = Command::new(program)
+                .args(wrapper)
+                .args([
+                    "sh",
+                    "-c",
+                    "test \"$(cat /proc/sys/kernel/hostname)\" = ccm-probe",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if status.is_ok_and(|s| s.success()) {
+                return Ok(uts);
+            }
+        }
+        bail!(
+            "cannot give a replica its own hostname: `unshare --uts` (util-linux) needs root or unprivileged \
+             user namespaces"
+        )
+    }
+
+    /// The command prefix that runs a program with `hostname`.
+    pub(crate) fn wrapper(self, hostname: &str) -> Vec<String> {
+        let mut wrapper = vec!["unshare".to_owned()];
+        if self == Uts::UserNamespace {
+            wrapper.push("--map-root-user".to_owned());
+        }
+        wrapper.extend(
+            [
+                "--uts",
+                "--",
+                "sh",
+                "-c",
+                r#"hostname "$0" && exec "$@""#,
+                hostname,
+            ]
+            .iter()
+            .map(|s| (*s).to_owned()),
+        );
+        wrapper
+    }
+}

@@ -44,6 +44,9 @@ pub(super) async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &st
 /// Matches the `User-Agent` of every manager (both components), not the workload's or the judge's.
 const MANAGERS: &str = "-controller-manager/";
 
+/// The kinds [`inject`] returns that are not faults: nothing to act on, or the cloud recovering.
+pub(super) const NOT_FAULTS: [&str; 2] = ["none", "cloud_recovers"];
+
 /// One fault, chosen at random; returns its kind.
 pub(super) async fn inject(
     rng: &mut StdRng,
@@ -88,10 +91,10 @@ pub(super) async fn inject(
             "network_partition"
         }
         3 | 8 => {
-            let identity = plane.replicas[target].0.identity(plane.wait)?;
+            let replica = plane.user_agent_of(target);
             admin
                 .context("API-server faults")?
-                .add_fault(json!({"user_agent": identity, "action": {"type": "partition"}, "duration_ms": rng.random_range(lease_ms..lease_ms * 2)}))
+                .add_fault(json!({"user_agent": replica, "action": {"type": "partition"}, "duration_ms": rng.random_range(lease_ms..lease_ms * 2)}))
                 .await?;
             "api_partition"
         }

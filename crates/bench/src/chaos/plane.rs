@@ -9,7 +9,7 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
-use crate::netns::Netns;
+use crate::netns::{Netns, Uts};
 
 /// Where a replica runs: its own network namespace, with a kubeconfig and cloud-config that reach the
 /// servers through its link.
@@ -44,9 +44,14 @@ pub(super) struct Plane {
     pub(super) next: u32,
     pub(super) wait: Duration,
     pub(super) stuck: Vec<String>,
-    /// The identities of this framework's replicas (to tell their writes from the Go peer's).
-    pub(super) ours: std::collections::BTreeSet<String>,
-    pub(super) exits: BTreeMap<String, u32>,
+    /// How replicas get their hostnames.
+    pub(super) uts: Uts,
+    /// Every replica started, by the hostname the plane gave it: its identity is `<hostname>_<uuid>`, so
+    /// whose a write is comes from what the plane started, not from what a process says.
+    pub(super) hosts: BTreeMap<String, (Peer, Side)>,
+    /// How replicas ended: by how they were stopped (`sigterm`, `sigkill`, `on_its_own`), their exit
+    /// statuses (`exit N`, `signal N`) and how many.
+    pub(super) exits: BTreeMap<&'static str, BTreeMap<String, u32>>,
 }
 
 /// How a replica is stopped before its replacement starts.
@@ -58,8 +63,34 @@ pub(super) enum Stop {
     Exited,
 }
 
-/// A replica ending on its own ends this way: `exit(1)` after a lost lease.
-pub(super) const EXPECTED_EXIT: &str = "exit status: 1";
+/// How a replica may end, by how it was stopped: after SIGTERM ours exits (0, or 1 when its lease was lost
+/// meanwhile); upstream's Go CCM, whose `main` passes `wait.NeverStop` and so catches no signal (as
+/// upstream's own `main` does), may also be ended by it; after SIGKILL it is killed by it (a shell's 137);
+/// on its own only with `exit(1)` after a lost lease. A panic (101 for ours, 2 for Go), another status or
+/// a signal nobody sent fails the run.
+pub(super) fn expected_exit(how: &str, status: &str) -> bool {
+    match how {
+        "sigterm" => matches!(status, "exit 0" | "exit 1" | YOUNG_SIGTERM),
+        "sigterm (upstream)" => matches!(status, "exit 0" | "exit 1" | "signal 15" | YOUNG_SIGTERM),
+        "sigkill" | "sigkill (upstream)" => status == "signal 9",
+        _ => status == "exit 1",
+    }
+}
+
+/// A replica SIGTERM'd within [`YOUNG`] of its start may not have installed its handler yet (the Go
+/// runtime's start, a wrapper's exec): the signal's default action ends it, recorded so.
+const YOUNG: Duration = Duration::from_secs(2);
+const YOUNG_SIGTERM: &str = "signal 15 (within 2 s of its start, before its handler)";
+
+/// An exit status as the report gives it.
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => status.to_string(),
+    }
+}
 
 impl Plane {
     pub(super) fn start(&mut self, side: Side, slot: usize) -> Result<()> {
@@ -70,39 +101,117 @@ impl Plane {
             (Peer::Rust, Side::Kcm) => "kcm",
             (Peer::Rust, Side::Ccm) => "ccm",
         };
+        // The replica's name is its hostname too.
         let name = format!("{prefix}-{}", self.next);
         let place = self.slots.get(slot);
-        let mut replica = match (peer, &self.go) {
+        let mut wrapper = place.map(|place| place.netns.wrapper()).unwrap_or_default();
+        wrapper.extend(self.uts.wrapper(&name));
+        let replica = match (peer, &self.go) {
             (Peer::Go, Some(go)) => {
                 let mut args = go.go_ccm_args();
                 args.push("--concurrent-service-syncs=5".to_owned());
-                let wrapper = match place {
-                    Some(place) => {
-                        args.extend([place.kubeconfig.clone(), place.cloud_config.clone()]);
-                        place.netns.wrapper()
-                    }
-                    None => Vec::new(),
-                };
+                if let Some(place) = place {
+                    args.extend([place.kubeconfig.clone(), place.cloud_config.clone()]);
+                }
                 Replica::spawn_wrapped(go, &name, side, &args, &wrapper)?
             }
             (Peer::Go, None) => anyhow::bail!("slot {slot} runs the Go peer, which was not found"),
-            (Peer::Rust, _) => match place {
-                Some(place) => Replica::start_wrapped(
-                    &self.environment,
-                    &name,
-                    side,
-                    &[&place.kubeconfig, &place.cloud_config],
-                    &place.netns.wrapper(),
-                )?,
-                None => Replica::start(&self.environment, &name, side)?,
-            },
+            (Peer::Rust, _) => {
+                let flags: Vec<&str> = place
+                    .map(|place| vec![place.kubeconfig.as_str(), place.cloud_config.as_str()])
+                    .unwrap_or_default();
+                Replica::start_wrapped(&self.environment, &name, side, &flags, &wrapper)?
+            }
         };
-        // Ours says who it is at once; upstream's only once it leads (nothing here needs it).
-        if peer == Peer::Rust {
-            let identity = replica.identity(self.wait)?;
-            self.ours.insert(identity);
-        }
+        self.hosts.insert(name, (peer, side));
         self.replicas.push((replica, slot));
+        Ok(())
+    }
+
+    /// Who a process identity (`<hostname>_<uuid>`, or a Go peer's bare hostname before it leads) is: a
+    /// replica this plane started, or `None`.
+    pub(super) fn peer_of(&self, identity: &str) -> Option<(Peer, Side)> {
+        let host = identity.split_once('_').map_or(identity, |(host, _)| host);
+        self.hosts.get(host).copied()
+    }
+
+    /// A `User-Agent` pattern matching every request of replica `index` (its identity follows `) `).
+    pub(super) fn user_agent_of(&self, index: usize) -> String {
+        format!(") {}_", self.replicas[index].0.name)
+    }
+
+    fn record_exit(&mut self, how: &'static str, status: std::process::ExitStatus) {
+        self.record(how, describe(status));
+    }
+
+    fn record(&mut self, how: &'static str, status: String) {
+        *self.exits.entry(how).or_default().entry(status).or_default() += 1;
+    }
+
+    /// Whether replica `name` is upstream's.
+    fn upstream(&self, name: &str) -> bool {
+        self.hosts.get(name).is_some_and(|(peer, _)| *peer == Peer::Go)
+    }
+
+    /// Records how a SIGTERM'd replica ended (see [`YOUNG`]).
+    fn record_sigterm(&mut self, name: &str, status: std::process::ExitStatus, age: Duration) {
+        let how = if self.upstream(name) {
+            "sigterm (upstream)"
+        } else {
+            "sigterm"
+        };
+        let described = describe(status);
+        if described == "signal 15" && age < YOUNG {
+            self.record(how, YOUNG_SIGTERM.to_owned());
+        } else {
+            self.record(how, described);
+        }
+    }
+
+    /// Records how a SIGKILL'd replica ended: one that exited on its own before the signal came is
+    /// recorded so.
+    fn record_sigkill(&mut self, name: &str, status: std::process::ExitStatus) {
+        use std::os::unix::process::ExitStatusExt;
+        let how = match (status.signal().is_some(), self.upstream(name)) {
+            (true, false) => "sigkill",
+            (true, true) => "sigkill (upstream)",
+            (false, _) => "on_its_own",
+        };
+        self.record_exit(how, status);
+    }
+
+    /// SIGTERM to every replica, each given `wait` to exit (then SIGKILL: it is stuck); every exit recorded.
+    pub(super) fn terminate_all(&mut self) -> Result<()> {
+        let mut ended = Vec::new();
+        let mut signalled = Vec::new();
+        for (replica, _) in &mut self.replicas {
+            match replica.try_wait() {
+                Some(status) => ended.push((None, status, replica.age())),
+                None => {
+                    replica.terminate()?;
+                    signalled.push(replica.name.clone());
+                }
+            }
+        }
+        for (replica, _) in &mut self.replicas {
+            if !signalled.contains(&replica.name) {
+                continue;
+            }
+            let age = replica.age();
+            match replica.wait(self.wait) {
+                Ok(status) => ended.push((Some(replica.name.clone()), status, age)),
+                Err(_) => {
+                    self.stuck.push(replica.name.clone());
+                    replica.kill()?;
+                }
+            }
+        }
+        for (terminated, status, age) in ended {
+            match terminated {
+                Some(name) => self.record_sigterm(&name, status, age),
+                None => self.record_exit("on_its_own", status),
+            }
+        }
         Ok(())
     }
 
@@ -124,15 +233,17 @@ impl Plane {
 
     /// Restarts the replicas that exited on their own, in their slots, as kubelet restarts a container.
     pub(super) fn restart_exited(&mut self) -> Result<()> {
-        let mut exited: Vec<usize> = Vec::new();
+        let mut exited: Vec<(usize, std::process::ExitStatus)> = Vec::new();
         for (index, (replica, _)) in self.replicas.iter_mut().enumerate() {
             if let Some(status) = replica.try_wait() {
-                *self.exits.entry(status.to_string()).or_default() += 1;
-                exited.push(index);
+                exited.push((index, status));
             }
         }
+        for &(_, status) in &exited {
+            self.record_exit("on_its_own", status);
+        }
         // From the back: a removal does not move the replicas still to restart.
-        for index in exited.into_iter().rev() {
+        for (index, _) in exited.into_iter().rev() {
             self.replace(index, Stop::Exited)?;
         }
         Ok(())
@@ -148,17 +259,31 @@ impl Plane {
             .filter(|(p, _)| *p != index)
             .map(|&(p, at)| (if p > index { p - 1 } else { p }, at))
             .collect();
+        // A replica that ended on its own before the signal reached it is recorded so.
+        let stop = match (stop, replica.try_wait()) {
+            (Stop::Exited, _) => Stop::Exited,
+            (_, Some(status)) => {
+                self.record_exit("on_its_own", status);
+                Stop::Exited
+            }
+            (stop, None) => stop,
+        };
         match stop {
             Stop::Kill => {
                 replica.kill()?;
-                replica.wait(self.wait)?;
+                let status = replica.wait(self.wait)?;
+                self.record_sigkill(&replica.name, status);
             }
             Stop::Terminate => {
+                let age = replica.age();
                 replica.terminate()?;
-                if replica.wait(self.wait).is_err() {
-                    self.stuck.push(replica.name.clone());
-                    replica.kill()?;
-                    replica.wait(self.wait)?;
+                match replica.wait(self.wait) {
+                    Ok(status) => self.record_sigterm(&replica.name, status, age),
+                    Err(_) => {
+                        self.stuck.push(replica.name.clone());
+                        replica.kill()?;
+                        replica.wait(self.wait)?;
+                    }
                 }
             }
             Stop::Exited => {}
