@@ -5,11 +5,12 @@
 //! managers mid-migration under kills, pauses, partitions, API-server and cloud faults; see
 //! `crates/bench/src/chaos.rs`). The full `cargo xtask test` runs it for 60 s on the test API server, and
 //! with upstream's Go cloud-controller-manager beside ours on the real kube-apiserver for at least 200
-//! fault events, each with a fixed seed.
+//! fault events, each with a fixed seed. Then the negative controls ([`negative_controls`]): the same run
+//! with a deliberately broken manager in every slot of ours, whose verdict must fail naming the fault.
 
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 
 use crate::shell::{cargo, exec, target_dir};
 
@@ -36,10 +37,15 @@ pub(crate) struct Args {
     /// How long the cluster has to converge once the faults stop.
     #[arg(long, default_value_t = 90)]
     converge_seconds: u64,
+    /// Run the negative controls instead, on `--apiserver`: short runs with a deliberately broken manager,
+    /// each of which must fail naming what it did.
+    #[arg(long)]
+    negative_controls: bool,
 }
 
 impl Args {
-    /// What the full test run uses.
+    /// What the full test run uses: a fault every 0.3–1.5 s, so about 60 in a minute, of which at least 40
+    /// must be faults (not the cloud's recovery).
     pub(crate) fn ci() -> Args {
         Args {
             seconds: 60,
@@ -47,8 +53,9 @@ impl Args {
             output: Some(target_dir().join("chaos.json")),
             apiserver: "test".to_owned(),
             peers: "rust".to_owned(),
-            min_events: 0,
+            min_events: 40,
             converge_seconds: 90,
+            negative_controls: false,
         }
     }
 
@@ -65,11 +72,14 @@ impl Args {
             // Four minutes of work arrive; upstream's Go CCM, when it leads at the end, works through
             // what is left.
             converge_seconds: 240,
+            negative_controls: false,
         }
     }
 }
 
-pub(crate) fn run(args: &Args) -> Result<()> {
+/// Builds what a chaos run starts: the manager, the test API server, the benchmark driver and the
+/// negative controls' broken manager (all in the `bench` package but the first two).
+fn build() -> Result<()> {
     exec(cargo().args([
         "build",
         "--locked",
@@ -79,7 +89,14 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         "test-apiserver",
         "-p",
         "bench",
-    ]))?;
+    ]))
+}
+
+pub(crate) fn run(args: &Args) -> Result<()> {
+    if args.negative_controls {
+        return negative_controls(&[args.apiserver.as_str()]);
+    }
+    build()?;
     if args.apiserver == "kube" || args.peers == "go" {
         crate::kube::build()?;
     }
@@ -105,4 +122,116 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         command.arg("--output").arg(output);
     }
     exec(&mut command)
+}
+
+/// Whether a chaos report names a finding.
+type Named = fn(&serde_json::Value) -> bool;
+
+/// The ways `broken-ccm` (`crates/bench/src/broken.rs`) is broken, each with the finding the verdict must
+/// name when it runs in every slot of ours.
+const BROKEN: [(&str, &str, Named); 3] = [
+    (
+        "late-writes",
+        "a write of ours outside its tenure (service-lb-controller)",
+        |report| {
+            overlaps(report)
+                .any(|o| o["kind"] == "write_outside_tenure" && o["controller"] == "service-lb-controller")
+        },
+    ),
+    (
+        "anonymous",
+        "unattributable writes, to the cloud and to the API server",
+        |report| {
+            let unattributable = |prefix: &str| {
+                overlaps(report).any(|o| {
+                    o["kind"] == "unattributable_write"
+                        && o["path"].as_str().is_some_and(|path| path.starts_with(prefix))
+                })
+            };
+            unattributable("cloud:") && unattributable("/api")
+        },
+    ),
+    (
+        "leak",
+        "a second load balancer of a service, and an orphan of ours not excused",
+        |report| {
+            let duplicated = report["duplicated_load_balancers"]
+                .as_array()
+                .is_some_and(|d| !d.is_empty());
+            let orphaned_by_ours = report["orphaned_load_balancers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["excused"].is_null() && o["created_by"]["peer"] == "rust");
+            duplicated && orphaned_by_ours
+        },
+    ),
+];
+
+fn overlaps(report: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    report["overlaps"].as_array().into_iter().flatten()
+}
+
+/// The negative controls of the chaos verdict: a short run with `broken-ccm` in every slot of ours, once
+/// per way it is broken, on each of `backends` (`test`, `kube`).
+/// Each run must fail, and its report must name what the broken manager did; a verdict that passes, or
+/// fails for another reason only, fails this.
+pub(crate) fn negative_controls(backends: &[&str]) -> Result<()> {
+    build()?;
+    if backends.contains(&"kube") {
+        crate::kube::build()?;
+    }
+    let debug = target_dir().join("debug");
+    for apiserver in backends {
+        for (broken, finding, named) in BROKEN {
+            let output = target_dir().join(format!("chaos-negative-{broken}-{apiserver}.json"));
+            let _ = std::fs::remove_file(&output);
+            // Its failure is the expected outcome: what it says goes to a file, not the run's output.
+            let log = target_dir().join(format!("chaos-negative-{broken}-{apiserver}.log"));
+            let stderr = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+            let mut command = Command::new(debug.join("ccm-bench"));
+            command
+                .env("BENCH_MANAGER_BINARY", debug.join("broken-ccm"))
+                .env("NEGATIVE_CONTROL", broken)
+                .args([
+                    "chaos",
+                    "--seconds",
+                    "12",
+                    "--seed",
+                    "1",
+                    "--converge-seconds",
+                    "15",
+                ])
+                .args(["--apiserver", apiserver, "--peers", "rust", "--output"])
+                .arg(&output)
+                .stdout(std::process::Stdio::null())
+                .stderr(stderr);
+            eprintln!(
+                "$ NEGATIVE_CONTROL={broken} ccm-bench chaos --apiserver {apiserver} (a negative control)"
+            );
+            let status = command.status().context("start ccm-bench")?;
+            let report: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(&output)
+                    .with_context(|| format!("the negative control {broken} wrote no report"))?,
+            )?;
+            if status.success() || report["pass"] != false {
+                bail!(
+                    "negative control {broken} on {apiserver}: the chaos verdict PASSED a broken manager \
+                     ({}, {})",
+                    output.display(),
+                    log.display()
+                );
+            }
+            if !named(&report) {
+                bail!(
+                    "negative control {broken} on {apiserver}: the verdict failed, but without naming {finding} \
+                     (failures: {}; {})",
+                    report["failures"],
+                    output.display()
+                );
+            }
+            println!("negative control {broken} on {apiserver}: the chaos verdict failed, naming {finding}");
+        }
+    }
+    Ok(())
 }
