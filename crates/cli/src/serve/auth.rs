@@ -10,6 +10,14 @@
 //!    served; so is every path for `system:masters`.
 //! 3. Otherwise the SubjectAccessReview decides: 403 `forbidden: User "…" cannot get path "…"` when it
 //!    denies, 500 when it cannot be asked (never served on a failure).
+//!
+//! A caller sending random tokens (or, anonymously, random paths) cannot turn them into unbounded
+//! reviews, nor flush what is cached for real callers: tokens are cached by a keyed SHA-256 of their
+//! text (as upstream), refusals apart from acceptances, each bounded and evicting what expires soonest,
+//! never everything; and a review nothing is cached for is asked at most [`UNKNOWN_REVIEWS_PER_SECOND`]
+//! times a second (burst as many), at most [`REVIEWS_IN_FLIGHT`] at once, past which the request is
+//! answered 429. A token the API server accepted in the last [`KNOWN_FOR`] is reviewed again outside
+//! that bound (a flood cannot lock a real scraper out), and so is an authenticated user's access.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,17 +56,20 @@ pub(crate) enum Decision {
     Forbidden(String),
     /// 500: the API server could not be asked.
     Failed(String),
+    /// 429: too many reviews asked for callers nobody knows.
+    TooMany,
 }
 
 /// Answers kept for a while, keyed by the question; bounded so that callers sending many different
-/// tokens cannot grow it without limit.
+/// questions cannot grow it without limit. When full, the answers that expire soonest make room (never
+/// all of them: a flood of new questions pushes out only the oldest answers).
 struct Cache<K, V> {
     entries: Mutex<HashMap<K, (V, Instant)>>,
 }
 
 const CACHE_ENTRIES: usize = 4096;
 
-impl<K: std::hash::Hash + Eq, V: Clone> Cache<K, V> {
+impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
     fn new() -> Cache<K, V> {
         Cache {
             entries: Mutex::new(HashMap::new()),
@@ -78,15 +89,96 @@ impl<K: std::hash::Hash + Eq, V: Clone> Cache<K, V> {
             return;
         }
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if entries.len() >= CACHE_ENTRIES {
+        if entries.len() >= CACHE_ENTRIES && !entries.contains_key(&key) {
             let now = Instant::now();
             entries.retain(|_, (_, until)| *until > now);
+            // Still full: the eighth that expires soonest goes (one sort per eighth of the entries).
             if entries.len() >= CACHE_ENTRIES {
-                entries.clear();
+                let mut by_expiry: Vec<(Instant, K)> = entries
+                    .iter()
+                    .map(|(k, (_, until))| (*until, k.clone()))
+                    .collect();
+                by_expiry.sort_unstable_by_key(|(until, _)| *until);
+                for (_, key) in by_expiry.into_iter().take(CACHE_ENTRIES / 8) {
+                    entries.remove(&key);
+                }
             }
         }
         entries.insert(key, (value, Instant::now() + ttl));
     }
+}
+
+/// A token's cache key: SHA-256 of a per-process secret and the token, so that the cache holds no token
+/// and a long one takes no more room than a short one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct TokenKey([u8; 32]);
+
+/// Reviews asked for questions nothing is cached for, a second, and at once (a burst as large).
+pub(crate) const UNKNOWN_REVIEWS_PER_SECOND: u32 = 20;
+pub(crate) const REVIEWS_IN_FLIGHT: usize = 4;
+
+/// How long a token the API server accepted counts as known: reviewed again outside the bound.
+pub(crate) const KNOWN_FOR: Duration = Duration::from_secs(600);
+
+/// A token bucket: `rate` a second, up to `rate` at once.
+struct Bucket {
+    rate: u32,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    fn new(rate: u32) -> Bucket {
+        Bucket {
+            rate,
+            state: Mutex::new((f64::from(rate), Instant::now())),
+        }
+    }
+
+    /// Takes one, if there is one.
+    fn take(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, refilled) = *state;
+        let now = Instant::now();
+        let rate = f64::from(self.rate);
+        let tokens = (tokens + now.duration_since(refilled).as_secs_f64() * rate).min(rate);
+        if tokens >= 1.0 {
+            *state = (tokens - 1.0, now);
+            true
+        } else {
+            *state = (tokens, now);
+            false
+        }
+    }
+}
+
+/// Reviews for questions nothing is known about: at most this rate, and so many at once.
+struct Unknown {
+    bucket: Bucket,
+    in_flight: tokio::sync::Semaphore,
+}
+
+impl Unknown {
+    fn new() -> Unknown {
+        Unknown {
+            bucket: Bucket::new(UNKNOWN_REVIEWS_PER_SECOND),
+            in_flight: tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT),
+        }
+    }
+
+    /// A permit to ask one review now; `None`: too many.
+    fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let permit = self.in_flight.try_acquire().ok()?;
+        self.bucket.take().then_some(permit)
+    }
+}
+
+/// Why a review gave no answer.
+#[derive(Debug)]
+enum Refused {
+    /// Past the bound on reviews of unknown questions.
+    TooMany,
+    /// The API server could not be asked, or did not answer.
+    Failed(String),
 }
 
 /// How long the API server has to answer a review.
@@ -110,8 +202,18 @@ pub(crate) struct Delegation {
     authentication: Option<kube::Client>,
     /// Asks SubjectAccessReviews; `None`: only always-allowed paths and `system:masters` are served.
     authorization: Option<kube::Client>,
-    tokens: Cache<String, Option<User>>,
-    access: Cache<(User, String, String), bool>,
+    secret: [u8; 32],
+    /// Tokens the API server accepted, with their users.
+    accepted: Cache<TokenKey, User>,
+    /// Tokens it refused.
+    refused: Cache<TokenKey, ()>,
+    /// Tokens it accepted lately: reviewed again outside the bound on unknown ones.
+    known: Cache<TokenKey, ()>,
+    allowed: Cache<(User, String, String), ()>,
+    denied: Cache<(User, String, String), ()>,
+    unknown: Unknown,
+    /// TokenReviews and SubjectAccessReviews asked, for the tests.
+    reviews: std::sync::atomic::AtomicU64,
 }
 
 impl Delegation {
@@ -120,12 +222,21 @@ impl Delegation {
         authentication: Option<kube::Client>,
         authorization: Option<kube::Client>,
     ) -> Arc<Delegation> {
+        let mut secret = [0; 32];
+        // Without randomness the key is still a hash of the token; only its secrecy is lost.
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret);
         Arc::new(Delegation {
             settings,
             authentication,
             authorization,
-            tokens: Cache::new(),
-            access: Cache::new(),
+            secret,
+            accepted: Cache::new(),
+            refused: Cache::new(),
+            known: Cache::new(),
+            allowed: Cache::new(),
+            denied: Cache::new(),
+            unknown: Unknown::new(),
+            reviews: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -147,7 +258,8 @@ impl Delegation {
             (None, Some(token)) => match self.review_token(token).await {
                 Ok(Some(user)) => user,
                 Ok(None) => return Decision::Unauthenticated,
-                Err(error) => {
+                Err(Refused::TooMany) => return Decision::TooMany,
+                Err(Refused::Failed(error)) => {
                     tracing::warn!(%error, "cannot review a bearer token");
                     return Decision::Unauthenticated;
                 }
@@ -157,13 +269,17 @@ impl Delegation {
         if self.always_allowed(path) || user.groups.iter().any(|g| g == "system:masters") {
             return Decision::Allow;
         }
-        match self.review_access(&user, path, verb).await {
+        match self
+            .review_access(&user, path, verb, established.is_some() || token.is_some())
+            .await
+        {
             Ok(true) => Decision::Allow,
             Ok(false) => Decision::Forbidden(format!(
                 "forbidden: User {:?} cannot {verb} path {path:?}",
                 user.name
             )),
-            Err(error) => Decision::Failed(format!("cannot authorize the request: {error}")),
+            Err(Refused::TooMany) => Decision::TooMany,
+            Err(Refused::Failed(error)) => Decision::Failed(format!("cannot authorize the request: {error}")),
         }
     }
 
@@ -176,13 +292,38 @@ impl Delegation {
         })
     }
 
-    async fn review_token(&self, token: &str) -> Result<Option<User>, String> {
-        if let Some(cached) = self.tokens.get(&token.to_owned()) {
-            return Ok(cached);
+    fn token_key(&self, token: &str) -> TokenKey {
+        let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+        context.update(&self.secret);
+        context.update(token.as_bytes());
+        let mut key = [0; 32];
+        key.copy_from_slice(context.finish().as_ref());
+        TokenKey(key)
+    }
+
+    /// TokenReviews and SubjectAccessReviews asked so far.
+    #[cfg(test)]
+    fn reviews(&self) -> u64 {
+        self.reviews.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn review_token(&self, token: &str) -> Result<Option<User>, Refused> {
+        let key = self.token_key(token);
+        if let Some(user) = self.accepted.get(&key) {
+            return Ok(Some(user));
+        }
+        if self.refused.get(&key).is_some() {
+            return Ok(None);
         }
         let Some(client) = &self.authentication else {
             return Ok(None);
         };
+        // A token accepted lately is asked about again at once; any other within the bound.
+        let _permit = match self.known.get(&key) {
+            Some(()) => None,
+            None => Some(self.unknown.admit().ok_or(Refused::TooMany)?),
+        };
+        self.reviews.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),
@@ -193,8 +334,8 @@ impl Delegation {
         let api: Api<TokenReview> = Api::all(client.clone());
         let answer = tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
             .await
-            .map_err(|_| format!("no answer within {REVIEW_TIMEOUT:?}"))?
-            .map_err(|error| error.to_string())?;
+            .map_err(|_| Refused::Failed(format!("no answer within {REVIEW_TIMEOUT:?}")))?
+            .map_err(|error| Refused::Failed(error.to_string()))?;
         let user = answer
             .status
             .filter(|status| status.authenticated == Some(true))
@@ -203,19 +344,41 @@ impl Delegation {
                 name: user.username.unwrap_or_default(),
                 groups: user.groups.unwrap_or_default(),
             });
-        self.tokens
-            .put(token.to_owned(), user.clone(), self.settings.token_ttl);
+        let ttl = self.settings.token_ttl;
+        match &user {
+            Some(user) => {
+                self.accepted.put(key, user.clone(), ttl);
+                self.known.put(key, (), KNOWN_FOR);
+            }
+            None => self.refused.put(key, (), ttl),
+        }
         Ok(user)
     }
 
-    async fn review_access(&self, user: &User, path: &str, verb: &str) -> Result<bool, String> {
+    /// Whether `user` may `verb` `path`; an unauthenticated caller's question is asked within the bound
+    /// on unknown ones (anyone can ask about any path).
+    async fn review_access(
+        &self,
+        user: &User,
+        path: &str,
+        verb: &str,
+        authenticated: bool,
+    ) -> Result<bool, Refused> {
         let key = (user.clone(), path.to_owned(), verb.to_owned());
-        if let Some(allowed) = self.access.get(&key) {
-            return Ok(allowed);
+        if self.allowed.get(&key).is_some() {
+            return Ok(true);
+        }
+        if self.denied.get(&key).is_some() {
+            return Ok(false);
         }
         let Some(client) = &self.authorization else {
             return Ok(false);
         };
+        let _permit = match authenticated {
+            true => None,
+            false => Some(self.unknown.admit().ok_or(Refused::TooMany)?),
+        };
+        self.reviews.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(user.name.clone()),
@@ -231,15 +394,14 @@ impl Delegation {
         let api: Api<SubjectAccessReview> = Api::all(client.clone());
         let answer = tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
             .await
-            .map_err(|_| format!("no answer within {REVIEW_TIMEOUT:?}"))?
-            .map_err(|error| error.to_string())?;
+            .map_err(|_| Refused::Failed(format!("no answer within {REVIEW_TIMEOUT:?}")))?
+            .map_err(|error| Refused::Failed(error.to_string()))?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
-        let ttl = if allowed {
-            self.settings.allowed_ttl
+        if allowed {
+            self.allowed.put(key, (), self.settings.allowed_ttl);
         } else {
-            self.settings.denied_ttl
-        };
-        self.access.put(key, allowed, ttl);
+            self.denied.put(key, (), self.settings.denied_ttl);
+        }
         Ok(allowed)
     }
 }
@@ -333,15 +495,134 @@ mod tests {
         assert_eq!(certificate_user(b"not a certificate"), None);
     }
 
-    #[test]
-    fn the_cache_forgets_and_stays_bounded() {
+    #[tokio::test(start_paused = true)]
+    async fn the_cache_forgets_stays_bounded_and_keeps_what_expires_last() {
         let cache: Cache<u32, bool> = Cache::new();
         cache.put(1, true, Duration::ZERO);
         assert_eq!(cache.get(&1), None, "a zero TTL caches nothing");
-        for key in 0..(CACHE_ENTRIES as u32 + 10) {
-            cache.put(key, true, Duration::from_secs(60));
+        // An answer cached for long, then a flood of short-lived ones.
+        cache.put(u32::MAX, true, Duration::from_secs(600));
+        for key in 0..(CACHE_ENTRIES as u32 * 4) {
+            cache.put(key, true, Duration::from_secs(10));
         }
         let size = cache.entries.lock().unwrap().len();
         assert!(size <= CACHE_ENTRIES, "{size}");
+        assert_eq!(
+            cache.get(&u32::MAX),
+            Some(true),
+            "the flood pushed out the longest-lived answer"
+        );
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(cache.get(&(CACHE_ENTRIES as u32 * 4 - 1)), None, "expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bucket_gives_its_rate_and_no_more() {
+        let bucket = Bucket::new(20);
+        let taken = (0..100).filter(|_| bucket.take()).count();
+        assert_eq!(taken, 20, "the burst");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let taken = (0..100).filter(|_| bucket.take()).count();
+        assert_eq!(taken, 10, "half a second's worth");
+    }
+
+    /// A flood of made-up tokens (and of anonymous questions about made-up paths) while a real scraper's
+    /// token keeps expiring from the cache: the reviews asked stay within the bound, the scraper is never
+    /// refused, and the cache of accepted tokens is not flushed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_made_up_tokens_makes_bounded_reviews_and_locks_no_real_caller_out() {
+        let server = test_apiserver::TestApiServer::start().await.unwrap();
+        let real = server.mint_token(test_apiserver::UserInfo {
+            name: "prometheus".to_owned(),
+            groups: vec!["monitoring".to_owned()],
+        });
+        let delegation = Delegation::new(
+            DelegationSettings {
+                always_allow_paths: vec!["/healthz".to_owned()],
+                // Short, so the real token is reviewed again during the flood.
+                token_ttl: Duration::from_millis(300),
+                allowed_ttl: Duration::from_millis(300),
+                denied_ttl: Duration::from_millis(300),
+            },
+            Some(server.client()),
+            Some(server.client()),
+        );
+        let bearer = format!("Bearer {real}");
+        assert_eq!(
+            delegation.decide("/metrics", "get", Some(&bearer), None).await,
+            Decision::Allow
+        );
+        let reviews = |resource: &str| {
+            server
+                .requests()
+                .iter()
+                .filter(|r| r.resource.as_deref() == Some(resource))
+                .count()
+        };
+        let before = reviews("tokenreviews.authentication.k8s.io");
+        let started = Instant::now();
+        let mut flood = Vec::new();
+        for worker in 0..16 {
+            let delegation = delegation.clone();
+            flood.push(tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for n in 0..200 {
+                    let token = format!("Bearer made-up-{worker}-{n}");
+                    let by_token = delegation.decide("/metrics", "get", Some(&token), None).await;
+                    // The server allows every path with RBAC off: an anonymous question is answered or
+                    // refused past the bound, never failed.
+                    let path = format!("/made-up/{worker}/{n}");
+                    let anonymous = delegation.decide(&path, "get", None, None).await;
+                    answers.push((by_token, anonymous));
+                }
+                answers
+            }));
+        }
+        let mut scrapes = 0;
+        while flood.iter().any(|worker| !worker.is_finished()) {
+            assert_eq!(
+                delegation.decide("/metrics", "get", Some(&bearer), None).await,
+                Decision::Allow,
+                "the real scraper was refused during the flood"
+            );
+            scrapes += 1;
+            tokio::task::yield_now().await;
+        }
+        for worker in flood {
+            for (by_token, anonymous) in worker.await.unwrap() {
+                assert!(
+                    matches!(by_token, Decision::Unauthenticated | Decision::TooMany),
+                    "{by_token:?}"
+                );
+                assert!(
+                    matches!(anonymous, Decision::Allow | Decision::TooMany),
+                    "{anonymous:?}"
+                );
+            }
+        }
+        assert!(scrapes > 0);
+        let elapsed = started.elapsed().as_secs_f64();
+        // The made-up tokens' reviews within the bound (a burst, then the rate), and the real token's
+        // own every time its answer expired.
+        let made_up_bound = f64::from(UNKNOWN_REVIEWS_PER_SECOND) * (elapsed + 1.0);
+        let real_bound = elapsed / 0.3 + 2.0;
+        let asked = reviews("tokenreviews.authentication.k8s.io") - before;
+        assert!(
+            (asked as f64) <= made_up_bound + real_bound,
+            "{asked} TokenReviews in {elapsed:.1} s"
+        );
+        assert!(delegation.reviews() > 0);
+    }
+
+    #[test]
+    fn token_keys_are_keyed_hashes() {
+        let (a, b) = (delegation(&[]), delegation(&[]));
+        assert_eq!(a.token_key("t"), a.token_key("t"));
+        assert_ne!(a.token_key("t"), a.token_key("u"));
+        assert_ne!(
+            a.token_key("t"),
+            b.token_key("t"),
+            "each process has its own secret"
+        );
     }
 }

@@ -33,13 +33,13 @@ mod pprof;
 mod tls;
 
 use self::auth::{Decision, Delegation};
-use self::connections::{Connection, Connections, accept_backoff};
+use self::connections::{Connection, Connections, WriteDeadline, accept_backoff};
 pub(crate) use self::connections::{Limits, raise_open_files_limit};
 pub(crate) use self::debug::{Debug, SetVerbosity};
 pub(crate) use self::tls::{
     ClientCa, FrontProxy, RELOAD_CHECK, cipher_suites, ensure_self_signed_pair, kx_groups,
 };
-use self::tls::{Peer, Verifiers, tls_config};
+use self::tls::{Peer, ReloadingTls, Verifiers};
 
 /// Where and how to serve.
 pub(crate) struct Serving {
@@ -71,23 +71,28 @@ pub(crate) async fn start(
     debug: Debug,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr> {
-    let (config, verifiers) = tls_config(&serving)?;
-    let verifiers = Arc::new(verifiers);
+    let tls = Arc::new(ReloadingTls::new(&serving)?);
     let endpoints = Endpoints {
-        verifiers: verifiers.clone(),
+        limits,
         delegation,
         health,
         metrics,
         debug,
     };
-    listen(&serving, config, limits, shutdown, move |peer_certificates| {
-        let endpoints = endpoints.clone();
-        let peer = Arc::new(endpoints.verifiers.peer(peer_certificates));
-        move |request| {
-            let (endpoints, peer) = (endpoints.clone(), peer.clone());
-            async move { handle(request, &endpoints, &peer).await }
-        }
-    })
+    listen(
+        &serving,
+        tls,
+        limits,
+        shutdown,
+        move |verifiers, peer_certificates| {
+            let endpoints = endpoints.clone();
+            let peer = Arc::new(verifiers.peer(peer_certificates));
+            move |request| {
+                let (endpoints, peer) = (endpoints.clone(), peer.clone());
+                async move { handle(request, &endpoints, &peer).await }
+            }
+        },
+    )
     .await
 }
 
@@ -99,33 +104,129 @@ pub(crate) async fn start_webhooks(
     webhooks: Arc<Webhooks>,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr> {
-    let (config, _) = tls_config(&serving)?;
-    listen(&serving, config, limits, shutdown, move |_| {
-        let webhooks = webhooks.clone();
+    let tls = Arc::new(ReloadingTls::new(&serving)?);
+    let budget = Arc::new(Budget::new());
+    listen(&serving, tls, limits, shutdown, move |_, _| {
+        let (webhooks, budget) = (webhooks.clone(), budget.clone());
         move |request| {
-            let webhooks = webhooks.clone();
-            async move { Ok(answer_webhook(request, &webhooks).await) }
+            let (webhooks, budget) = (webhooks.clone(), budget.clone());
+            async move {
+                let answer =
+                    tokio::time::timeout(limits.request, answer_webhook(request, &webhooks, &budget));
+                Ok(answer.await.unwrap_or_else(|_| too_slow(limits.request)))
+            }
         }
     })
     .await
 }
 
 /// The largest admission review read: an update's review carries the object twice (new and old), each
-/// up to the API server's 3 MiB request limit, with room for the envelope. Upstream reads without limit.
-const MAX_REVIEW: usize = 16 * 1024 * 1024;
+/// up to kube-apiserver's 3 MiB request limit, with 1 MiB for the envelope (controller-runtime's bound).
+/// Upstream's webhook server reads without limit.
+const MAX_REVIEW: usize = 7 * 1024 * 1024;
+
+/// The bytes of admission reviews held at once, across connections (received, decoded or answered), and
+/// the reviews decoded and answered at once: 1,024 connections sending large or slow bodies cannot take
+/// more memory than this (a decoded review takes a few times its bytes). A review past the budget is
+/// answered 429, as kube-apiserver's own overload is.
+const REVIEW_BUDGET: usize = 64 * 1024 * 1024;
+const REVIEWS_AT_ONCE: usize = 2;
+
+/// What the webhook server may hold at once.
+struct Budget {
+    bytes: Arc<tokio::sync::Semaphore>,
+    reviews: tokio::sync::Semaphore,
+}
+
+impl Budget {
+    fn new() -> Budget {
+        Budget {
+            bytes: Arc::new(tokio::sync::Semaphore::new(REVIEW_BUDGET)),
+            reviews: tokio::sync::Semaphore::new(REVIEWS_AT_ONCE),
+        }
+    }
+}
+
+/// Why a review's body was not read whole.
+#[derive(Debug, PartialEq, Eq)]
+enum Unread {
+    TooLarge,
+    OverBudget,
+    Broken,
+}
+
+/// Reads a body of at most `max` bytes, taking each part's bytes from `budget` as it arrives (so a slow
+/// sender holds only what it sent); the permit holds them until dropped.
+async fn read_body<B>(
+    mut body: B,
+    max: usize,
+    budget: &Arc<tokio::sync::Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), Unread>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+{
+    let mut bytes = Vec::new();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+        let Ok(data) = frame.map_err(|_| Unread::Broken)?.into_data() else {
+            continue;
+        };
+        if bytes.len() + data.len() > max {
+            return Err(Unread::TooLarge);
+        }
+        let count = u32::try_from(data.len()).map_err(|_| Unread::TooLarge)?;
+        let permit = budget
+            .clone()
+            .try_acquire_many_owned(count)
+            .map_err(|_| Unread::OverBudget)?;
+        match &mut held {
+            Some(held) => held.merge(permit),
+            None => held = Some(permit),
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok((bytes, held))
+}
+
+/// The answer to a request not done within `limit`; the connection is closed with it.
+fn too_slow(limit: Duration) -> http::Response<Full<Bytes>> {
+    let mut response = respond(
+        408,
+        "text/plain; charset=utf-8",
+        format!("the request was not done within {limit:?}\n"),
+    );
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
+}
 
 async fn answer_webhook(
     request: http::Request<hyper::body::Incoming>,
     webhooks: &Webhooks,
+    budget: &Budget,
 ) -> http::Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     let (request, body) = request.into_parts();
     if request.method != http::Method::POST {
         return respond(405, TEXT, "method not allowed\n".to_owned());
     }
-    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_REVIEW)).await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => return respond(413, TEXT, format!("the body is over {MAX_REVIEW} bytes\n")),
+    let declared = request
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_REVIEW as u64) {
+        return respond(413, TEXT, format!("the body is over {MAX_REVIEW} bytes\n"));
+    }
+    let (body, _held) = match read_body(body, MAX_REVIEW, &budget.bytes).await {
+        Ok(read) => read,
+        Err(Unread::TooLarge) => return respond(413, TEXT, format!("the body is over {MAX_REVIEW} bytes\n")),
+        Err(Unread::OverBudget) => return busy(),
+        Err(Unread::Broken) => return respond(400, TEXT, "the body could not be read\n".to_owned()),
+    };
+    let Ok(_answering) = budget.reviews.acquire().await else {
+        return busy();
     };
     let content_type = request
         .headers
@@ -137,21 +238,33 @@ async fn answer_webhook(
     }
 }
 
+/// 429 with `Retry-After`, for a request the server has no room for now.
+fn busy() -> http::Response<Full<Bytes>> {
+    let mut response = status(
+        429,
+        "TooManyRequests",
+        "too many requests at once, try again later",
+    );
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    response
+}
+
 /// Binds `serving`'s address and serves each TLS connection with the handler `connection` makes from its
 /// peer's certificates, until `shutdown`.
 async fn listen<C, H, F>(
     serving: &Serving,
-    config: rustls::ServerConfig,
+    tls: Arc<ReloadingTls>,
     limits: Limits,
     shutdown: CancellationToken,
     connection: C,
 ) -> Result<SocketAddr>
 where
-    C: Fn(Option<&[rustls::pki_types::CertificateDer<'static>]>) -> H + Send + Sync + 'static,
+    C: Fn(&Verifiers, Option<&[rustls::pki_types::CertificateDer<'static>]>) -> H + Send + Sync + 'static,
     H: Fn(http::Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = Result<http::Response<Full<Bytes>>, Infallible>> + Send + 'static,
 {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind(serving.address)
         .await
         .with_context(|| {
@@ -189,13 +302,15 @@ where
             let Some(admitted) = Connections::admit(&table) else {
                 continue;
             };
-            let acceptor = acceptor.clone();
+            // The configuration in force now (a changed client CA is read here).
+            let (config, verifiers) = tls.current();
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
             let connection = connection.clone();
             tokio::spawn(async move {
                 let close = admitted.connection.close.clone();
                 tokio::select! {
                     () = close.cancelled() => {}
-                    () = serve_connection(stream, acceptor, limits, &admitted.connection, &*connection) => {}
+                    () = serve_connection(stream, acceptor, &verifiers, limits, &admitted.connection, &*connection) => {}
                 }
                 drop(admitted);
             });
@@ -207,7 +322,7 @@ where
 /// What a connection serves.
 #[derive(Clone)]
 struct Endpoints {
-    verifiers: Arc<Verifiers>,
+    limits: Limits,
     delegation: Arc<Delegation>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
@@ -220,18 +335,20 @@ const MAX_BODY: usize = 1024;
 async fn serve_connection<C, H, F>(
     stream: tokio::net::TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
+    verifiers: &Verifiers,
     limits: Limits,
     connection: &Arc<Connection>,
     handler: &C,
 ) where
-    C: Fn(Option<&[rustls::pki_types::CertificateDer<'static>]>) -> H,
+    C: Fn(&Verifiers, Option<&[rustls::pki_types::CertificateDer<'static>]>) -> H,
     H: Fn(http::Request<hyper::body::Incoming>) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = Result<http::Response<Full<Bytes>>, Infallible>> + Send + 'static,
 {
     let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake, acceptor.accept(stream)).await else {
         return;
     };
-    let handle = Arc::new(handler(stream.get_ref().1.peer_certificates()));
+    let handle = Arc::new(handler(verifiers, stream.get_ref().1.peer_certificates()));
+    let stream = WriteDeadline::new(stream, limits.write_stall);
     let busy = connection.clone();
     let service = hyper::service::service_fn(move |request| {
         let (handle, busy) = (handle.clone(), busy.clone());
@@ -246,6 +363,7 @@ async fn serve_connection<C, H, F>(
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_read)
+        .max_buf_size(connections::MAX_BUFFER)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
         .await;
 }
@@ -340,6 +458,7 @@ async fn handle(
     {
         Decision::Allow => {}
         Decision::Unauthenticated => return Ok(status(401, "Unauthorized", "Unauthorized")),
+        Decision::TooMany => return Ok(busy()),
         Decision::Forbidden(message) => return Ok(status(403, "Forbidden", &message)),
         Decision::Failed(message) => {
             tracing::warn!(%message, "refusing a request that cannot be authorized");
@@ -370,9 +489,11 @@ async fn handle(
         .unwrap_or_default();
     let debug_path = path.trim_start_matches('/').to_owned();
     let body = if method == http::Method::PUT {
-        match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY)).await {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => return Ok(respond(413, TEXT, format!("the body is over {MAX_BODY} bytes\n"))),
+        let read = http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY));
+        match tokio::time::timeout(endpoints.limits.request, read).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(_)) => return Ok(respond(413, TEXT, format!("the body is over {MAX_BODY} bytes\n"))),
+            Err(_) => return Ok(too_slow(endpoints.limits.request)),
         }
     } else {
         Bytes::new()
@@ -400,5 +521,7 @@ async fn handle(
     Ok(response)
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

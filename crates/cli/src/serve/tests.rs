@@ -8,10 +8,10 @@ use tokio::io::AsyncReadExt;
 
 use super::*;
 
-const BOUND: Duration = Duration::from_secs(10);
+pub(super) const BOUND: Duration = Duration::from_secs(10);
 
 /// A certificate for `localhost` and its key, in PEM, and the certificate in DER.
-fn pair() -> (String, String, CertificateDer<'static>) {
+pub(super) fn pair() -> (String, String, CertificateDer<'static>) {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
         .unwrap()
@@ -21,7 +21,7 @@ fn pair() -> (String, String, CertificateDer<'static>) {
 }
 
 /// Serving from files in `dir` (`tls.crt`, `tls.key`) on a loopback port.
-fn serving(dir: &Path) -> Serving {
+pub(super) fn serving(dir: &Path) -> Serving {
     Serving {
         address: ([127, 0, 0, 1], 0).into(),
         flags: "",
@@ -36,12 +36,12 @@ fn serving(dir: &Path) -> Serving {
     }
 }
 
-fn write_pair(dir: &Path, cert: &str, key: &str) {
+pub(super) fn write_pair(dir: &Path, cert: &str, key: &str) {
     std::fs::write(dir.join("tls.crt"), cert).unwrap();
     std::fs::write(dir.join("tls.key"), key).unwrap();
 }
 
-async fn start_serving(serving: Serving, limits: Limits) -> SocketAddr {
+pub(super) async fn start_serving(serving: Serving, limits: Limits) -> SocketAddr {
     start(
         serving,
         limits,
@@ -69,7 +69,7 @@ async fn start_serving(serving: Serving, limits: Limits) -> SocketAddr {
 }
 
 /// A client that trusts `root`; with `tls12_suite`, one that speaks TLS 1.2 with that suite only.
-fn client(
+pub(super) fn client(
     root: &CertificateDer<'static>,
     tls12_suite: Option<SupportedCipherSuite>,
 ) -> tokio_rustls::TlsConnector {
@@ -92,7 +92,7 @@ fn client(
 }
 
 /// Whether a TLS handshake with `connector` succeeds.
-async fn handshakes(address: SocketAddr, connector: &tokio_rustls::TlsConnector) -> bool {
+pub(super) async fn handshakes(address: SocketAddr, connector: &tokio_rustls::TlsConnector) -> bool {
     let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     tokio::time::timeout(BOUND, connector.connect(name, tcp))
@@ -183,7 +183,7 @@ async fn a_rotated_certificate_is_served_without_a_restart_and_a_broken_one_is_n
 }
 
 /// An HTTPS connection: its request sender and the connection's own future (done when it closes).
-async fn connect(
+pub(super) async fn connect(
     address: SocketAddr,
     connector: &tokio_rustls::TlsConnector,
 ) -> (
@@ -201,7 +201,10 @@ async fn connect(
     (sender, tokio::spawn(connection))
 }
 
-async fn get(sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>, path: &str) -> u16 {
+pub(super) async fn get(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    path: &str,
+) -> u16 {
     let request = http::Request::get(path)
         .header("host", "localhost")
         .body(Full::new(Bytes::new()))
@@ -229,6 +232,8 @@ fn limits(handshake_ms: u64, header_read_ms: u64, max_connections: usize) -> Lim
         handshake: Duration::from_millis(handshake_ms),
         header_read: Duration::from_millis(header_read_ms),
         max_connections,
+        request: Duration::from_secs(30),
+        write_stall: Duration::from_secs(10),
     }
 }
 

@@ -23,6 +23,9 @@ pub(crate) struct ClientCa {
     /// `--client-ca-file: <file>`, or the ConfigMap it was looked up in.
     pub(crate) source: String,
     pub(crate) pem: Vec<u8>,
+    /// The file it was read from, read again when it changes; `None`: from the cluster's ConfigMap, read
+    /// at start.
+    pub(crate) file: Option<PathBuf>,
 }
 
 impl ClientCa {
@@ -356,7 +359,18 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
-pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Verifiers)> {
+/// A certificate made once (the in-memory self-signed one).
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Fixed {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// The crypto provider `serving`'s suites and groups leave, and whether only TLS 1.3 is left.
+fn provider(serving: &Serving) -> (Arc<CryptoProvider>, bool) {
     let mut provider = rustls::crypto::ring::default_provider();
     let mut tls13_only = serving.tls13_only;
     if let Some(groups) = &serving.kx_groups {
@@ -369,7 +383,44 @@ pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Ver
         // Only TLS 1.3 names: nothing is left to offer over TLS 1.2.
         tls13_only |= chosen.is_empty();
     }
-    let provider = Arc::new(provider);
+    (Arc::new(provider), tls13_only)
+}
+
+/// The serving certificate: from `--tls-cert-file`/`--tls-private-key-file` (reloaded), or made in memory.
+fn certificate(serving: &Serving, provider: &Arc<CryptoProvider>) -> Result<Arc<dyn ResolvesServerCert>> {
+    match (&serving.cert_file, &serving.key_file) {
+        (Some(cert), Some(key)) => Ok(Arc::new(ReloadingCertificate::load(
+            Path::new(cert),
+            Path::new(key),
+            serving.reload_check,
+            provider.clone(),
+            serving.flags,
+        )?)),
+        _ => {
+            let host = crate::identity::hostname();
+            let names = vec!["localhost".to_owned(), host];
+            let certified = rcgen::generate_simple_self_signed(names)
+                .context("cannot generate a self-signed certificate")?;
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
+            tracing::info!(
+                "no --{}tls-cert-file: serving a self-signed certificate made in memory",
+                serving.flags
+            );
+            let key = CertifiedKey::from_der(vec![certified.cert.der().clone()], key, provider)
+                .context("cannot use the self-signed certificate")?;
+            Ok(Arc::new(Fixed(Arc::new(key))))
+        }
+    }
+}
+
+/// The TLS configuration with these client CAs.
+fn config_with(
+    provider: &Arc<CryptoProvider>,
+    tls13_only: bool,
+    certificate: Arc<dyn ResolvesServerCert>,
+    client_ca: Option<&ClientCa>,
+    front_proxy: Option<&FrontProxy>,
+) -> Result<(rustls::ServerConfig, Verifiers)> {
     let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
         &[&rustls::version::TLS13]
     } else {
@@ -385,14 +436,8 @@ pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Ver
             .with_context(|| format!("{}: cannot verify clients", ca.source))
     };
     // Each CA is parsed once: its own verifier tells which CA signed, the union admits either at the handshake.
-    let client_roots = serving
-        .client_ca
-        .as_ref()
-        .map(|ca| ca.roots().map(|r| (ca, r)))
-        .transpose()?;
-    let proxy_roots = serving
-        .front_proxy
-        .as_ref()
+    let client_roots = client_ca.map(|ca| ca.roots().map(|r| (ca, r))).transpose()?;
+    let proxy_roots = front_proxy
         .map(|proxy| proxy.ca.roots().map(|r| (proxy, r)))
         .transpose()?;
     let mut union = rustls::RootCertStore::empty();
@@ -417,31 +462,128 @@ pub(super) fn tls_config(serving: &Serving) -> Result<(rustls::ServerConfig, Ver
             })
             .transpose()?,
     };
-    let mut config = match (&serving.cert_file, &serving.key_file) {
-        (Some(cert), Some(key)) => builder.with_cert_resolver(Arc::new(ReloadingCertificate::load(
-            Path::new(cert),
-            Path::new(key),
-            serving.reload_check,
-            provider,
-            serving.flags,
-        )?)),
-        _ => {
-            let host = crate::identity::hostname();
-            let names = vec!["localhost".to_owned(), host];
-            let certified = rcgen::generate_simple_self_signed(names)
-                .context("cannot generate a self-signed certificate")?;
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
-            tracing::info!(
-                "no --{}tls-cert-file: serving a self-signed certificate made in memory",
-                serving.flags
-            );
-            builder
-                .with_single_cert(vec![certified.cert.der().clone()], key)
-                .context("cannot use the self-signed certificate")?
-        }
-    };
+    let mut config = builder.with_cert_resolver(certificate);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((config, verifiers))
+}
+
+/// The TLS configuration of a port, made again when a client CA file changes (looked at, at most every
+/// [`Serving::reload_check`], when a connection arrives): a rotated CA verifies clients without a restart,
+/// as upstream's dynamic CA file. A CA that does not load leaves the previous one in force, with a warning
+/// (once per change). A CA read from the cluster's ConfigMap is read at start only.
+pub(super) struct ReloadingTls {
+    provider: Arc<CryptoProvider>,
+    tls13_only: bool,
+    certificate: Arc<dyn ResolvesServerCert>,
+    check_every: Duration,
+    state: Mutex<TlsState>,
+}
+
+struct TlsState {
+    /// The CAs the configuration in force was made with.
+    client_ca: Option<ClientCa>,
+    front_proxy: Option<FrontProxy>,
+    /// What the CA files held when last looked at (a change is acted on, and warned about, once).
+    seen: [Option<Vec<u8>>; 2],
+    config: Arc<rustls::ServerConfig>,
+    verifiers: Arc<Verifiers>,
+    checked: Instant,
+}
+
+impl ReloadingTls {
+    pub(super) fn new(serving: &Serving) -> Result<ReloadingTls> {
+        let (provider, tls13_only) = provider(serving);
+        let certificate = certificate(serving, &provider)?;
+        let (config, verifiers) = config_with(
+            &provider,
+            tls13_only,
+            certificate.clone(),
+            serving.client_ca.as_ref(),
+            serving.front_proxy.as_ref(),
+        )?;
+        Ok(ReloadingTls {
+            provider,
+            tls13_only,
+            certificate,
+            check_every: serving.reload_check,
+            state: Mutex::new(TlsState {
+                seen: [
+                    serving.client_ca.as_ref().map(|ca| ca.pem.clone()),
+                    serving.front_proxy.as_ref().map(|proxy| proxy.ca.pem.clone()),
+                ],
+                client_ca: serving.client_ca.clone(),
+                front_proxy: serving.front_proxy.clone(),
+                config: Arc::new(config),
+                verifiers: Arc::new(verifiers),
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    /// The configuration in force, and its verifiers.
+    pub(super) fn current(&self) -> (Arc<rustls::ServerConfig>, Arc<Verifiers>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.checked.elapsed() >= self.check_every {
+            state.checked = Instant::now();
+            self.reload(&mut state);
+        }
+        (state.config.clone(), state.verifiers.clone())
+    }
+
+    fn reload(&self, state: &mut TlsState) {
+        // What each CA's file holds now (a CA from the cluster's ConfigMap, or an unreadable file: as
+        // loaded).
+        let now = |ca: &ClientCa| -> Vec<u8> {
+            ca.file
+                .as_ref()
+                .and_then(|file| std::fs::read(file).ok())
+                .unwrap_or_else(|| ca.pem.clone())
+        };
+        let seen = [
+            state.client_ca.as_ref().map(now),
+            state.front_proxy.as_ref().map(|proxy| now(&proxy.ca)),
+        ];
+        if seen == state.seen {
+            return;
+        }
+        state.seen = seen.clone();
+        let [client_pem, proxy_pem] = seen;
+        let client_ca = state
+            .client_ca
+            .clone()
+            .zip(client_pem)
+            .map(|(ca, pem)| ClientCa { pem, ..ca });
+        let front_proxy = state
+            .front_proxy
+            .clone()
+            .zip(proxy_pem)
+            .map(|(proxy, pem)| FrontProxy {
+                ca: ClientCa {
+                    pem,
+                    ..proxy.ca.clone()
+                },
+                ..proxy
+            });
+        match config_with(
+            &self.provider,
+            self.tls13_only,
+            self.certificate.clone(),
+            client_ca.as_ref(),
+            front_proxy.as_ref(),
+        ) {
+            Ok((config, verifiers)) => {
+                state.config = Arc::new(config);
+                state.verifiers = Arc::new(verifiers);
+                state.client_ca = client_ca;
+                state.front_proxy = front_proxy;
+                tracing::info!("verifying client certificates with the changed CA");
+            }
+            Err(error) => tracing::warn!(
+                error = format!("{error:#}"),
+                "cannot load the changed client CA; verifying with the previous one"
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ mod kubeconfig;
 mod serving;
 mod validate;
 
+pub(crate) use validate::tls13_only;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -31,12 +33,33 @@ use crate::feature_gates::FeatureGates;
 use crate::serve::{Debug, Serving, SetVerbosity};
 use crate::settings::Settings;
 
-/// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1).
+/// Runs the manager until SIGTERM/SIGINT (exit 0) or lost leadership (exit 1). The signals are caught
+/// first: one that arrives while the manager starts ends the start (exit 0), never the process with the
+/// signal's default action.
 pub(crate) async fn run(
     mut startup: Startup,
     registry: &Registry,
     set_verbosity: SetVerbosity,
 ) -> Result<ExitCode> {
+    let shutdown = CancellationToken::new();
+    stop_on_signals(shutdown.clone())?;
+    let manager = tokio::select! {
+        manager = start(&mut startup, registry, set_verbosity, &shutdown) => manager?,
+        () = shutdown.cancelled() => {
+            tracing::info!("stopped while starting");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    run_until_stopped(manager, shutdown).await
+}
+
+/// Everything before the controllers run: the provider, the clients, the serving and webhook ports.
+async fn start(
+    startup: &mut Startup,
+    registry: &Registry,
+    set_verbosity: SetVerbosity,
+    shutdown: &CancellationToken,
+) -> Result<Manager> {
     let serving = startup.serving.take();
     let identity = crate::identity::identity();
     let component = startup.settings.leader_migration_component.clone();
@@ -48,22 +71,20 @@ pub(crate) async fn run(
         Some(serving) => Some(serving::prepare(serving, settings, &clients, &component, &identity).await?),
         None => None,
     };
-    let manager = manager(&startup, component, clients, provider, registry);
+    let manager = manager(startup, component, clients, provider, registry);
     report(&manager, &startup.feature_gates);
-    let shutdown = CancellationToken::new();
     if let Some((serving, delegation)) = serving {
         let debug = Debug {
-            profiling: settings.profiling,
-            configz: serving::configz(settings).into(),
+            profiling: startup.settings.profiling,
+            configz: serving::configz(&startup.settings).into(),
             set_verbosity,
         };
         serve(serving, delegation, debug, &manager, shutdown.clone()).await?;
     }
     if let Some(serving) = startup.webhook_serving.take() {
-        serve_webhooks(serving, &startup, registry, &manager, shutdown.clone()).await?;
+        serve_webhooks(serving, startup, registry, &manager, shutdown.clone()).await?;
     }
-    stop_on_signals(shutdown.clone());
-    run_until_stopped(manager, shutdown).await
+    Ok(manager)
 }
 
 /// Step 2: the provider `--cloud-provider` names, built from `--cloud-config`; it must have a cluster ID
@@ -232,22 +253,19 @@ async fn serve_webhooks(
     Ok(())
 }
 
-/// SIGTERM or SIGINT cancels `shutdown`.
-fn stop_on_signals(shutdown: CancellationToken) {
+/// SIGTERM or SIGINT cancels `shutdown`. Both are caught from the moment this returns.
+fn stop_on_signals(shutdown: CancellationToken) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot catch SIGINT")?;
     tokio::spawn(async move {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                return;
-            }
-        };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
             _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
         }
         shutdown.cancel();
     });
+    Ok(())
 }
 
 /// The manager until `shutdown` (exit 0) or a lost lock (exit 1); a scope that would not stop exits at

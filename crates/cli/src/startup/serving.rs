@@ -97,6 +97,7 @@ async fn authentication_sources(
         Ok(ClientCa {
             source: format!("--{flag}: {file}"),
             pem,
+            file: Some(file.into()),
         })
     };
     let listed = |values: &[String]| -> Vec<String> {
@@ -163,6 +164,7 @@ async fn authentication_sources(
             .map(|pem| ClientCa {
                 source: format!("ConfigMap {namespace}/{name}, key {key}"),
                 pem: pem.clone().into_bytes(),
+                file: None,
             })
     };
     // The list keys hold JSON arrays of strings, as kube-apiserver writes them.

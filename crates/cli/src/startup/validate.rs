@@ -380,7 +380,7 @@ fn logging(settings: &Settings, feature_gates: &FeatureGates, problems: &mut Pro
 }
 
 /// A TLS minimum version flag: whether only TLS 1.3 is offered.
-fn tls13_only(flag: &str, value: &str) -> Result<bool, String> {
+pub(crate) fn tls13_only(flag: &str, value: &str) -> Result<bool, String> {
     match value {
         "" | "VersionTLS12" => Ok(false),
         "VersionTLS13" => Ok(true),
