@@ -268,6 +268,18 @@ impl ComputeDouble {
         self.state().operation_polls = polls;
     }
 
+    /// Makes `zone` of `project` unreachable (`reachable: false`) or reachable again: its requests fail
+    /// with 503, and aggregated lists leave it out with a scope warning `UNREACHABLE`.
+    pub fn set_zone_reachable(&self, project: &str, zone: &str, reachable: bool) {
+        let key = (project.to_owned(), zone.to_owned());
+        let mut state = self.state();
+        if reachable {
+            state.unreachable_zones.remove(&key);
+        } else {
+            state.unreachable_zones.insert(key);
+        }
+    }
+
     /// Makes matching requests fail (see [`Fault`]).
     pub fn fail_requests(&self, fault: Fault) {
         self.state().faults.push(fault);

@@ -173,6 +173,13 @@ fn route(
         [kind @ ("zones" | "regions"), place, rest @ ..] => (format!("{kind}/{place}"), rest),
         _ => return Err(not_found()),
     };
+    if state.unreachable(project, &scope) {
+        return Err(ApiError::new(
+            503,
+            "backendError",
+            format!("{scope} of project {project} cannot be reached"),
+        ));
+    }
     match rest {
         ["operations", name] if method == Method::GET => state.poll(project, &scope, name),
         // The double has no managed instance groups; gcloud lists them to tell an unmanaged group from

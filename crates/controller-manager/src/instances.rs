@@ -21,8 +21,21 @@ pub(crate) fn instances_of(provider: &dyn CloudProvider) -> Option<Box<dyn Insta
     })
 }
 
-/// `InstancesV2` as the provider has it.
+/// `InstancesV2` as the provider has it, its batches held to one answer per node: a batch of another
+/// length cannot be matched to its nodes (a short one would pin "gone" on the wrong node), so every node
+/// gets an error instead.
 struct Borrowed<'a>(&'a dyn InstancesV2);
+
+/// `answers` when there is one per node, else an error for each node.
+fn one_per_node<T>(nodes: usize, answers: Vec<Result<T, CloudError>>) -> Vec<Result<T, CloudError>> {
+    if answers.len() == nodes {
+        return answers;
+    }
+    let message = format!("the provider gave {} answers for {nodes} nodes", answers.len());
+    (0..nodes)
+        .map(|_| Err(CloudError::provider(message.clone())))
+        .collect()
+}
 
 #[async_trait]
 impl InstancesV2 for Borrowed<'_> {
@@ -43,7 +56,7 @@ impl InstancesV2 for Borrowed<'_> {
         cx: &CallContext,
         nodes: &[std::sync::Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        self.0.instance_exists_batch(cx, nodes).await
+        one_per_node(nodes.len(), self.0.instance_exists_batch(cx, nodes).await)
     }
 
     async fn instance_shutdown_batch(
@@ -51,7 +64,7 @@ impl InstancesV2 for Borrowed<'_> {
         cx: &CallContext,
         nodes: &[std::sync::Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        self.0.instance_shutdown_batch(cx, nodes).await
+        one_per_node(nodes.len(), self.0.instance_shutdown_batch(cx, nodes).await)
     }
 
     async fn instance_metadata_batch(
@@ -59,7 +72,7 @@ impl InstancesV2 for Borrowed<'_> {
         cx: &CallContext,
         nodes: &[std::sync::Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
-        self.0.instance_metadata_batch(cx, nodes).await
+        one_per_node(nodes.len(), self.0.instance_metadata_batch(cx, nodes).await)
     }
 }
 
@@ -387,5 +400,51 @@ mod tests {
                 .await
                 .unwrap()
         );
+    }
+
+    /// A provider whose batches answer one node short.
+    struct ShortBatches;
+
+    #[async_trait]
+    impl InstancesV2 for ShortBatches {
+        async fn instance_exists(&self, _: &CallContext, _: &Node) -> Result<bool, CloudError> {
+            Ok(false)
+        }
+        async fn instance_shutdown(&self, _: &CallContext, _: &Node) -> Result<bool, CloudError> {
+            Ok(false)
+        }
+        async fn instance_metadata(&self, _: &CallContext, _: &Node) -> Result<InstanceMetadata, CloudError> {
+            Err(CloudError::InstanceNotFound)
+        }
+        async fn instance_exists_batch(
+            &self,
+            _: &CallContext,
+            nodes: &[std::sync::Arc<Node>],
+        ) -> Vec<Result<bool, CloudError>> {
+            nodes.iter().skip(1).map(|_| Ok(false)).collect()
+        }
+    }
+
+    #[async_trait]
+    impl CloudProvider for ShortBatches {
+        fn provider_name(&self) -> &str {
+            "short"
+        }
+        fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+            Some(self)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_the_wrong_length_is_an_error_for_every_node_never_gone() {
+        let instances = instances_of(&ShortBatches).unwrap();
+        let cx = CallContext::with_timeout(Duration::from_secs(5));
+        let nodes = [
+            std::sync::Arc::new(node("a", None)),
+            std::sync::Arc::new(node("b", None)),
+        ];
+        let answers = instances.instance_exists_batch(&cx, &nodes).await;
+        assert_eq!(answers.len(), 2);
+        assert!(answers.iter().all(Result::is_err), "{answers:?}");
     }
 }

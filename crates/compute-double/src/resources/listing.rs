@@ -173,15 +173,30 @@ impl State {
         let (items, next) = self.page(collection, project, None, query)?;
         let mut scoped: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for (scope, value) in items {
+            if self.unreachable(project, &scope) {
+                continue;
+            }
             scoped
                 .entry(scope)
                 .or_default()
                 .push(self.presented(collection, value));
         }
-        let items: serde_json::Map<String, Value> = scoped
+        let mut items: serde_json::Map<String, Value> = scoped
             .into_iter()
             .map(|(scope, resources)| (scope, json!({ collection.path(): resources })))
             .collect();
+        // An unreachable zone is a scope with a warning and nothing listed (on every page).
+        for (_, zone) in self.unreachable_zones.iter().filter(|(p, _)| p == project) {
+            let scope = format!("zones/{zone}");
+            items.insert(
+                scope.clone(),
+                json!({"warning": {
+                    "code": "UNREACHABLE",
+                    "message": format!("Scope '{scope}' is unreachable."),
+                    "data": [{"key": "scope", "value": scope}],
+                }}),
+            );
+        }
         let link = format!(
             "{}/compute/v1/projects/{project}/aggregated/{}",
             self.base,

@@ -43,6 +43,9 @@ pub(crate) struct State {
     pub(crate) writes: Vec<crate::Write>,
     /// The metadata server's values, by path under `/computeMetadata/v1/`.
     pub(crate) metadata: BTreeMap<String, String>,
+    /// `(project, zone)` of the zones that cannot be reached: their requests fail with 503 and an
+    /// aggregated list leaves them out with a scope warning `UNREACHABLE`, as Compute's does.
+    pub(crate) unreachable_zones: std::collections::BTreeSet<(String, String)>,
 }
 
 impl State {
@@ -59,7 +62,16 @@ impl State {
             log: Vec::new(),
             writes: Vec::new(),
             metadata: BTreeMap::new(),
+            unreachable_zones: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Whether `scope` (`zones/Z`, `regions/R`, `global`) of `project` cannot be reached.
+    pub(crate) fn unreachable(&self, project: &str, scope: &str) -> bool {
+        scope.strip_prefix("zones/").is_some_and(|zone| {
+            self.unreachable_zones
+                .contains(&(project.to_owned(), zone.to_owned()))
+        })
     }
 
     /// A fresh number (for a fingerprint).

@@ -78,7 +78,19 @@ pub fn instance_id_of(provider_id: &str) -> Option<&str> {
         None if !provider_id.contains('/') => provider_id,
         None => return None,
     };
-    (id.starts_with("i-") && id.len() > 2).then_some(id)
+    is_instance_id(id).then_some(id)
+}
+
+/// Whether `id` is an EC2 instance ID: `i-` and 8 or 17 lowercase hexadecimal digits. Looked up by a
+/// filter, a malformed ID would match nothing and read as "no such instance", deleting its node; EC2
+/// answers `InvalidInstanceID.Malformed` for one, an error, and so does this provider.
+pub fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|hex| {
+        matches!(hex.len(), 8 | 17)
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// The key to look `node` up by; why not, when its provider ID cannot be interpreted.
@@ -100,9 +112,11 @@ pub fn key_of(node: &Node) -> Result<NodeKey, String> {
             check_provider_id(provider_id).err().unwrap_or_default()
         ));
     }
+    // A node named for its instance (`i-….<region>.compute.internal`, the resource-name scheme) is looked up
+    // by that ID; any other name, `i-am-a-node` too, by private DNS name.
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let first = name.split('.').next().unwrap_or(name);
-    if first.starts_with("i-") {
+    if is_instance_id(first) {
         return Ok(NodeKey::Instance(InstanceKey::Id(first.to_owned())));
     }
     Ok(NodeKey::Instance(InstanceKey::PrivateDns(name.to_owned())))
@@ -562,16 +576,33 @@ mod tests {
 
     #[test]
     fn provider_ids_and_names_map_to_keys_as_upstream() {
-        assert_eq!(instance_id_of("aws:///us-east-1a/i-0abc"), Some("i-0abc"));
-        assert_eq!(instance_id_of("aws:////i-0abc"), Some("i-0abc"));
-        assert_eq!(instance_id_of("i-0abc"), Some("i-0abc"));
+        const ID: &str = "i-0123456789abcdef0";
+        assert_eq!(instance_id_of(&format!("aws:///us-east-1a/{ID}")), Some(ID));
+        assert_eq!(instance_id_of(&format!("aws:////{ID}")), Some(ID));
+        assert_eq!(instance_id_of(ID), Some(ID));
+        assert_eq!(instance_id_of("i-0abc1234"), Some("i-0abc1234"));
         assert_eq!(instance_id_of("aws:///us-east-1a/fargate-10.0.0.1"), None);
         assert_eq!(instance_id_of("gce://p/z/n"), None);
+        // Malformed: never looked up (a filter would match nothing: "gone").
+        for malformed in ["i-0abc", "i-XYZ!", "i-0123456789ABCDEF0", "i-0123456789abcdef00"] {
+            assert_eq!(instance_id_of(malformed), None, "{malformed}");
+            assert!(
+                key_of(&node("x", Some(&format!("aws:///z/{malformed}")))).is_err(),
+                "{malformed}"
+            );
+        }
         let instance = |id: &str| Ok(NodeKey::Instance(InstanceKey::Id(id.into())));
-        assert_eq!(key_of(&node("x", Some("aws:///us-east-1a/i-1"))), instance("i-1"));
         assert_eq!(
-            key_of(&node("i-2.us-west-2.compute.internal", None)),
-            instance("i-2")
+            key_of(&node("x", Some(&format!("aws:///us-east-1a/{ID}")))),
+            instance(ID)
+        );
+        assert_eq!(
+            key_of(&node(&format!("{ID}.us-west-2.compute.internal"), None)),
+            instance(ID)
+        );
+        assert_eq!(
+            key_of(&node("i-am-a-node", None)),
+            Ok(NodeKey::Instance(InstanceKey::PrivateDns("i-am-a-node".into())))
         );
         assert_eq!(
             key_of(&node("ip-10-0-0-1.ec2.internal", None)),
@@ -626,7 +657,7 @@ mod tests {
             match key_of(&named) {
                 _ if id.is_empty() => {}
                 Ok(NodeKey::Instance(InstanceKey::Id(instance))) => {
-                    proptest::prop_assert!(instance.starts_with("i-") && instance.len() > 2 && !instance.contains('/'));
+                    proptest::prop_assert!(is_instance_id(&instance));
                     proptest::prop_assert!(check_provider_id(&id).is_ok());
                 }
                 Ok(NodeKey::Instance(InstanceKey::PrivateDns(_))) => {

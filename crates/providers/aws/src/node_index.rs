@@ -249,57 +249,64 @@ mod tests {
         let (events, _) = broadcast::channel(16);
         let caches = Arc::new(Fed {
             nodes: Mutex::new(vec![
-                node("a", Some("aws:///us-east-1a/i-0a")),
+                node("a", Some("aws:///us-east-1a/i-0000000a")),
                 node("no-id", None),
-                node("twin-1", Some("aws:///us-east-1a/i-0b")),
-                node("twin-2", Some("aws:///us-east-1b/i-0b")),
+                node("twin-1", Some("aws:///us-east-1a/i-0000000b")),
+                node("twin-2", Some("aws:///us-east-1b/i-0000000b")),
             ]),
             synced: Notify::new(),
             events: events.clone(),
         });
         let index = Arc::new(NodeIndex::default());
-        assert_eq!(index.node_on("i-0a"), None, "no caches, nothing known");
+        assert_eq!(index.node_on("i-0000000a"), None, "no caches, nothing known");
         index.set_caches(caches.clone());
         let stop = CancellationToken::new();
         index.follow(stop.clone());
         assert!(!index.synced(), "not before the cache's list");
         caches.synced.notify_one();
         until(|| index.synced()).await;
-        assert_eq!(index.node_on("i-0a").as_deref(), Some("a"));
-        assert_eq!(index.instance_of("a").as_deref(), Some("i-0a"));
+        assert_eq!(index.node_on("i-0000000a").as_deref(), Some("a"));
+        assert_eq!(index.instance_of("a").as_deref(), Some("i-0000000a"));
         assert_eq!(index.instance_of("no-id"), None);
-        assert_eq!(index.node_on("i-0b"), None, "two nodes on one instance: neither");
+        assert_eq!(
+            index.node_on("i-0000000b"),
+            None,
+            "two nodes on one instance: neither"
+        );
 
         events
-            .send(CacheEvent::Applied(node("a", Some("aws:///us-east-1a/i-0c"))))
+            .send(CacheEvent::Applied(node(
+                "a",
+                Some("aws:///us-east-1a/i-0000000c"),
+            )))
             .unwrap();
         events.send(CacheEvent::Deleted(node("twin-2", None))).unwrap();
-        until(|| index.node_on("i-0c").is_some()).await;
-        assert_eq!(index.node_on("i-0a"), None, "moved");
-        until(|| index.node_on("i-0b").is_some()).await;
-        assert_eq!(index.node_on("i-0b").as_deref(), Some("twin-1"));
+        until(|| index.node_on("i-0000000c").is_some()).await;
+        assert_eq!(index.node_on("i-0000000a"), None, "moved");
+        until(|| index.node_on("i-0000000b").is_some()).await;
+        assert_eq!(index.node_on("i-0000000b").as_deref(), Some("twin-1"));
 
         // A node deleted and made again under its name: the late deletion of the old one changes nothing.
         events
             .send(CacheEvent::Applied(node_with_uid(
                 "a",
-                Some("aws:///us-east-1a/i-0d"),
+                Some("aws:///us-east-1a/i-0000000d"),
                 "a-2",
             )))
             .unwrap();
         events
             .send(CacheEvent::Deleted(node_with_uid("a", None, "a")))
             .unwrap();
-        until(|| index.node_on("i-0d").is_some()).await;
+        until(|| index.node_on("i-0000000d").is_some()).await;
         events
             .send(CacheEvent::Applied(node(
                 "marker",
-                Some("aws:///us-east-1a/i-0e"),
+                Some("aws:///us-east-1a/i-0000000e"),
             )))
             .unwrap();
-        until(|| index.node_on("i-0e").is_some()).await;
+        until(|| index.node_on("i-0000000e").is_some()).await;
         assert_eq!(
-            index.node_on("i-0d").as_deref(),
+            index.node_on("i-0000000d").as_deref(),
             Some("a"),
             "the stale deletion is ignored"
         );
@@ -314,6 +321,6 @@ mod tests {
         assert!(index.synced());
         again.cancel();
         until(|| !index.synced()).await;
-        assert_eq!(index.node_on("i-0c"), None, "forgotten once not leading");
+        assert_eq!(index.node_on("i-0000000c"), None, "forgotten once not leading");
     }
 }

@@ -17,6 +17,7 @@ struct State {
     calls_by_kind: BTreeMap<String, u64>,
     writes: Vec<CloudWrite>,
     next_ip: u32,
+    unreachable_zones: std::collections::BTreeSet<String>,
 }
 
 /// The cloud. Cloning shares it.
@@ -94,15 +95,26 @@ impl FakeCloud {
         }
         match request {
             CloudRequest::DescribeInstances { nodes } => {
+                let mut unknown = Vec::new();
                 let instances = nodes
                     .iter()
-                    .map(|node| {
-                        find(&state, node)
-                            .filter(|i| i.state != InstanceState::Terminated)
-                            .cloned()
+                    .enumerate()
+                    .map(|(index, node)| {
+                        let found = find(&state, node);
+                        // Found in a zone it cannot reach, or not found while some zone is unreachable:
+                        // the cloud cannot tell.
+                        let reachable = match found {
+                            Some(instance) => !state.unreachable_zones.contains(&instance.zone),
+                            None => state.unreachable_zones.is_empty(),
+                        };
+                        if !reachable {
+                            unknown.push(index);
+                            return None;
+                        }
+                        found.filter(|i| i.state != InstanceState::Terminated).cloned()
                     })
                     .collect();
-                CloudResponse::Instances { instances }
+                CloudResponse::Instances { instances, unknown }
             }
             CloudRequest::GetLoadBalancer { name } => CloudResponse::LoadBalancer {
                 load_balancer: state.load_balancers.get(&name).cloned(),
@@ -199,6 +211,14 @@ impl FakeCloud {
                 state.knobs = knobs;
                 CloudResponse::Done
             }
+            AdminRequest::SetZoneReachable { zone, reachable } => {
+                if reachable {
+                    state.unreachable_zones.remove(&zone);
+                } else {
+                    state.unreachable_zones.insert(zone);
+                }
+                CloudResponse::Done
+            }
             AdminRequest::PutRoute(route) => {
                 state.routes.insert(route.name.clone(), route);
                 CloudResponse::Done
@@ -245,7 +265,7 @@ mod tests {
             name: "whatever".into(),
             provider_id: Some("fake://n2".into()),
         };
-        let CloudResponse::Instances { instances } = cloud
+        let CloudResponse::Instances { instances, .. } = cloud
             .handle(CloudRequest::DescribeInstances {
                 nodes: vec![node("n1"), by_id, node("n3")],
             })
@@ -264,7 +284,7 @@ mod tests {
                 state: InstanceState::Terminated,
             }))
             .await;
-        let CloudResponse::Instances { instances } = cloud
+        let CloudResponse::Instances { instances, .. } = cloud
             .handle(CloudRequest::DescribeInstances {
                 nodes: vec![node("n1")],
             })

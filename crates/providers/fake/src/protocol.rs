@@ -123,6 +123,14 @@ pub enum AdminRequest {
     },
     /// Latency and error rate.
     SetKnobs(Knobs),
+    /// A zone the cloud cannot reach (`reachable: false`) or can again: its instances are neither found
+    /// nor absent but unknown, and so is any instance looked up that is not found in a reachable zone.
+    SetZoneReachable {
+        /// The zone.
+        zone: String,
+        /// Whether it answers.
+        reachable: bool,
+    },
     /// Add or replace a route (one the cluster did not make, say).
     PutRoute(FakeRoute),
     /// Everything the cloud holds.
@@ -143,6 +151,10 @@ pub enum CloudResponse {
     Instances {
         /// `None`: no such instance (or terminated).
         instances: Vec<Option<FakeInstance>>,
+        /// Indexes of the nodes the cloud cannot answer for (an unreachable zone): their entry is `None`
+        /// but means "unknown", never "absent".
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unknown: Vec<usize>,
     },
     /// A load balancer.
     LoadBalancer {

@@ -76,11 +76,13 @@ impl FakeProvider {
         }
     }
 
+    /// The instance of each node, in order: found, absent, or an error (the cloud could not tell).
     async fn describe(
         &self,
         cx: &CallContext,
         nodes: &[Arc<Node>],
-    ) -> Result<Vec<Option<FakeInstance>>, CloudError> {
+    ) -> Result<Vec<Result<Option<FakeInstance>, CloudError>>, CloudError> {
+        let count = nodes.len();
         let nodes = nodes
             .iter()
             .map(|n| NodeRef {
@@ -89,7 +91,21 @@ impl FakeProvider {
             })
             .collect();
         match self.call(cx, CloudRequest::DescribeInstances { nodes }).await? {
-            CloudResponse::Instances { instances } => Ok(instances),
+            CloudResponse::Instances { instances, unknown } if instances.len() == count => Ok(instances
+                .into_iter()
+                .enumerate()
+                .map(|(index, instance)| {
+                    if unknown.contains(&index) {
+                        Err(CloudError::provider("the cloud cannot reach the instance's zone"))
+                    } else {
+                        Ok(instance)
+                    }
+                })
+                .collect()),
+            CloudResponse::Instances { instances, .. } => Err(CloudError::provider(format!(
+                "{} answers for {count} nodes",
+                instances.len()
+            ))),
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
     }
@@ -157,7 +173,7 @@ impl InstancesV2 for FakeProvider {
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
         match self.describe(cx, nodes).await {
-            Ok(instances) => instances.iter().map(|i| Ok(i.is_some())).collect(),
+            Ok(instances) => instances.into_iter().map(|i| i.map(|i| i.is_some())).collect(),
             Err(error) => nodes
                 .iter()
                 .map(|_| Err(CloudError::provider(error.to_string())))
@@ -172,10 +188,9 @@ impl InstancesV2 for FakeProvider {
     ) -> Vec<Result<bool, CloudError>> {
         match self.describe(cx, nodes).await {
             Ok(instances) => instances
-                .iter()
+                .into_iter()
                 .map(|i| {
-                    i.as_ref()
-                        .map(|i| i.state == InstanceState::Stopped)
+                    i?.map(|i| i.state == InstanceState::Stopped)
                         .ok_or(CloudError::InstanceNotFound)
                 })
                 .collect(),
@@ -193,8 +208,8 @@ impl InstancesV2 for FakeProvider {
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
         match self.describe(cx, nodes).await {
             Ok(instances) => instances
-                .iter()
-                .map(|i| i.as_ref().map(metadata).ok_or(CloudError::InstanceNotFound))
+                .into_iter()
+                .map(|i| i?.as_ref().map(metadata).ok_or(CloudError::InstanceNotFound))
                 .collect(),
             Err(error) => nodes
                 .iter()
@@ -408,6 +423,41 @@ mod tests {
         assert!(instances.instance_shutdown(&cx, &node("n1")).await.unwrap());
         assert!(instances.instance_exists(&cx, &node("n1")).await.unwrap());
         assert!(!instances.instance_exists(&cx, &node("n2")).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_zone_is_unknown_never_gone() {
+        let mut elsewhere = FakeInstance::running("n2", 2);
+        elsewhere.zone = "zone-b".into();
+        let cloud = FakeCloud::new(vec![FakeInstance::running("n1", 1), elsewhere], Knobs::default());
+        let provider = FakeProvider {
+            backend: Backend::Local(cloud.clone()),
+            config: FakeCloudConfig::default(),
+        };
+        let instances = provider.instances_v2().unwrap();
+        let cx = CallContext::with_timeout(std::time::Duration::from_secs(10));
+        let nodes = [node("n1"), node("n2"), node("gone")];
+        let zone = FakeInstance::running("n1", 1).zone;
+        cloud
+            .handle(CloudRequest::Admin(crate::AdminRequest::SetZoneReachable {
+                zone: zone.clone(),
+                reachable: false,
+            }))
+            .await;
+        let answers = instances.instance_exists_batch(&cx, &nodes).await;
+        // n1's zone cannot be reached; n2's can; an instance not found anywhere reachable might be in it.
+        assert!(answers[0].is_err(), "{answers:?}");
+        assert!(matches!(answers[1], Ok(true)), "{answers:?}");
+        assert!(answers[2].is_err(), "{answers:?}");
+        cloud
+            .handle(CloudRequest::Admin(crate::AdminRequest::SetZoneReachable {
+                zone,
+                reachable: true,
+            }))
+            .await;
+        let answers = instances.instance_exists_batch(&cx, &nodes).await;
+        let answers: Vec<bool> = answers.into_iter().map(Result::unwrap).collect();
+        assert_eq!(answers, [true, true, false]);
     }
 
     #[tokio::test]

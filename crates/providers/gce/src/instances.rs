@@ -44,22 +44,48 @@ pub struct InstanceRef {
     pub name: String,
 }
 
-/// `(project, zone, name)` of a `gce://<project>/<zone>/<name>` provider ID; `None` for anything else.
+/// `(project, zone, name)` of a `gce://<project>/<zone>/<name>` provider ID; `None` for anything else (a
+/// zone or instance name Compute could not have).
 pub fn parse_provider_id(provider_id: &str) -> Option<(&str, &str, &str)> {
     let rest = provider_id.strip_prefix("gce://")?;
     let mut parts = rest.split('/');
     let (project, zone, name) = (parts.next()?, parts.next()?, parts.next()?);
-    (parts.next().is_none() && [project, zone, name].iter().all(|p| !p.is_empty()))
+    (parts.next().is_none() && !project.is_empty() && is_compute_name(zone) && is_compute_name(name))
         .then_some((project, zone, name))
 }
 
-/// A Compute name: a lowercase letter, then lowercase letters, digits and dashes (at most 63).
+/// A Compute name, `[a-z]([-a-z0-9]{0,61}[a-z0-9])?`: a lowercase letter, then lowercase letters, digits
+/// and dashes, not ending with a dash, at most 63.
 fn is_compute_name(name: &str) -> bool {
     name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// What Compute says of one instance looked up.
+#[derive(Debug, Clone)]
+pub(crate) enum Lookup {
+    Found(Box<Instance>),
+    /// Compute has none: every zone it could be in answered.
+    Absent,
+    /// Not a name Compute could have: never looked up, so neither found nor absent.
+    Invalid(String),
+    /// A zone it could be in did not answer: neither found nor absent.
+    Unknown(String),
+}
+
+impl Lookup {
+    /// Found, absent, or an error: a node's instance is gone only when Compute positively says so.
+    pub(crate) fn certain(self) -> Result<Option<Instance>, CloudError> {
+        match self {
+            Lookup::Found(instance) => Ok(Some(*instance)),
+            Lookup::Absent => Ok(None),
+            Lookup::Invalid(why) | Lookup::Unknown(why) => Err(CloudError::provider(why)),
+        }
+    }
 }
 
 impl GceProvider {
@@ -99,13 +125,18 @@ impl GceProvider {
         }
     }
 
-    /// The instances for `refs` (`None`: there is none), one `aggregatedList` per project and 100 names.
-    pub(crate) async fn find(&self, refs: &[InstanceRef]) -> Result<Vec<Option<Instance>>, CloudError> {
+    /// What Compute says of each of `refs`, one `aggregatedList` per project and 100 names. A zone that
+    /// did not answer (a scope's `UNREACHABLE` warning, the list's `unreachables`) makes the instances
+    /// that could be in it unknown, never absent; a warning on the whole list makes every one unknown.
+    pub(crate) async fn find(&self, refs: &[InstanceRef]) -> Result<Vec<Lookup>, CloudError> {
         let mut names: HashMap<&str, BTreeSet<&str>> = HashMap::new();
         for r in refs.iter().filter(|r| is_compute_name(&r.name)) {
             names.entry(&r.project).or_default().insert(&r.name);
         }
         let mut found: HashMap<(String, String), Vec<Instance>> = HashMap::new();
+        // Per project: the zones that did not answer, and whether the whole list may be partial.
+        let mut unreachable: HashMap<String, BTreeSet<String>> = HashMap::new();
+        let mut partial: BTreeSet<String> = BTreeSet::new();
         for (project, names) in names {
             let names: Vec<&str> = names.into_iter().collect();
             for chunk in names.chunks(NAMES_PER_REQUEST) {
@@ -124,7 +155,31 @@ impl GceProvider {
                         .send()
                         .await
                         .map_err(|e| gce_error("instances.aggregatedList", e))?;
-                    for scoped in page.items.into_values() {
+                    use google_cloud_compute_v1::model::instance_aggregated_list::warning::Code as ListCode;
+                    use google_cloud_compute_v1::model::instances_scoped_list::warning::Code as ScopeCode;
+                    if page
+                        .warning
+                        .as_ref()
+                        .and_then(|w| w.code.as_ref())
+                        .is_some_and(|code| matches!(code, ListCode::Unreachable | ListCode::PartialSuccess))
+                    {
+                        partial.insert(project.to_owned());
+                    }
+                    let zones = unreachable.entry(project.to_owned()).or_default();
+                    zones.extend(
+                        page.unreachables
+                            .iter()
+                            .map(|scope| last_component(scope).to_owned()),
+                    );
+                    for (scope, scoped) in page.items {
+                        if scoped
+                            .warning
+                            .as_ref()
+                            .and_then(|w| w.code.as_ref())
+                            .is_some_and(|code| matches!(code, ScopeCode::Unreachable))
+                        {
+                            zones.insert(last_component(&scope).to_owned());
+                        }
                         for instance in scoped.instances {
                             let name = instance.name.clone().unwrap_or_default();
                             found
@@ -140,29 +195,53 @@ impl GceProvider {
                 }
             }
         }
-        refs.iter()
+        let no_zones = BTreeSet::new();
+        Ok(refs
+            .iter()
             .map(|r| {
+                if !is_compute_name(&r.name) {
+                    return Lookup::Invalid(format!(
+                        "{:?} is not a Compute instance name, so no instance can be looked up for it",
+                        r.name
+                    ));
+                }
                 let candidates = found
                     .get(&(r.project.clone(), r.name.clone()))
                     .map(Vec::as_slice)
                     .unwrap_or_default();
                 let zone_of = |i: &Instance| last_component(i.zone.as_deref().unwrap_or_default()).to_owned();
-                let mut matching = candidates.iter().filter(|i| match &r.zone {
-                    Some(zone) => zone_of(i) == *zone,
-                    None => self.managed_zone(&zone_of(i)),
-                });
+                let in_scope = |zone: &str| match &r.zone {
+                    Some(wanted) => zone == wanted,
+                    None => self.managed_zone(zone),
+                };
+                let mut matching = candidates.iter().filter(|i| in_scope(&zone_of(i)));
                 match (matching.next(), matching.next()) {
-                    (Some(one), None) => Ok(Some(one.clone())),
-                    (None, _) => Ok(None),
-                    (Some(a), Some(b)) => Err(CloudError::provider(format!(
+                    (Some(one), None) => Lookup::Found(Box::new(one.clone())),
+                    (Some(a), Some(b)) => Lookup::Unknown(format!(
                         "instance {} is in zones {} and {}: give the node a provider ID",
                         r.name,
                         zone_of(a),
                         zone_of(b)
-                    ))),
+                    )),
+                    (None, _) => {
+                        let silent = unreachable.get(&r.project).unwrap_or(&no_zones);
+                        if partial.contains(&r.project) {
+                            Lookup::Unknown(format!(
+                                "Compute listed the instances of project {} only in part",
+                                r.project
+                            ))
+                        } else if let Some(zone) = silent.iter().find(|zone| in_scope(zone)) {
+                            Lookup::Unknown(format!(
+                                "zone {zone} did not answer, and instance {} could be there",
+                                r.name
+                            ))
+                        } else {
+                            Lookup::Absent
+                        }
+                    }
                 }
             })
-            .collect()
+            .collect())
     }
 
     /// The instance a `gce://<project>/<zone>/<name>` provider ID names; `None` when Compute has none.
@@ -187,7 +266,7 @@ impl GceProvider {
                 self.find(std::slice::from_ref(&wanted)),
             )
             .await?;
-        Ok(found.into_iter().next().flatten())
+        found.into_iter().next().map_or(Ok(None), Lookup::certain)
     }
 
     /// The instances of `nodes`, in order; a node whose reference is bad gets its error.
@@ -212,8 +291,10 @@ impl GceProvider {
         refs.into_iter()
             .map(|r| {
                 let r = r?;
-                let instance = found.next().expect("one answer per reference");
-                Ok(instance.map(|i| (r, i)))
+                let lookup = found
+                    .next()
+                    .ok_or_else(|| CloudError::provider("no answer for the instance"))?;
+                Ok(lookup.certain()?.map(|i| (r, i)))
             })
             .collect()
     }
@@ -371,6 +452,10 @@ mod tests {
             "gce:///z/n",
             "aws:///us-east-1a/i-1",
             "node-1",
+            // Names Compute could not have: refused, never looked up (a look-up would find nothing).
+            "gce://p/z/Node_1",
+            "gce://p/bad_zone!/n",
+            "gce://p/z/node-",
         ] {
             assert_eq!(parse_provider_id(bad), None, "{bad}");
         }
@@ -392,12 +477,16 @@ mod tests {
                     for part in [project, zone, name] {
                         proptest::prop_assert!(!part.is_empty() && !part.contains('/'));
                     }
+                    proptest::prop_assert!(is_compute_name(zone) && is_compute_name(name));
                     proptest::prop_assert_eq!(format!("gce://{project}/{zone}/{name}"), id);
                 }
                 None => {
                     let parts: Option<Vec<&str>> = id.strip_prefix("gce://").map(|rest| rest.split('/').collect());
                     proptest::prop_assert!(
-                        parts.is_none_or(|parts| parts.len() != 3 || parts.iter().any(|p| p.is_empty())),
+                        parts.is_none_or(|parts| parts.len() != 3
+                            || parts[0].is_empty()
+                            || !is_compute_name(parts[1])
+                            || !is_compute_name(parts[2])),
                         "{id:?} has the form but was refused"
                     );
                 }
@@ -408,7 +497,7 @@ mod tests {
     #[test]
     fn compute_names() {
         assert!(is_compute_name("node-1"));
-        for bad in ["Node-1", "1node", "node_1", "", "node.example"] {
+        for bad in ["Node-1", "1node", "node_1", "", "node.example", "node-"] {
             assert!(!is_compute_name(bad), "{bad}");
         }
     }

@@ -105,7 +105,7 @@ impl GceProvider {
             .find(std::slice::from_ref(&target))
             .await?
             .pop()
-            .flatten()
+            .map_or(Ok(None), crate::instances::Lookup::certain)?
             .ok_or_else(|| {
                 CloudError::provider(format!("no instance {} for the route's node", target.name))
             })?;

@@ -417,3 +417,50 @@ async fn the_project_and_zone_come_from_the_metadata_server_when_gce_conf_leaves
         double.requests()
     );
 }
+
+/// An unreachable zone makes the instances that could be in it unknown, never gone: a node whose provider
+/// ID names that zone, and a node looked up by name in a multizone cluster, get an error; a node whose
+/// zone answered is still found or gone; a name Compute could not have is an error too.
+#[tokio::test]
+async fn an_unreachable_zone_is_unknown_and_an_invalid_name_an_error_never_gone() {
+    let double = ComputeDouble::start().await.unwrap();
+    double.put_instance(PROJECT, ZONE, instance("node-a", "10.0.0.2"));
+    double.put_instance(PROJECT, "us-central1-b", instance("node-b", "10.0.0.3"));
+    let provider = provider(&double, "multizone = true\n").await;
+    let instances = provider.instances_v2().unwrap();
+    let nodes = [
+        node("node-a", Some(&format!("gce://{PROJECT}/{ZONE}/node-a"))),
+        node("node-b", Some(&format!("gce://{PROJECT}/us-central1-b/node-b"))),
+        node("gone", Some(&format!("gce://{PROJECT}/{ZONE}/gone"))),
+        node("gone-b", Some(&format!("gce://{PROJECT}/us-central1-b/gone-b"))),
+        node("by-name", None),
+        node("Node_1", None),
+    ];
+    let answers = |answers: Vec<Result<bool, CloudError>>| -> Vec<Option<bool>> {
+        answers.into_iter().map(Result::ok).collect()
+    };
+    let reachable = answers(instances.instance_exists_batch(&cx(), &nodes).await);
+    assert_eq!(
+        reachable,
+        [
+            Some(true),
+            Some(true),
+            Some(false),
+            Some(false),
+            Some(false),
+            None
+        ]
+    );
+    double.set_zone_reachable(PROJECT, "us-central1-b", false);
+    let outage = answers(instances.instance_exists_batch(&cx(), &nodes).await);
+    // In the zone that answered: found and gone as before. In the silent one, and by name (it could be
+    // there): unknown.
+    assert_eq!(outage, [Some(true), None, Some(false), None, None, None]);
+    let metadata = instances.instance_metadata_batch(&cx(), &nodes[1..2]).await;
+    assert!(metadata[0].is_err(), "{metadata:?}");
+    double.set_zone_reachable(PROJECT, "us-central1-b", true);
+    assert_eq!(
+        answers(instances.instance_exists_batch(&cx(), &nodes).await),
+        reachable
+    );
+}

@@ -212,7 +212,10 @@ async fn an_unreachable_endpoint_fails_each_node_without_deleting_it() {
         .http_client(aws_smithy_http_client::Builder::new().build_http())
         .build();
     let provider = AwsProvider::new(CloudConfig::parse(&text).unwrap().config, &sdk);
-    let nodes = [node("a", Some("aws:///us-east-1a/i-1")), node("b", None)];
+    let nodes = [
+        node("a", Some("aws:///us-east-1a/i-0123456789abcdef0")),
+        node("b", None),
+    ];
     let exists = provider
         .instances_v2()
         .unwrap()
@@ -270,12 +273,23 @@ async fn fargate_nodes_are_found_by_their_attached_interface_and_uninterpretable
         node("garbage", Some("aws:///us-east-1a/vol-0abc")),
         node("mangled-fargate", Some("aws:///us-east-1a/1abc/fargate-ip-nope")),
         node("empty-aws", Some("aws:///")),
+        // A malformed instance ID: EC2 would refuse it; looked up by a filter it would read as "gone".
+        node("malformed", Some("aws:///us-east-1a/i-XYZ!")),
     ];
     let exists = instances.instance_exists_batch(&cx(), &nodes).await;
     let answers: Vec<Option<bool>> = exists.iter().map(|r| r.as_ref().ok().copied()).collect();
     assert_eq!(
         answers,
-        [Some(true), Some(true), Some(false), Some(false), None, None, None],
+        [
+            Some(true),
+            Some(true),
+            Some(false),
+            Some(false),
+            None,
+            None,
+            None,
+            None
+        ],
         "{exists:?}"
     );
     for (index, result) in exists.iter().enumerate().skip(4) {

@@ -29,7 +29,7 @@ use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::client::Attributed as _;
-use crate::instances::InstanceRef;
+use crate::instances::{InstanceRef, Lookup};
 use crate::{GceProvider, WriteError, gce_error, is_not_found, last_component};
 
 /// The internal-load-balancer annotation, and its deprecated form.
@@ -139,7 +139,16 @@ impl GceProvider {
             return Err(CloudError::provider("cannot EnsureLoadBalancer() with no hosts"));
         }
         let refs: Vec<InstanceRef> = nodes.iter().filter_map(|n| self.instance_ref(n).ok()).collect();
-        let instances: Vec<model::Instance> = self.find(&refs).await?.into_iter().flatten().collect();
+        // A node whose instance is absent (or whose name no instance could have) is left out; one whose
+        // zone did not answer fails the whole call, so no backend is dropped on an outage.
+        let mut instances: Vec<model::Instance> = Vec::new();
+        for lookup in self.find(&refs).await? {
+            match lookup {
+                Lookup::Found(instance) => instances.push(*instance),
+                Lookup::Absent | Lookup::Invalid(_) => {}
+                Lookup::Unknown(why) => return Err(CloudError::provider(why)),
+            }
+        }
         if instances.is_empty() {
             return Err(CloudError::InstanceNotFound);
         }
