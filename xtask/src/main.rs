@@ -34,7 +34,8 @@ enum Command {
     /// Six managers mid-migration under faults; fails on any overlap, a cluster that does not converge, or
     /// a process stuck on SIGTERM.
     Chaos(chaos::Args),
-    /// Fuzz the leader-migration configuration decoder (needs the nightly toolchain; installs cargo-fuzz).
+    /// Fuzz every parser of outside input (coverage-guided: nightly and cargo-fuzz; `--smoke`: briefly,
+    /// as the workspace builds them).
     Fuzz(fuzz::Args),
     /// Build the shipped binaries (`dist` profile) into tarballs with README, LICENSE, a CycloneDX bill
     /// of materials and SHA256SUMS, under target/dist/.

@@ -40,4 +40,23 @@ mod telemetry;
 mod version;
 
 pub use app::main;
+
+/// The parsers of user input that `fuzz/` drives, reached from there. Not an API: hidden, and free to
+/// change.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// `--feature-gates`: the warnings, or the error naming the flag.
+    pub fn feature_gates(text: &str) -> Result<Vec<String>, String> {
+        crate::feature_gates::FeatureGates::parse(text).map(|(_, warnings)| warnings)
+    }
+
+    /// `--tls-cipher-suites`, `--tls-curve-preferences` and `--tls-min-version`: whether only TLS 1.3 is
+    /// left, or the error naming the flag.
+    pub fn tls_flags(suites: &[String], groups: &[String], min_version: &str) -> Result<bool, String> {
+        let suites = crate::serve::cipher_suites("--tls-cipher-suites", suites)?;
+        crate::serve::kx_groups("--tls-curve-preferences", groups)?;
+        let tls13 = crate::startup::tls13_only("--tls-min-version", min_version)?;
+        Ok(tls13 || suites.is_some_and(|s| s.is_empty()))
+    }
+}
 pub use duration::{DurationError, GoDuration};

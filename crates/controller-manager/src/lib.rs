@@ -63,6 +63,24 @@ pub use transport::{Fence, HTTP_SPAN_TARGET};
 pub use workqueue::{WorkQueue, Working};
 pub use written::Written;
 
+/// The parsers of outside input that `fuzz/` drives, reached from there. Not an API: hidden, and free to
+/// change.
+#[doc(hidden)]
+pub mod fuzzing {
+    use k8s_openapi::api::core::v1::NodeAddress;
+
+    /// The addresses a node gets from the cloud's and `alpha.kubernetes.io/provided-node-ip`, at
+    /// initialisation or on a refresh: `Ok(None)` leaves them as they are; an error names the annotation.
+    pub fn node_addresses(
+        current: &[NodeAddress],
+        cloud: &[NodeAddress],
+        provided_ips: Option<&str>,
+        initialization: bool,
+    ) -> Result<Option<Vec<NodeAddress>>, String> {
+        crate::controllers::node_addresses(current, cloud, provided_ips, initialization)
+    }
+}
+
 /// Locks a mutex that guards plain data: a panic elsewhere while holding it leaves nothing half-done
 /// that a later reader could trip over, so poisoning is ignored.
 pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -6,6 +6,21 @@
 mod backoff;
 mod node;
 mod node_addresses;
+
+/// [`node_addresses::desired_addresses`], for `crate::fuzzing`.
+pub(crate) fn node_addresses(
+    current: &[k8s_openapi::api::core::v1::NodeAddress],
+    cloud: &[k8s_openapi::api::core::v1::NodeAddress],
+    provided_ips: Option<&str>,
+    initialization: bool,
+) -> Result<Option<Vec<k8s_openapi::api::core::v1::NodeAddress>>, String> {
+    let moment = if initialization {
+        node_addresses::Moment::Initialization
+    } else {
+        node_addresses::Moment::Refresh
+    };
+    node_addresses::desired_addresses(current, cloud, provided_ips, moment).map_err(|e| e.to_string())
+}
 mod node_lifecycle;
 mod periodic;
 mod route;

@@ -97,6 +97,16 @@ pub struct Parsed {
     pub warnings: Vec<String>,
 }
 
+/// The section a key of the cloud-config belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Section {
+    Global,
+    /// The `[ServiceOverride "…"]` at this index.
+    Override(usize),
+    /// A section this provider does not know: its keys are ignored.
+    Ignored,
+}
+
 impl CloudConfig {
     /// Parses and validates `text`.
     pub fn parse(text: &str) -> Result<Parsed, ConfigError> {
@@ -106,14 +116,15 @@ impl CloudConfig {
             ..CloudConfig::default()
         };
         let mut warnings = Vec::new();
-        let mut section: Option<(String, Option<String>)> = None;
+        // Where the keys that follow go; an unknown section's keys go nowhere.
+        let mut section: Option<Section> = None;
         let mut overrides: Vec<(usize, String, ServiceOverride)> = Vec::new();
         for item in gcfg::read(text)? {
             match item {
                 Item::Section { line, name, sub } => {
                     let lower = name.to_ascii_lowercase();
-                    match (lower.as_str(), &sub) {
-                        ("global", None) => {}
+                    section = Some(match (lower.as_str(), &sub) {
+                        ("global", None) => Section::Global,
                         ("serviceoverride", Some(key)) => {
                             if overrides.iter().any(|(_, k, _)| k == key) {
                                 return Err(ConfigError::new(
@@ -122,31 +133,44 @@ impl CloudConfig {
                                 ));
                             }
                             overrides.push((line, key.clone(), ServiceOverride::default()));
+                            Section::Override(overrides.len() - 1)
+                        }
+                        ("serviceoverride", None) => {
+                            return Err(ConfigError::new(
+                                line,
+                                "[ServiceOverride] needs a name, e.g. [ServiceOverride \"1\"]".to_owned(),
+                            ));
                         }
                         _ => {
                             let header = match &sub {
                                 Some(sub) => format!("{name} {sub:?}"),
                                 None => name.clone(),
                             };
-                            warnings.push(format!("line {line}: section [{header}] is unknown, ignored"));
+                            warnings.push(format!(
+                                "line {line}: section [{header}] is unknown, ignored with its keys"
+                            ));
+                            Section::Ignored
                         }
-                    }
-                    section = Some((lower, sub));
+                    });
                 }
                 Item::Key { line, key, value } => {
-                    let Some((name, sub)) = &section else {
-                        unreachable!("gcfg::read puts every key in a section")
+                    let Some(section) = section else {
+                        return Err(ConfigError::new(
+                            line,
+                            format!("{key}: a key outside any section"),
+                        ));
                     };
-                    let at = |message: &str| {
-                        ConfigError::new(line, format!("[{}] {key}: {message}", section_name(name, sub)))
-                    };
-                    match name.as_str() {
-                        "global" if !config.set(&key, &value).map_err(|m| at(&m))? => {
-                            warnings.push(format!("line {line}: [Global] {key}: unknown key, ignored"));
+                    match section {
+                        Section::Global => {
+                            let at =
+                                |message: &str| ConfigError::new(line, format!("[Global] {key}: {message}"));
+                            if !config.set(&key, &value).map_err(|m| at(&m))? {
+                                warnings.push(format!("line {line}: [Global] {key}: unknown key, ignored"));
+                            }
                         }
-                        "serviceoverride" => {
-                            let Some((_, _, entry)) = overrides.last_mut() else {
-                                unreachable!("a section was pushed")
+                        Section::Override(index) => {
+                            let Some((_, _, entry)) = overrides.get_mut(index) else {
+                                return Err(ConfigError::new(line, format!("{key}: no such section")));
                             };
                             let slot = match key.to_ascii_lowercase().as_str() {
                                 "service" => &mut entry.service,
@@ -164,7 +188,7 @@ impl CloudConfig {
                             };
                             *slot = value;
                         }
-                        _ => {}
+                        Section::Ignored => {}
                     }
                 }
             }
@@ -351,18 +375,6 @@ fn normalise_service(service: &str) -> &'static str {
     }
 }
 
-fn section_name(name: &str, sub: &Option<String>) -> String {
-    let name = if name == "global" {
-        "Global"
-    } else {
-        "ServiceOverride"
-    };
-    match sub {
-        Some(sub) => format!("{name} {sub:?}"),
-        None => name.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,13 +429,31 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_section_is_ignored_with_its_keys_and_a_nameless_override_refused() {
+        // `[Global "x"]` is not `[Global]`: its keys change nothing.
+        let parsed = CloudConfig::parse("[Global]\nZone = a\n[Global \"x\"]\nZone = b\n").unwrap();
+        assert_eq!(parsed.config.zone, "a");
+        assert_eq!(
+            parsed.warnings,
+            ["line 3: section [Global \"x\"] is unknown, ignored with its keys"]
+        );
+        // Keys under a nameless `[ServiceOverride]`, before or after a named one, never land in it.
+        for text in [
+            "[ServiceOverride]\nURL = https://x\n",
+            "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = https://a\nSigningRegion = r\n[ServiceOverride]\nURL = https://b\n",
+        ] {
+            assert!(CloudConfig::parse(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
     fn unknown_keys_are_warnings_and_bad_values_one_error_naming_line_and_key() {
         let parsed = CloudConfig::parse("[Global]\nRegoin = x\n[Extra]\nA = b\n").unwrap();
         assert_eq!(
             parsed.warnings,
             [
                 "line 2: [Global] Regoin: unknown key, ignored",
-                "line 3: section [Extra] is unknown, ignored"
+                "line 3: section [Extra] is unknown, ignored with its keys"
             ]
         );
         assert_eq!(parsed.config.node_ip_families, [IpFamily::V4]);
@@ -459,6 +489,10 @@ mod tests {
             (
                 "[ServiceOverride \"1\"]\nService = ec2\n",
                 "cloud-config line 1: [ServiceOverride \"1\"] Region is required",
+            ),
+            (
+                "[ServiceOverride]\nURL = https://x\n",
+                "cloud-config line 1: [ServiceOverride] needs a name, e.g. [ServiceOverride \"1\"]",
             ),
             (
                 "[Global]\nVPC = \"vpc-1\n",

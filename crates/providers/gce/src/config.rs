@@ -89,7 +89,13 @@ impl CloudConfig {
                 Item::Section { line, name, sub } => {
                     in_global = name.eq_ignore_ascii_case("global") && sub.is_none();
                     if !in_global {
-                        warnings.push(format!("line {line}: section [{name}] is unknown, ignored"));
+                        let header = match &sub {
+                            Some(sub) => format!("{name} {sub:?}"),
+                            None => name,
+                        };
+                        warnings.push(format!(
+                            "line {line}: section [{header}] is unknown, ignored with its keys"
+                        ));
                     }
                 }
                 Item::Key { line, key, value } if in_global => {
@@ -313,9 +319,16 @@ alpha-features = ILBSubsets
             parsed.warnings,
             [
                 "line 4: [global] projct-id: unknown key, ignored",
-                "line 5: section [other] is unknown, ignored"
+                "line 5: section [other] is unknown, ignored with its keys"
             ]
         );
+        // `[global "x"]` is not `[global]`: named so, and its keys change nothing.
+        let parsed = CloudConfig::parse("[global \"x\"]\nproject-id = q\n").unwrap();
+        assert_eq!(
+            parsed.warnings,
+            ["line 1: section [global \"x\"] is unknown, ignored with its keys"]
+        );
+        assert_eq!(parsed.config.project_id, "");
         let cases = [
             (
                 "[global]\nmultizone = maybe\n",

@@ -44,8 +44,8 @@ pub fn condensed_ports(ports: &BTreeSet<i32>) -> Vec<String> {
     let mut ports = ports.iter().copied().peekable();
     while let Some(start) = ports.next() {
         let mut end = start;
-        while ports.peek() == Some(&(end + 1)) {
-            end = ports.next().expect("peeked");
+        while let Some(next) = ports.next_if(|&next| end.checked_add(1) == Some(next)) {
+            end = next;
         }
         out.push(if start == end {
             start.to_string()
@@ -203,6 +203,11 @@ mod tests {
         assert_eq!(
             condensed_ports(&BTreeSet::from([1, 2, 3, 5, 7, 8])),
             ["1-3", "5", "7-8"]
+        );
+        // The top of the range does not overflow.
+        assert_eq!(
+            condensed_ports(&BTreeSet::from([i32::MAX - 1, i32::MAX])),
+            [format!("{}-{}", i32::MAX - 1, i32::MAX)]
         );
     }
 }

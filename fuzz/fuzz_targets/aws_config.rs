@@ -1,0 +1,20 @@
+//! Any text as the AWS provider's cloud-config: parsed (unknown sections and keys warned about, and then
+//! really ignored) or refused with one error naming the cloud-config, never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use provider_aws::CloudConfig;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match CloudConfig::parse(text) {
+        Ok(parsed) => {
+            for warning in &parsed.warnings {
+                assert!(warning.starts_with("line "), "{warning}");
+            }
+        }
+        Err(error) => assert!(error.to_string().starts_with("cloud-config"), "{error}"),
+    }
+});
