@@ -10,7 +10,11 @@
 //! - `cargo-nextest` (pinned, from crates.io) when no `cargo nextest` answers: the test runner gives each
 //!   test its own process and time limits (`.config/nextest.toml`).
 //!
-//! A failure is reported, not fatal: the tests that need the tool then say loudly that they were skipped.
+//! - `prlimit` (util-linux) and `curl`, where missing: tests set the manager's descriptor limit and talk
+//!   TLS to it with them.
+//!
+//! Outside CI a failure is reported, not fatal: the tests that need the tool then say loudly that they were
+//! skipped. With `CI` set it stops the run: nothing may skip there but what the machine kind truly lacks.
 
 use std::process::Command;
 
@@ -24,6 +28,13 @@ const DEBIAN: &[(&str, &[&str], &str, &str)] = &[
     ("promtool", &["--version"], "prometheus", "the monitoring tests"),
     ("skopeo", &["--version"], "skopeo", "the release image tests"),
     ("umoci", &["--version"], "umoci", "the release image tests"),
+    (
+        "prlimit",
+        &["--version"],
+        "util-linux",
+        "the connection-flood test",
+    ),
+    ("curl", &["--version"], "curl", "the serving tests"),
 ];
 
 /// Python packages for `<target dir>/venv`, pinned.
@@ -33,7 +44,10 @@ const PYTHON: &[&str] = &[
     include_str!("../../crates/harness/moto-requirement.txt").trim_ascii(),
 ];
 
-pub(crate) fn install() {
+/// Installs what is missing; with `CI` set, a tool that cannot be installed is an error.
+pub(crate) fn install() -> anyhow::Result<()> {
+    let ci = std::env::var_os("CI").is_some();
+    let mut failed = Vec::new();
     let missing: Vec<_> = DEBIAN
         .iter()
         .filter(|(tool, args, ..)| !has(tool, args))
@@ -45,6 +59,7 @@ pub(crate) fn install() {
                 eprintln!(
                     "{tool} is missing and cannot be installed ({why}): {needs} will be SKIPPED. Install Debian's `{package}` package to run them"
                 );
+                failed.push(*tool);
             }
         }
     }
@@ -54,13 +69,22 @@ pub(crate) fn install() {
             eprintln!(
                 "cannot install cargo-nextest ({why:#}): the tests run with `cargo test`, without per-test time limits"
             );
+            failed.push("cargo-nextest");
         }
     }
     if let Err(why) = venv() {
         eprintln!(
             "cannot set up the Python environment ({why}): the bill-of-materials schema checks and the AWS provider's tests against moto will be SKIPPED"
         );
+        failed.push("the Python environment (moto, cyclonedx)");
     }
+    if ci && !failed.is_empty() {
+        anyhow::bail!(
+            "with CI set, every test tool must be installed; these could not be: {}",
+            failed.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn apt_get(packages: &[&str]) -> Result<(), String> {

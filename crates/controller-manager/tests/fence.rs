@@ -245,7 +245,7 @@ async fn a_write_in_flight_is_abandoned_when_its_lock_stops_being_valid() {
     let server = TestApiServer::start().await.unwrap();
     server.add_fault(FaultSpec {
         user_agent: Some("fenced-controller".into()),
-        action: FaultAction::Latency { ms: 30_000 },
+        action: FaultAction::Latency { ms: 3_000 },
         duration_ms: None,
     });
     let (_state, receiver) = watch::channel(LeaderState {
@@ -285,6 +285,29 @@ async fn a_write_in_flight_is_abandoned_when_its_lock_stops_being_valid() {
     );
     let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
     assert!(stored.get_opt("later").await.unwrap().is_none());
+    // The abandoned write never landed: the server records it closed by its client before its answer
+    // (499), not applied when its 3 s of latency ran out.
+    let record = until_recorded(&server, "fenced-controller").await;
+    assert_eq!(record.status, 499, "{record:?}");
+    assert!(stored.get_opt("late").await.unwrap().is_none());
+}
+
+/// The server's record of the first write by `user_agent`, once it has one (answered or abandoned).
+async fn until_recorded(server: &TestApiServer, user_agent: &str) -> test_apiserver::RequestRecord {
+    tokio::time::timeout(BOUND, async {
+        loop {
+            if let Some(record) = server
+                .requests()
+                .into_iter()
+                .find(|r| r.user_agent.contains(user_agent) && r.method == "POST")
+            {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the server records the write")
 }
 
 /// A graceful stop does not wait for the client's rate limiter: a request still waiting for a token when
@@ -439,6 +462,18 @@ async fn the_lock_is_released_only_after_every_write_sent_under_it_was_answered(
         fence.writes_in_flight(),
         0,
         "the abandoned write is no longer counted"
+    );
+    // The cut-off write never landed: it never reached the server (a partition), and its client gave it
+    // up, so the partition's end cannot deliver it.
+    server.clear_faults();
+    let stored: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    assert!(stored.get_opt("lost").await.unwrap().is_none());
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.user_agent.contains("cut-off-controller") && r.method == "POST"),
+        "the server handled the cut-off write"
     );
 }
 

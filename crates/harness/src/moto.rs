@@ -89,16 +89,14 @@ impl Moto {
     }
 
     /// For tests: the installed server, or `None` after saying loudly that the test is skipped (a test
-    /// never installs moto).
+    /// never installs moto; with `CI` set a missing moto fails the test).
     pub fn installed_for_test() -> Option<PathBuf> {
         let server = Moto::installed();
         if server.is_none() {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!(
-                    "SKIPPED: moto is not installed under the target directory's venv/ (cargo xtask test installs it)"
-                );
-            }
+            crate::skip_unless_ci(
+                "a test against moto",
+                "moto is not installed under the target directory's venv/ (cargo xtask test installs it)",
+            );
         }
         server
     }

@@ -300,6 +300,26 @@ async fn waits_for_a_client_go_holder_then_takes_over(backend: Backend) {
     let lease = leases.get(LEASE).await.unwrap().spec.unwrap();
     assert_eq!(lease.lease_transitions, Some(5));
     assert_eq!(lease.holder_identity.as_deref(), Some("a"));
+    // From the server's record, not samples of a's state: a took the Lease only after the Go holder's
+    // last renewal had gone unrenewed for its lease duration (1 s), and never before.
+    let history = server.lease_writes();
+    let last_go = history
+        .iter()
+        .filter(|w| w.name == LEASE && w.holder_identity.as_deref() == Some("master-1_0b1c"))
+        .map(|w| w.time_us)
+        .max()
+        .unwrap();
+    let taken = history
+        .iter()
+        .filter(|w| w.name == LEASE && w.holder_identity.as_deref() == Some("a"))
+        .map(|w| w.time_us)
+        .min()
+        .unwrap();
+    assert!(
+        taken - last_go >= 1_000_000,
+        "taken {} µs after the last renewal",
+        taken - last_go
+    );
     a.stop().await;
 }
 

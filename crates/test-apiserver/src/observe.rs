@@ -42,7 +42,7 @@ pub(crate) fn format_us(us: i64, precision: usize) -> String {
 }
 
 /// One API request, logged when its response (for a watch: its response head) is sent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// Order in the log.
     pub seq: u64,

@@ -98,50 +98,74 @@ async fn entry(
         .unwrap_or_default()
         .to_owned();
 
+    // Recorded as 499 if the client goes away before the answer: the request's future is dropped then,
+    // before anything of it was applied (a write is applied whole, with no pause, once its body is read).
+    let mut pending = Pending {
+        state: state.clone(),
+        started,
+        answered: false,
+        record: RequestRecord {
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+            query: request.uri().query().unwrap_or_default().to_owned(),
+            user_agent: user_agent.clone(),
+            ..RequestRecord::default()
+        },
+    };
+
     let verdict = lock(&state.faults).verdict(&user_agent, rand::random::<f64>);
     if verdict.hang {
-        // A partition: the client's request never reaches the server; it hangs until the client drops it.
+        // A partition: the client's request never reaches the server (nor its record); it hangs until the
+        // client drops it.
+        pending.answered = true;
         std::future::pending::<()>().await;
     }
     if !verdict.delay.is_zero() {
         tokio::time::sleep(verdict.delay).await;
     }
 
-    let mut record = RequestRecord {
-        seq: 0,
-        time: String::new(),
-        time_us: 0,
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-        query: request.uri().query().unwrap_or_default().to_owned(),
-        user_agent: user_agent.clone(),
-        user: None,
-        verb: None,
-        resource: None,
-        subresource: None,
-        namespace: None,
-        name: None,
-        status: 0,
-        latency_ms: 0.0,
-        resource_version: None,
-    };
     let reply = match verdict.error {
         Some((429, retry_after)) => Reply::error(&ApiError::too_many_requests(retry_after)),
         Some((503, retry_after)) => Reply::error(&ApiError::service_unavailable(retry_after)),
         Some((_, _)) => Reply::error(&ApiError::internal("injected fault")),
-        None => match handle(&state, request, &user_agent, &mut record).await {
+        None => match handle(&state, request, &user_agent, &mut pending.record).await {
             Ok(reply) => reply,
             Err(error) => Reply::error(&error),
         },
     };
-    let now = state.clock.now_us();
-    record.time_us = now;
-    record.time = format_us(now, 6);
-    record.status = reply.status;
-    record.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    record.resource_version = reply.resource_version;
-    lock(&state.logs).record_request(record);
+    pending.record.resource_version = reply.resource_version;
+    pending.answer(reply.status);
     Ok(reply.into_response())
+}
+
+/// A request being served, recorded with its answer's status, or as 499 (its client closed it) if dropped
+/// before its answer.
+struct Pending {
+    state: Arc<State>,
+    started: Instant,
+    record: RequestRecord,
+    answered: bool,
+}
+
+impl Pending {
+    fn answer(&mut self, status: u16) {
+        self.answered = true;
+        let mut record = std::mem::take(&mut self.record);
+        let now = self.state.clock.now_us();
+        record.time_us = now;
+        record.time = format_us(now, 6);
+        record.status = status;
+        record.latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        lock(&self.state.logs).record_request(record);
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.answer(499);
+        }
+    }
 }
 
 async fn handle(

@@ -374,7 +374,10 @@ async fn thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes()
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: prlimit (util-linux) is not installed; it sets the manager's descriptor limit");
+        harness::skip_unless_ci(
+            "thousands_of_idle_connections_starve_neither_the_lease_nor_the_probes",
+            "prlimit (util-linux) is not installed; it sets the manager's descriptor limit",
+        );
         return;
     }
     let server = TestApiServer::start().await.unwrap();
@@ -576,8 +579,11 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     }
 
     let bearer = |token: &str| vec!["--header".to_owned(), format!("Authorization: Bearer {token}")];
-    // Health is open to all; metrics are not.
-    assert_eq!(get("/readyz", &[]).map(|r| r.0), Some(200));
+    // Health is open to all, anonymous or not (the stranger below may not read metrics); metrics are not.
+    for path in ["/healthz", "/livez"] {
+        assert_eq!(get(path, &[]).map(|r| r.0), Some(200), "{path}");
+    }
+    assert_eq!(get("/readyz", &bearer(&stranger)).map(|r| r.0), Some(200));
     let (code, body) = get("/metrics", &[]).unwrap();
     assert_eq!(code, 403, "{body}");
     assert!(
@@ -624,9 +630,19 @@ async fn the_api_server_decides_who_reads_metrics_by_token_or_client_certificate
     let (code, body) = get("/metrics", &viewer).unwrap();
     assert_eq!(code, 403, "{body}");
     assert!(body.contains(r#"User \"viewer\""#), "{body}");
-    // A certificate from another CA does not get past the handshake.
+    // A certificate from another CA does not get past the handshake: the server's alert says so (curl:
+    // 35, an SSL connect error, or 56, a failure receiving), not a timeout or a refused connection.
     let forged = client_certificate(dir.path(), "forged", &stranger_ca, "ops", &["system:masters"]);
-    assert_eq!(get("/metrics", &forged), None);
+    let forged_args: Vec<&str> = forged.iter().map(String::as_str).collect();
+    let (code, why) = crate::support::curl_answer(address, Some(&cert_file), "/metrics", &forged_args)
+        .expect_err("a certificate from another CA is refused");
+    assert!(matches!(code, Some(35 | 56)), "{code:?}: {why}");
+    assert!(why.to_ascii_lowercase().contains("unknown ca"), "{why}");
+    assert_eq!(
+        get("/metrics", &masters).map(|r| r.0),
+        Some(200),
+        "the server still serves"
+    );
 
     // A front proxy (its CA, an allowed name) names the caller in headers, tried before anything else.
     let proxy = client_certificate(dir.path(), "proxy", &proxy_ca, "front-proxy-client", &[]);

@@ -98,7 +98,8 @@ impl Plane {
         let invalid = harness::refused_as_invalid(&requests);
         assert!(invalid.is_empty(), "writes refused as invalid: {invalid:#?}");
         requests.extend(harness::cloud_writes(self.cloud.url()).await.unwrap());
-        audit(&leases, &requests, &self.environment.governance().unwrap())
+        let governance = harness::expecting_upstream_peers(self.environment.governance().unwrap());
+        audit(&leases, &requests, &governance)
     }
 
     /// Creates LoadBalancer service `web-<index>` and waits until whoever runs the service controller gives it
@@ -145,6 +146,50 @@ impl Plane {
                     .join("\n")
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the process `identity` has written as a controller (a node or service write the server
+    /// accepted): the leader is at work.
+    pub(crate) async fn until_writing(&self, identity: &str) {
+        let marker = format!(" {identity}/");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let writing = self.server.request_entries().iter().any(|r| {
+                r.method != "GET"
+                    && (200..300).contains(&r.status)
+                    && r.user_agent.contains(&marker)
+                    && (r.path.contains("/nodes/") || r.path.contains("/services/"))
+            });
+            if writing {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{identity} never wrote");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `holder` has renewed each of `leases` `times` more times from now.
+    pub(crate) async fn until_renewed(&self, holder: &str, leases: &[&str], times: usize) {
+        let renewals = |lease: &str| {
+            self.server
+                .lease_writes()
+                .iter()
+                .filter(|w| w.name == lease && w.holder_identity.as_deref() == Some(holder))
+                .count()
+        };
+        let from: Vec<usize> = leases.iter().map(|l| renewals(l)).collect();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while leases
+            .iter()
+            .zip(&from)
+            .any(|(lease, from)| renewals(lease) < from + times)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{holder} stopped renewing"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -317,8 +362,8 @@ async fn sigkill_of_the_leader_fails_over_after_the_lease_duration(backend: Back
     let plane = Plane::start(backend).await;
     let (mut ccms, leader) = three_ccms(&plane).await;
     let (stop, churn) = plane.workload();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let old = ccms[leader].identity(WAIT).unwrap();
+    plane.until_writing(&old).await;
     ccms[leader].kill().unwrap();
     ccms[leader].wait(WAIT).unwrap();
     wait_for_holders(
@@ -349,8 +394,8 @@ async fn sigterm_of_the_leader_hands_over_at_once(backend: Backend) {
     let plane = Plane::start(backend).await;
     let (mut ccms, leader) = three_ccms(&plane).await;
     let (stop, churn) = plane.workload();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let old = ccms[leader].identity(WAIT).unwrap();
+    plane.until_writing(&old).await;
     ccms[leader].terminate().unwrap();
     assert!(ccms[leader].wait(WAIT).unwrap().success(), "exits 0 on SIGTERM");
     wait_for_holders(
@@ -385,8 +430,8 @@ async fn a_partitioned_leader_stops_before_it_is_replaced() {
     let plane = Plane::start(Backend::Test).await;
     let (mut ccms, leader) = three_ccms(&plane).await;
     let (stop, churn) = plane.workload();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let old = ccms[leader].identity(WAIT).unwrap();
+    plane.until_writing(&old).await;
     // Cut the leader off: every request of its process hangs.
     Admin::new(plane.server.client())
         .add_fault(serde_json::json!({"user_agent": format!(" {old}/"), "action": {"type": "partition"}}))
@@ -425,8 +470,10 @@ async fn many_candidates_racing_for_free_locks_elect_one_leader_each(backend: Ba
     })
     .await
     .unwrap();
-    assert!(ids.contains(holders[CCM].as_ref().unwrap()));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let holder = holders[CCM].clone().unwrap();
+    assert!(ids.contains(&holder));
+    // Long enough to flap, were it to: the holder renews each lock twice more while five others contend.
+    plane.until_renewed(&holder, &[CCM, MIGRATION], 2).await;
     stop.cancel();
     churn.await.unwrap().unwrap();
     let report = plane.assert_no_overlap(&ccms.iter().collect::<Vec<_>>()).await;

@@ -58,6 +58,16 @@ pub(crate) fn curl(
     path: &str,
     extra: &[&str],
 ) -> Option<(u16, String)> {
+    curl_answer(address, ca, path, extra).ok()
+}
+
+/// As [`curl`], with why no HTTP answer came: curl's exit code and what it printed.
+pub(crate) fn curl_answer(
+    address: SocketAddr,
+    ca: Option<&Path>,
+    path: &str,
+    extra: &[&str],
+) -> Result<(u16, String), (Option<i32>, String)> {
     let output = std::process::Command::new("curl")
         .args([
             "--silent",
@@ -78,12 +88,16 @@ pub(crate) fn curl(
         .arg(format!("https://localhost:{}{path}", address.port()))
         .output()
         .expect("curl runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     if !output.status.success() {
-        return None;
+        return Err((output.status.code(), stderr));
     }
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n')?;
-    Some((code.trim().parse().ok()?, body.to_owned()))
+    let (body, code) = text
+        .rsplit_once('\n')
+        .ok_or_else(|| (output.status.code(), stderr.clone()))?;
+    let code = code.trim().parse().map_err(|_| (output.status.code(), stderr))?;
+    Ok((code, body.to_owned()))
 }
 
 /// A port nothing listens on now, for a manager to bind.
