@@ -274,7 +274,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let write = !matches!(
             *request.method(),
             http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
@@ -302,6 +302,9 @@ where
             if deadline.as_ref().is_none_or(|(at, _)| valid_until < *at) {
                 deadline = Some((valid_until, Deadline::Lease(lease.clone())));
             }
+            if let Some((at, _)) = &deadline {
+                with_server_timeout(&mut request, at.saturating_duration_since(now));
+            }
         }
         let response = self.inner.call(request);
         match deadline {
@@ -313,6 +316,32 @@ where
             },
             None => DeadlineFuture::Unbounded { response, in_flight },
         }
+    }
+}
+
+/// Asks the API server to give up on `request` after `left`, with the `timeout` parameter client-go's
+/// `Request.Timeout` sends: a fenced write is then bounded at the server too, so one whose connection's
+/// reset never reaches it (a partition) is not applied long after the lock's validity. kube-apiserver
+/// answers 504 at that deadline and starts no storage call after it (a put already sent may still be
+/// applied: docs/decisions/0002-writes-answered-504.md).
+fn with_server_timeout<B>(request: &mut http::Request<B>, left: Duration) {
+    let uri = request.uri();
+    let mut query: Vec<&str> = uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("timeout="))
+        .collect();
+    let timeout = format!("timeout={}ms", left.as_millis().max(1));
+    query.push(&timeout);
+    let path_and_query = format!("{}?{}", uri.path(), query.join("&"));
+    let mut parts = uri.clone().into_parts();
+    let Ok(path_and_query) = http::uri::PathAndQuery::try_from(path_and_query) else {
+        return;
+    };
+    parts.path_and_query = Some(path_and_query);
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
     }
 }
 
@@ -632,6 +661,26 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fenced_write_carries_its_deadline_to_the_server() {
+        let mut request = http::Request::patch("https://h/api/v1/nodes/n1?fieldValidation=Ignore&timeout=9s")
+            .body(())
+            .unwrap();
+        with_server_timeout(&mut request, Duration::from_micros(1_234_567));
+        assert_eq!(
+            request.uri().to_string(),
+            "https://h/api/v1/nodes/n1?fieldValidation=Ignore&timeout=1234ms"
+        );
+        let mut request = http::Request::post("/api/v1/namespaces/default/events")
+            .body(())
+            .unwrap();
+        with_server_timeout(&mut request, Duration::ZERO);
+        assert_eq!(
+            request.uri().to_string(),
+            "/api/v1/namespaces/default/events?timeout=1ms"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_bucket_allows_a_burst_then_qps() {
