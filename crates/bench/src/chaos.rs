@@ -200,6 +200,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         uts,
         hosts: BTreeMap::new(),
         exits: BTreeMap::new(),
+        timeline: Vec::new(),
     };
     for (slot, side) in sides.into_iter().enumerate() {
         plane.start(side, slot)?;
@@ -325,6 +326,10 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     );
     args.output.write(&serde_json::to_value(&result)?)?;
     if !result.pass {
+        std::fs::write(
+            directory.0.join("logs").join("timeline.log"),
+            plane.timeline_text(),
+        )?;
         bail!(
             "chaos run failed (seed {seed}; replica logs in {})",
             directory.keep().join("logs").display()

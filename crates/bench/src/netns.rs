@@ -78,6 +78,23 @@ impl Netns {
         inside(&["addr", "add", &format!("10.231.{slot}.2/30"), "dev", &inner_link])?;
         inside(&["link", "set", &inner_link, "up"])?;
         inside(&["link", "set", "lo", "up"])?;
+        // While the link is down, Linux holds what a socket sends in the neighbour's queue until address
+        // resolution fails (3 probes, 1 s apart), and sends it when the link comes back, even after the
+        // socket was reset and its process exited: a write can arrive 3 s after the fence closed. The
+        // runs compress time (2 s leases for upstream's 15 s: 1 s between a lock's validity and the
+        // earliest takeover, not 5 s), so the network's holding time is compressed too: 3 × 100 ms.
+        let retrans = format!("net.ipv4.neigh.{inner_link}.retrans_time_ms=100");
+        let solicit = format!("net.ipv4.neigh.{inner_link}.mcast_solicit=3");
+        ip(&[
+            "netns",
+            "exec",
+            &netns.name,
+            "sysctl",
+            "-q",
+            "-w",
+            &retrans,
+            &solicit,
+        ])?;
         Ok(netns)
     }
 

@@ -66,7 +66,8 @@ pub(super) async fn inject(
         kind = if plane.slots.is_empty() { 6 } else { 3 };
     }
     let admin = faults;
-    Ok(match kind {
+    let (name, slot) = (plane.name_of(target), plane.replicas[target].1);
+    let kind = match kind {
         0 => {
             plane.replace(target, Stop::Kill)?;
             "sigkill_and_restart"
@@ -136,5 +137,7 @@ pub(super) async fn inject(
             .await?;
             "cloud_recovers"
         }
-    })
+    };
+    plane.note(format!("{kind}: {name} (slot {slot})"));
+    Ok(kind)
 }

@@ -181,6 +181,8 @@ mod tests {
             method: "POST".to_owned(),
             path: request.path.clone(),
             time_us: request.time_us,
+            status: request.status,
+            received_us: request.received_us,
         }
     }
 

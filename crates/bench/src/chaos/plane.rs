@@ -52,6 +52,9 @@ pub(super) struct Plane {
     /// How replicas ended: by how they were stopped (`sigterm`, `sigkill`, `on_its_own`), their exit
     /// statuses (`exit N`, `signal N`) and how many.
     pub(super) exits: BTreeMap<&'static str, BTreeMap<String, u32>>,
+    /// What happened to whom and when (server-comparable microseconds since the epoch), written beside
+    /// the replicas' logs when a run fails, to read an overlap's `time_us` against.
+    pub(super) timeline: Vec<(i64, String)>,
 }
 
 /// How a replica is stopped before its replacement starts.
@@ -123,6 +126,7 @@ impl Plane {
                 Replica::start_wrapped(&self.environment, &name, side, &flags, &wrapper)?
             }
         };
+        self.note(format!("start {name} in slot {slot}"));
         self.hosts.insert(name, (peer, side));
         self.replicas.push((replica, slot));
         Ok(())
@@ -138,6 +142,27 @@ impl Plane {
     /// A `User-Agent` pattern matching every request of replica `index` (its identity follows `) `).
     pub(super) fn user_agent_of(&self, index: usize) -> String {
         format!(") {}_", self.replicas[index].0.name)
+    }
+
+    /// Notes `what` in the timeline, now.
+    pub(super) fn note(&mut self, what: String) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        self.timeline.push((now, what));
+    }
+
+    /// The name of replica `index`.
+    pub(super) fn name_of(&self, index: usize) -> String {
+        self.replicas[index].0.name.clone()
+    }
+
+    /// The timeline as lines of `<time_us> <what>`.
+    pub(super) fn timeline_text(&self) -> String {
+        self.timeline
+            .iter()
+            .map(|(at, what)| format!("{at} {what}\n"))
+            .collect()
     }
 
     fn record_exit(&mut self, how: &'static str, status: std::process::ExitStatus) {
@@ -216,8 +241,15 @@ impl Plane {
     }
 
     pub(super) fn heal_due(&mut self, now: Instant) -> Result<()> {
-        for (slot, _) in self.cut.iter().filter(|(_, at)| *at <= now) {
-            self.slots[*slot].netns.cut(false)?;
+        let healed: Vec<usize> = self
+            .cut
+            .iter()
+            .filter(|(_, at)| *at <= now)
+            .map(|(slot, _)| *slot)
+            .collect();
+        for slot in healed {
+            self.slots[slot].netns.cut(false)?;
+            self.note(format!("heal slot {slot}"));
         }
         self.cut.retain(|(_, at)| *at > now);
         Ok(())
@@ -239,7 +271,12 @@ impl Plane {
                 exited.push((index, status));
             }
         }
-        for &(_, status) in &exited {
+        for &(index, status) in &exited {
+            self.note(format!(
+                "{} exited on its own: {}",
+                self.name_of(index),
+                describe(status)
+            ));
             self.record_exit("on_its_own", status);
         }
         // From the back: a removal does not move the replicas still to restart.
@@ -300,6 +337,7 @@ impl Plane {
             .collect();
         for index in due {
             self.replicas[index].0.resume()?;
+            self.note(format!("resume {}", self.name_of(index)));
         }
         self.paused.retain(|(_, at)| *at > now);
         Ok(())

@@ -127,7 +127,7 @@ fn leader_election(
     })
     .ok();
     if settings.leader_elect
-        && let Some(warning) = timings.as_ref().and_then(client_go_margin)
+        && let Some(warning) = timings.as_ref().and_then(takeover_margin)
     {
         tracing::warn!("{warning}");
     }
@@ -183,15 +183,18 @@ fn leader_election(
     }
 }
 
-/// client-go's electors (kube-controller-manager, upstream cloud-controller-managers sharing a Lease with
-/// this process) read a Lease's `renewTime` in whole seconds, so one may take the Lease up to a second
-/// sooner than a lease duration after this process's last renewal; this process stops acting a renew
-/// deadline after it. A warning when the two leave a second or less between them.
-fn client_go_margin(timings: &LeaseTimings) -> Option<String> {
+/// What may still reach the API server after this process stopped acting (a renew deadline after its last
+/// renewal) comes before the earliest takeover (a lease duration after it) only if the margin between the
+/// two covers: client-go's electors (kube-controller-manager, upstream cloud-controller-managers sharing a
+/// Lease with this process) reading `renewTime` in whole seconds, so taking a Lease up to a second early;
+/// and the network holding a write the fence let go before its deadline (Linux keeps what a socket sent
+/// while it resolves the next hop's address, 3 probes 1 s apart by default, and sends it when the link
+/// returns, after the socket was reset). A warning when the margin is 3 s or less.
+fn takeover_margin(timings: &LeaseTimings) -> Option<String> {
     let margin = timings.lease_duration().saturating_sub(timings.renew_deadline());
-    (margin <= Duration::from_secs(1)).then(|| {
+    (margin <= Duration::from_secs(3)).then(|| {
         format!(
-            "--leader-elect-renew-deadline ({:?}) is within a second of --leader-elect-lease-duration ({:?}): client-go's electors (kube-controller-manager, upstream cloud-controller-managers) read renewals in whole seconds and may take a Lease up to a second early, before this process has stopped acting; leave more than a second between them (upstream's defaults leave 5s)",
+            "--leader-elect-renew-deadline ({:?}) is within 3s of --leader-elect-lease-duration ({:?}): a write sent just before this process stops acting may reach the API server after another process took the Lease (client-go's electors read renewals in whole seconds and may take a Lease up to a second early; a network may hold a write for seconds, Linux for up to 3s while it resolves an address); leave more than 3s between them (upstream's defaults leave 5s)",
             timings.renew_deadline(),
             timings.lease_duration()
         )
@@ -497,7 +500,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_renew_deadline_within_a_second_of_the_lease_duration_is_warned_about() {
+    fn a_renew_deadline_within_3s_of_the_lease_duration_is_warned_about() {
         let check = |lease: u64, renew_ms: u64, warned: bool| {
             let timings = LeaseTimings::new(
                 Duration::from_secs(lease),
@@ -506,14 +509,15 @@ mod tests {
             )
             .unwrap();
             assert_eq!(
-                client_go_margin(&timings).is_some(),
+                takeover_margin(&timings).is_some(),
                 warned,
                 "{lease}s/{renew_ms}ms"
             );
         };
         check(15, 10_000, false);
-        check(2, 900, false);
-        check(2, 1_000, true);
+        check(5, 1_900, false);
+        check(5, 2_000, true);
+        check(2, 900, true);
         check(15, 14_500, true);
     }
 }

@@ -363,6 +363,12 @@ pub enum Overlap {
         path: String,
         /// Server time.
         time_us: i64,
+        /// What the server answered (a 504 may still have been applied).
+        status: u16,
+        /// When the server received it, where known: with `time_us`, whether it arrived late or was
+        /// held long.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        received_us: Option<i64>,
     },
     /// A controller wrote in a component that does not own it.
     UnownedWrite {

@@ -120,6 +120,8 @@ pub fn audit(leases: &[LeaseWrite], requests: &[RequestEntry], governance: &Gove
                         method: request.method.clone(),
                         path: request.path.clone(),
                         time_us: request.time_us,
+                        status: request.status,
+                        received_us: request.received_us,
                     });
                 }
             }
