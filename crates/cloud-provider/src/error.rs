@@ -1,9 +1,14 @@
 //! What a cloud call can fail with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An error from a cloud provider.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Clone`, so that one failure of a batch call is every node's answer with its kind kept (a `Retry`
+/// stays a `Retry`, a `Cancelled` a `Cancelled`); new kinds may be added (`#[non_exhaustive]`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum CloudError {
     /// The provider does not implement this call; callers fall back where upstream does.
     #[error("unimplemented")]
@@ -31,12 +36,37 @@ pub enum CloudError {
     Cancelled,
     /// The provider's own failure.
     #[error(transparent)]
-    Provider(Box<dyn std::error::Error + Send + Sync>),
+    Provider(Arc<dyn std::error::Error + Send + Sync>),
 }
 
 impl CloudError {
     /// Wraps a provider-specific error.
     pub fn provider(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> CloudError {
-        CloudError::Provider(error.into())
+        CloudError::Provider(Arc::from(error.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clone_keeps_the_kind_and_the_source() {
+        let retry = CloudError::Retry {
+            after: Duration::from_secs(3),
+            message: "throttled".into(),
+        };
+        assert!(matches!(retry.clone(), CloudError::Retry { after, .. } if after == Duration::from_secs(3)));
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let provider = CloudError::provider(io);
+        let copy = provider.clone();
+        assert_eq!(copy.to_string(), "refused");
+        let CloudError::Provider(inner) = copy else {
+            panic!("the kind changed: {copy:?}");
+        };
+        assert_eq!(
+            inner.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
     }
 }

@@ -104,7 +104,7 @@ fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
             let answers = cx
                 .guard(async { Ok(instances.instance_metadata_batch(&cx, &nodes).await) })
                 .await
-                .unwrap_or_else(|error| nodes.iter().map(|_| Err(clone_error(&error))).collect());
+                .unwrap_or_else(|error| nodes.iter().map(|_| Err(error.clone())).collect());
             cx.observe(
                 "instance_metadata_batch",
                 started.elapsed(),
@@ -164,15 +164,6 @@ async fn report_uninitialized(controller: ControllerContext) {
         }
         controller.metrics.uninitialized_nodes.set(count);
         controller.metrics.oldest_uninitialized_node_age.set(oldest);
-    }
-}
-
-/// A copy of a framework error for every node of a batch the framework abandoned.
-fn clone_error(error: &CloudError) -> CloudError {
-    match error {
-        CloudError::Timeout => CloudError::Timeout,
-        CloudError::Cancelled => CloudError::Cancelled,
-        other => CloudError::provider(other.to_string()),
     }
 }
 

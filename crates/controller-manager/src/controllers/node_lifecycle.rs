@@ -69,9 +69,7 @@ pub(super) async fn run(controller: ControllerContext) {
 
 /// Answers for every node of a batch the framework abandoned.
 fn all_failed<T>(count: usize, error: &CloudError) -> Vec<Result<T, CloudError>> {
-    (0..count)
-        .map(|_| Err(CloudError::provider(error.to_string())))
-        .collect()
+    (0..count).map(|_| Err(error.clone())).collect()
 }
 
 async fn monitor(controller: &ControllerContext, api: &Api<Written<Node>>) -> Result<(), RoundFailed> {

@@ -34,29 +34,12 @@ pub const BUSY_AFTER: Duration = Duration::from_secs(1);
 
 type Found = Arc<HashMap<InstanceKey, Instance>>;
 
-/// A failure, shareable among a batch's waiters.
-#[derive(Debug, Clone)]
-enum Failure {
-    Retry { after: Duration, message: String },
-    Timeout,
-    Other(String),
-}
-
-impl From<Failure> for CloudError {
-    fn from(failure: Failure) -> CloudError {
-        match failure {
-            Failure::Retry { after, message } => CloudError::Retry { after, message },
-            Failure::Timeout => CloudError::Timeout,
-            Failure::Other(message) => CloudError::provider(message),
-        }
-    }
-}
-
 #[derive(Clone)]
 struct Batch {
     keys: Arc<Mutex<BTreeSet<InstanceKey>>>,
     closed: Arc<Mutex<bool>>,
-    answer: Shared<BoxFuture<'static, Result<Found, Failure>>>,
+    /// Every waiter gets the same answer; a failure keeps its kind (`CloudError` is `Clone`).
+    answer: Shared<BoxFuture<'static, Result<Found, CloudError>>>,
 }
 
 /// The open batch, if any.
@@ -101,7 +84,7 @@ impl Describer {
                 }
             }
         };
-        batch.answer.await.map_err(CloudError::from)
+        batch.answer.await
     }
 
     fn new_batch<F, Fut>(&self, keys: &[InstanceKey], send: F) -> Batch
@@ -130,12 +113,7 @@ impl Describer {
                 *last_closed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
                 std::mem::take(&mut *wanted_in.lock().unwrap_or_else(PoisonError::into_inner))
             };
-            match send(keys).await {
-                Ok(found) => Ok(Arc::new(found)),
-                Err(CloudError::Retry { after, message }) => Err(Failure::Retry { after, message }),
-                Err(CloudError::Timeout) => Err(Failure::Timeout),
-                Err(other) => Err(Failure::Other(other.to_string())),
-            }
+            send(keys).await.map(Arc::new)
         }
         .boxed()
         .shared();

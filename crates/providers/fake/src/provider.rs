@@ -174,10 +174,7 @@ impl InstancesV2 for FakeProvider {
     ) -> Vec<Result<bool, CloudError>> {
         match self.describe(cx, nodes).await {
             Ok(instances) => instances.into_iter().map(|i| i.map(|i| i.is_some())).collect(),
-            Err(error) => nodes
-                .iter()
-                .map(|_| Err(CloudError::provider(error.to_string())))
-                .collect(),
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
         }
     }
 
@@ -194,10 +191,7 @@ impl InstancesV2 for FakeProvider {
                         .ok_or(CloudError::InstanceNotFound)
                 })
                 .collect(),
-            Err(error) => nodes
-                .iter()
-                .map(|_| Err(CloudError::provider(error.to_string())))
-                .collect(),
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
         }
     }
 
@@ -211,10 +205,7 @@ impl InstancesV2 for FakeProvider {
                 .into_iter()
                 .map(|i| i?.as_ref().map(metadata).ok_or(CloudError::InstanceNotFound))
                 .collect(),
-            Err(error) => nodes
-                .iter()
-                .map(|_| Err(CloudError::provider(error.to_string())))
-                .collect(),
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
         }
     }
 }

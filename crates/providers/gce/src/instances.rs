@@ -279,13 +279,7 @@ impl GceProvider {
         let wanted: Vec<InstanceRef> = refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
         let found = match cx.call("instances.aggregatedList", self.find(&wanted)).await {
             Ok(found) => found,
-            Err(error) => {
-                let message = error.to_string();
-                return nodes
-                    .iter()
-                    .map(|_| Err(shared_error(&error, &message)))
-                    .collect();
-            }
+            Err(error) => return nodes.iter().map(|_| Err(error.clone())).collect(),
         };
         let mut found = found.into_iter();
         refs.into_iter()
@@ -310,19 +304,6 @@ impl GceProvider {
             zone,
             additional_labels: Default::default(),
         }
-    }
-}
-
-/// One batch failure, for each of its nodes.
-fn shared_error(error: &CloudError, message: &str) -> CloudError {
-    match error {
-        CloudError::Retry { after, message } => CloudError::Retry {
-            after: *after,
-            message: message.clone(),
-        },
-        CloudError::Timeout => CloudError::Timeout,
-        CloudError::Cancelled => CloudError::Cancelled,
-        _ => CloudError::provider(message.to_owned()),
     }
 }
 
