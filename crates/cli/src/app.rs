@@ -11,7 +11,7 @@ use crate::{leader_migration, settings, startup, telemetry};
 
 /// The whole command line; `registry` fills the help of `--cloud-provider` and `--controllers`.
 pub(crate) fn command(registry: &Registry) -> Command {
-    let root = Command::new("cloud-controller-manager")
+    let root = Command::new(registry.binary().name().to_owned())
         .disable_version_flag(true)
         .arg(
             clap::Arg::new("version")
@@ -71,8 +71,12 @@ pub fn main(registry: Registry) -> ExitCode {
                 .get_one::<String>("version")
                 .map(|v| crate::version::request(v))
             {
-                Some(Ok(crate::version::Request::Print)) => return print(&crate::version::line()),
-                Some(Ok(crate::version::Request::Raw)) => return print(&crate::version::raw()),
+                Some(Ok(crate::version::Request::Print)) => {
+                    return print(&crate::version::line(registry.binary()));
+                }
+                Some(Ok(crate::version::Request::Raw)) => {
+                    return print(&crate::version::raw(registry.binary()));
+                }
                 Some(Err(problem)) => {
                     eprintln!("error: {problem}");
                     return ExitCode::from(2);
@@ -113,29 +117,20 @@ fn describe(error: &anyhow::Error) -> String {
 }
 
 /// glibc's malloc keeps an arena per thread that allocates, and a long-running manager whose cache is
-/// built by a few threads while others allocate briefly fragments them: at 10k nodes the resident set
-/// measured 62.9–66.5 MB with the default arenas, 59.5–60.3 MB with two, at the same throughput
-/// (`cargo xtask bench nodes`). Without `MALLOC_ARENA_MAX` set, the manager re-executes itself with it
-/// set to 2 (an operator's own value is kept). Elsewhere this does nothing.
+/// built by a few threads while others allocate briefly fragments them (`cargo xtask bench nodes`: the
+/// resident set is lower with two arenas at the same rate; docs/benchmarks.md). So unless the operator set
+/// `MALLOC_ARENA_MAX` (glibc reads it itself), the manager limits itself to two arenas with `mallopt`
+/// before its runtime starts threads: in-process, so nothing the binary's `main` did first runs twice.
+/// Elsewhere this does nothing.
+#[allow(unsafe_code)]
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt;
-        const VARIABLE: &str = "MALLOC_ARENA_MAX";
-        if std::env::var_os(VARIABLE).is_some() {
-            return;
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a tunable of the allocator; it takes the allocator's own lock.
+        let set = unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+        if set != 1 {
+            eprintln!("warning: cannot limit glibc's malloc to 2 arenas; running with its default");
         }
-        let Ok(executable) = std::env::current_exe() else {
-            return;
-        };
-        let error = std::process::Command::new(executable)
-            .args(std::env::args_os().skip(1))
-            .env(VARIABLE, "2")
-            .exec();
-        // Only reached when the exec failed: run as we are.
-        eprintln!(
-            "warning: cannot re-execute with {VARIABLE}=2 ({error}); running with glibc's default arenas"
-        );
     }
 }
 

@@ -1,15 +1,16 @@
 //! What this binary says it is: `--version` as upstream's components print it (`Kubernetes v0.1.0`, which
 //! tools that read a Kubernetes component's version parse), `--version=raw` with every field, and the
-//! labels of `kubernetes_build_info`.
+//! labels of `kubernetes_build_info`; the version is the binary's ([`controller_manager::Binary`]: a
+//! provider's binary gives its own).
 //!
 //! The commit and build date are those a release build passes in (`RELEASE_GIT_COMMIT`, `RELEASE_BUILD_DATE` at
 //! compile time); a plain build leaves them empty, as a plain `go build` of upstream does.
 
-use controller_manager::BuildInfo;
+use controller_manager::{Binary, BuildInfo};
 
 /// This build.
-pub(crate) fn build_info() -> BuildInfo {
-    let version = env!("CARGO_PKG_VERSION");
+pub(crate) fn build_info(binary: &Binary) -> BuildInfo {
+    let version = binary.version();
     let mut parts = version.split('.');
     let major = parts.next().unwrap_or_default().to_owned();
     let minor = parts.next().unwrap_or_default().to_owned();
@@ -54,13 +55,13 @@ pub(crate) fn request(value: &str) -> Result<Request, String> {
 }
 
 /// `--version`'s line.
-pub(crate) fn line() -> String {
-    format!("Kubernetes {}", build_info().git_version)
+pub(crate) fn line(binary: &Binary) -> String {
+    format!("Kubernetes {}", build_info(binary).git_version)
 }
 
 /// `--version=raw`: every field, in the shape of Go's `%#v` of upstream's `version.Info`.
-pub(crate) fn raw() -> String {
-    let info = build_info();
+pub(crate) fn raw(binary: &Binary) -> String {
+    let info = build_info(binary);
     format!(
         "version.Info{{Major:{:?}, Minor:{:?}, GitVersion:{:?}, GitCommit:{:?}, GitTreeState:{:?}, BuildDate:{:?}, GoVersion:{:?}, Compiler:{:?}, Platform:{:?}}}",
         info.major,
@@ -97,16 +98,26 @@ mod tests {
 
     #[test]
     fn the_version_line_is_what_kubernetes_tools_parse() {
-        assert_eq!(line(), format!("Kubernetes v{}", env!("CARGO_PKG_VERSION")));
+        let ours = Binary::default();
+        assert_eq!(line(&ours), format!("Kubernetes v{}", env!("CARGO_PKG_VERSION")));
         assert!(
-            raw().starts_with("version.Info{Major:\"0\", Minor:\"1\", GitVersion:\"v0.1.0\""),
+            raw(&ours).starts_with("version.Info{Major:\"0\", Minor:\"1\", GitVersion:\"v0.1.0\""),
             "{}",
-            raw()
+            raw(&ours)
         );
         assert!(
-            build_info().go_version.starts_with("rustc "),
+            build_info(&ours).go_version.starts_with("rustc "),
             "{:?}",
-            build_info()
+            build_info(&ours)
+        );
+        let mut registry = controller_manager::Registry::new();
+        registry
+            .set_binary("acme-cloud-controller-manager", "v2.7.1")
+            .unwrap();
+        assert_eq!(line(registry.binary()), "Kubernetes v2.7.1");
+        assert!(
+            raw(registry.binary())
+                .starts_with("version.Info{Major:\"2\", Minor:\"7\", GitVersion:\"v2.7.1\"")
         );
         for (value, expected) in [
             ("", Err(())),

@@ -30,6 +30,8 @@ pub struct ClientFactory {
     qps: f64,
     burst: u32,
     request_timeout: Duration,
+    /// The binary's version, in every `User-Agent`.
+    version: String,
     /// Where `rest_client_*` are counted (set by the [`crate::Manager`] that owns the factory).
     metrics: Option<Arc<crate::Metrics>>,
     /// With `--use-service-account-credentials`: the controllers' accounts and their tokens
@@ -56,6 +58,7 @@ impl ClientFactory {
             qps,
             burst: if burst == 0 { 10 } else { burst },
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            version: crate::Binary::default().version().to_owned(),
             metrics: None,
             accounts: None,
         }
@@ -73,6 +76,17 @@ impl ClientFactory {
         self
     }
 
+    /// The binary's version in the `User-Agent` (see [`crate::Registry::set_binary`]).
+    pub fn with_version(mut self, version: &str) -> ClientFactory {
+        self.version = version.to_owned();
+        self
+    }
+
+    /// The binary's version in the `User-Agent`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
     /// The identity requests are attributed to.
     pub fn identity(&self) -> &str {
         &self.identity
@@ -82,7 +96,7 @@ impl ClientFactory {
     pub fn user_agent(&self, controller: &str) -> String {
         UserAgent {
             component: self.component.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: self.version.clone(),
             identity: self.identity.clone(),
             controller: controller.to_owned(),
         }

@@ -54,7 +54,7 @@ pub use informers::{Cache, Informer};
 pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
-    Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
+    Binary, Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
     SettingsCheck,
 };
 pub use runner::{Action, Runner};

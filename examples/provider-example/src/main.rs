@@ -5,7 +5,9 @@ use std::process::ExitCode;
 // ANCHOR: main
 fn main() -> ExitCode {
     let mut registry = controller_manager::Registry::new(); // the framework's four controllers
-    if let Err(error) = provider_example::register(&mut registry) {
+    // This binary's name and version: in --help, --version, every User-Agent and kubernetes_build_info.
+    let named = registry.set_binary(env!("CARGO_BIN_NAME"), env!("CARGO_PKG_VERSION"));
+    if let Err(error) = named.and_then(|()| provider_example::register(&mut registry)) {
         #[allow(clippy::print_stderr)]
         {
             eprintln!("error: {error}");

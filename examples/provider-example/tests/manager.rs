@@ -233,6 +233,43 @@ async fn the_example_provider_runs_every_controller_against_the_api_server() {
         nodes.get_opt("n1").await.unwrap().is_some(),
         "n1's instance runs: its node stays"
     );
+    // Every request names the vendor's binary version, not the framework's.
+    let agents: std::collections::BTreeSet<String> = server
+        .requests()
+        .into_iter()
+        .map(|r| r.user_agent)
+        .filter(|agent| agent.starts_with("cloud-controller-manager/"))
+        .collect();
+    assert!(!agents.is_empty(), "no request of the manager was logged");
+    assert!(
+        agents
+            .iter()
+            .all(|agent| agent.starts_with("cloud-controller-manager/1.4.0 ")),
+        "{agents:?}"
+    );
+}
+
+#[test]
+fn the_binary_reports_its_own_name_and_version() {
+    let run = |arg: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_example-cloud-controller-manager"))
+            .arg(arg)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{arg}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert_eq!(run("--version"), "Kubernetes v1.4.0\n");
+    assert!(
+        run("--version=raw").contains("GitVersion:\"v1.4.0\""),
+        "{}",
+        run("--version=raw")
+    );
+    assert!(
+        run("--help").contains("Usage: example-cloud-controller-manager"),
+        "{}",
+        run("--help")
+    );
 }
 
 #[test]

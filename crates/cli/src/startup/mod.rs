@@ -63,16 +63,16 @@ async fn start(
     let serving = startup.serving.take();
     let identity = crate::identity::identity();
     let component = startup.settings.leader_migration_component.clone();
-    tracing::info!(version = %crate::version::line(), %identity, %component, "starting");
+    tracing::info!(version = %crate::version::line(registry.binary()), %identity, %component, "starting");
     let settings = &startup.settings;
     let provider = provider(settings, registry).await?;
-    let clients = clients(settings, &component, &identity).await?;
+    let clients = clients(settings, &component, &identity, registry.binary().version()).await?;
     let serving = match serving {
         Some(serving) => Some(serving::prepare(serving, settings, &clients, &component, &identity).await?),
         None => None,
     };
     let manager = manager(startup, component, clients, provider, registry);
-    report(&manager, &startup.feature_gates);
+    report(&manager, &startup.feature_gates, registry.binary());
     if let Some((serving, delegation)) = serving {
         let debug = Debug {
             profiling: startup.settings.profiling,
@@ -111,7 +111,12 @@ async fn provider(settings: &Settings, registry: &Registry) -> Result<Arc<dyn Cl
 }
 
 /// Step 3: the controllers' client factory, on the manager's client configuration.
-async fn clients(settings: &Settings, component: &str, identity: &str) -> Result<ClientFactory> {
+async fn clients(
+    settings: &Settings,
+    component: &str,
+    identity: &str,
+    version: &str,
+) -> Result<ClientFactory> {
     let base = kubeconfig::kube_config(settings).await?;
     let clients = ClientFactory::new(
         base,
@@ -120,7 +125,8 @@ async fn clients(settings: &Settings, component: &str, identity: &str) -> Result
         settings.kube_api_qps,
         settings.kube_api_burst,
     )
-    .with_request_timeout(settings.kube_api_request_timeout.0);
+    .with_request_timeout(settings.kube_api_request_timeout.0)
+    .with_version(version);
     Ok(if settings.use_service_account_credentials {
         clients.with_service_account_credentials()?
     } else {
@@ -167,9 +173,9 @@ fn manager(
 }
 
 /// The build, the feature gates (as metrics; a set gate without effect here is a warning) and the plan.
-fn report(manager: &Manager, feature_gates: &FeatureGates) {
+fn report(manager: &Manager, feature_gates: &FeatureGates, binary: &controller_manager::Binary) {
     let metrics = manager.metrics();
-    metrics.set_build_info(&crate::version::build_info());
+    metrics.set_build_info(&crate::version::build_info(binary));
     for (gate, enabled) in feature_gates.all() {
         metrics.set_feature(gate.name, gate.stage.label(), enabled);
     }

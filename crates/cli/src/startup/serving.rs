@@ -49,6 +49,7 @@ async fn delegation(
             settings.kube_api_burst,
         )
         .with_request_timeout(settings.kube_api_request_timeout.0)
+        .with_version(clients.version())
         .client(DELEGATED_AUTH_AGENT, None)
         .map_err(anyhow::Error::from)
     };
