@@ -318,8 +318,9 @@ impl ControllerRegistry {
     }
 }
 
-/// A provider or controller that cannot be registered.
+/// A provider or controller that cannot be registered. New kinds may be added (`#[non_exhaustive]`).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistrationError {
     /// A cloud provider's name is taken.
     #[error(transparent)]
