@@ -14,6 +14,7 @@
 //! - [`Health`] and [`Metrics`]: what the serving endpoints expose.
 
 mod batch;
+mod binary;
 mod cached;
 mod cached_node;
 mod client;
@@ -39,6 +40,7 @@ pub mod webhooks;
 mod workqueue;
 pub mod written;
 
+pub use binary::Binary;
 pub use cached::{Cached, Identity, Referable};
 pub use cached_node::CachedNode;
 pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced, Stopping};
@@ -54,7 +56,7 @@ pub use informers::{Cache, Informer};
 pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
-    Binary, Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
+    Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
     SettingsCheck,
 };
 pub use runner::{Action, Runner};

@@ -7,7 +7,7 @@ use std::path::Path;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::tests::{BOUND, client, connect, get, pair, serving, start_serving, write_pair};
+use super::tests::{BOUND, client, connect, get, pair, serving, start_delegating, start_serving, write_pair};
 use super::*;
 
 /// The process's peak resident memory, in MiB.
@@ -359,21 +359,12 @@ async fn a_flood_of_made_up_tokens_leaves_a_real_scrape_served_and_the_reviews_b
         Some(api.client()),
         Some(api.client()),
     );
-    let address = start(
+    let address = start_delegating(
         serving(dir.path()),
         Limits::for_open_files(raise_open_files_limit()),
         delegation,
-        Arc::new(Health::default()),
-        Arc::new(Metrics::new()),
-        Debug {
-            profiling: true,
-            configz: "{}".into(),
-            set_verbosity: Arc::new(|_| Ok(())),
-        },
-        CancellationToken::new(),
     )
-    .await
-    .unwrap();
+    .await;
     let connector = client(&der, None);
     let reviews = || {
         api.requests()

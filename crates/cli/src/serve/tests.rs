@@ -42,19 +42,29 @@ pub(super) fn write_pair(dir: &Path, cert: &str, key: &str) {
 }
 
 pub(super) async fn start_serving(serving: Serving, limits: Limits) -> SocketAddr {
+    let delegation = auth::Delegation::new(
+        auth::DelegationSettings {
+            always_allow_paths: vec!["/healthz".into(), "/livez".into(), "/readyz".into()],
+            token_ttl: Duration::from_secs(10),
+            allowed_ttl: Duration::from_secs(10),
+            denied_ttl: Duration::from_secs(10),
+        },
+        None,
+        None,
+    );
+    start_delegating(serving, limits, delegation).await
+}
+
+/// As [`start_serving`], asking `delegation` who a caller is and what it may do.
+pub(super) async fn start_delegating(
+    serving: Serving,
+    limits: Limits,
+    delegation: Arc<auth::Delegation>,
+) -> SocketAddr {
     start(
         serving,
         limits,
-        auth::Delegation::new(
-            auth::DelegationSettings {
-                always_allow_paths: vec!["/healthz".into(), "/livez".into(), "/readyz".into()],
-                token_ttl: Duration::from_secs(10),
-                allowed_ttl: Duration::from_secs(10),
-                denied_ttl: Duration::from_secs(10),
-            },
-            None,
-            None,
-        ),
+        delegation,
         Arc::new(Health::default()),
         Arc::new(Metrics::new()),
         Debug {
