@@ -3,8 +3,9 @@
 //! passing test against the test API server.
 //!
 //! Inside this repository (default `crates/providers/NAME`) the crate joins the workspace. Elsewhere it is
-//! its own workspace, depending on this checkout's crates by path, with this repository's `Cargo.lock`
-//! so it builds offline with the same versions.
+//! its own workspace, as a vendor's: it depends on `kube-ccm` by version, with a `[patch.crates-io]`
+//! naming this checkout's crates until they are on crates.io, and this repository's `Cargo.lock` so it
+//! builds offline with the same versions.
 
 use std::path::{Path, PathBuf};
 
@@ -28,12 +29,10 @@ const TEST: &str = include_str!("../templates/provider/tests/manager.rs.tmpl");
 const README: &str = include_str!("../templates/provider/README.md.tmpl");
 
 /// The workspace dependencies the crate uses: (name, extra features, dev-only).
+/// `kube-ccm` alone brings the framework, and the kube and k8s-openapi of its signatures; `earliest` is
+/// the Kubernetes API version the binary speaks.
 const DEPENDENCIES: &[(&str, &[&str], bool)] = &[
-    ("cloud-provider", &[], false),
-    ("controller-manager", &[], false),
-    ("async-trait", &[], false),
-    ("k8s-openapi", &["earliest"], false),
-    ("kube", &["admission"], false),
+    ("kube-ccm", &["earliest"], false),
     ("serde", &[], false),
     ("serde_json", &[], false),
     ("tempfile", &[], true),
@@ -138,7 +137,8 @@ fn fill(template: &str, name: &str) -> String {
 }
 
 /// The crate's Cargo.toml: inheriting from this workspace, or (`standalone` = this repository's root)
-/// its own workspace with the same dependency specifications and this checkout's crates by path.
+/// its own workspace with the same dependency specifications, `kube-ccm` by version and this checkout's
+/// crates as its patch.
 fn manifest(name: &str, workspace_toml: &str, standalone: Option<&Path>) -> Result<String> {
     let mut out =
         format!("[package]\nname = \"provider-{name}\"\ndescription = \"The {name} cloud provider\"\n");
@@ -159,25 +159,21 @@ fn manifest(name: &str, workspace_toml: &str, standalone: Option<&Path>) -> Resu
     ));
     let specs = section(workspace_toml, "workspace.dependencies");
     let root = standalone.map(|r| r.display().to_string());
-    let cli = match &root {
-        Some(root) => format!("{root}/crates/cli"),
-        None => "../../cli".to_owned(),
-    };
     for dev in [false, true] {
         out.push_str(if dev {
             "\n[dev-dependencies]\n"
         } else {
             "\n[dependencies]\n"
         });
-        if !dev {
-            out.push_str(&format!(
-                "cloud-controller-manager = {{ path = \"{cli}\", default-features = false }}\n"
-            ));
-        }
         for (dependency, features, _) in DEPENDENCIES.iter().filter(|d| d.2 == dev) {
             let spec = match (&root, value_of(&specs, dependency)) {
                 (None, Some(_)) if features.is_empty() => "{ workspace = true }".to_owned(),
                 (None, Some(_)) => format!("{{ workspace = true, features = {features:?} }}"),
+                // The framework as a vendor has it: by version, from crates.io or (below) a patch.
+                (Some(_), Some(spec)) if *dependency == "kube-ccm" => {
+                    let version = spec_value(&spec, "version").context("kube-ccm has no version")?;
+                    with_features(&format!("\"{version}\""), features)
+                }
                 (Some(root), Some(spec)) if spec.contains("path = \"") => {
                     with_features(&spec.replace("path = \"", &format!("path = \"{root}/")), features)
                 }
@@ -187,11 +183,41 @@ fn manifest(name: &str, workspace_toml: &str, standalone: Option<&Path>) -> Resu
             out.push_str(&format!("{dependency} = {spec}\n"));
         }
     }
-    match standalone {
+    match &root {
         None => out.push_str("\n[lints]\nworkspace = true\n"),
-        Some(_) => out.push_str("\n# Its own workspace, outside the framework's.\n[workspace]\n"),
+        Some(root) => {
+            out.push_str("\n# Its own workspace, outside the framework's.\n[workspace]\n");
+            out.push_str(
+                "\n# The kube-ccm crates from this checkout of the framework, in place of crates.io's.\n[patch.crates-io]\n",
+            );
+            for (package, path) in family(&specs) {
+                out.push_str(&format!("{package} = {{ path = \"{root}/{path}\" }}\n"));
+            }
+        }
     }
     Ok(out)
+}
+
+/// The crates of the `kube-ccm` family that `kube-ccm` without features depends on (the bundled
+/// providers are optional), as (package, path) from the workspace's dependency specifications.
+fn family(specs: &str) -> Vec<(String, String)> {
+    specs
+        .lines()
+        .filter_map(|line| {
+            let (key, spec) = line.split_once('=')?;
+            let package = spec_value(spec, "package").unwrap_or_else(|| key.trim().to_owned());
+            let path = spec_value(spec, "path")?;
+            let bundled = ["kube-ccm-aws", "kube-ccm-gce", "kube-ccm-fake"].contains(&package.as_str());
+            (package.starts_with("kube-ccm") && !bundled).then_some((package, path))
+        })
+        .collect()
+}
+
+/// The string value of `key` in an inline table `{ key = "value", … }`.
+fn spec_value(spec: &str, key: &str) -> Option<String> {
+    let at = spec.find(&format!("{key} = \""))? + key.len() + 4;
+    let end = spec[at..].find('"')?;
+    Some(spec[at..at + end].to_owned())
 }
 
 /// A dependency specification with `features` added.
@@ -264,7 +290,7 @@ fn add_member(workspace_toml: &str, member: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    const WORKSPACE: &str = "[workspace]\nmembers = [\n    \"crates/cli\",\n    \"crates/providers/fake\",\n    \"crates/providers/aws\",\n    \"xtask\",\n]\n\n[workspace.package]\nversion = \"0.1.0\"\nedition = \"2024\"\nrust-version = \"1.89\"\nlicense = \"Apache-2.0\"\npublish = false\n\n[workspace.dependencies]\ncloud-provider = { path = \"crates/cloud-provider\" }\ncontroller-manager = { path = \"crates/controller-manager\" }\ntest-apiserver = { path = \"crates/test-apiserver\" }\nasync-trait = \"0.1\"\nk8s-openapi = { version = \"0.29\" }\nserde = { version = \"1\", features = [\"derive\"] }\nserde_json = \"1\"\nkube = { version = \"5\", default-features = false, features = [\"client\"] }\ntempfile = \"3\"\ntokio = { version = \"1\", features = [\"macros\"] }\n";
+    const WORKSPACE: &str = "[workspace]\nmembers = [\n    \"crates/cli\",\n    \"crates/providers/fake\",\n    \"crates/providers/aws\",\n    \"xtask\",\n]\n\n[workspace.package]\nversion = \"0.1.0\"\nedition = \"2024\"\nrust-version = \"1.89\"\nlicense = \"Apache-2.0\"\npublish = false\n\n[workspace.dependencies]\nkube-ccm = { path = \"crates/kube-ccm\", version = \"0.1.0\" }\ncontroller-manager = { package = \"kube-ccm-runtime\", path = \"crates/controller-manager\", version = \"0.1.0\" }\nprovider-aws = { package = \"kube-ccm-aws\", path = \"crates/providers/aws\", version = \"0.1.0\" }\ntest-apiserver = { path = \"crates/test-apiserver\" }\nasync-trait = \"0.1\"\nk8s-openapi = { version = \"0.29\" }\nserde = { version = \"1\", features = [\"derive\"] }\nserde_json = \"1\"\nkube = { version = \"5\", default-features = false, features = [\"client\"] }\ntempfile = \"3\"\ntokio = { version = \"1\", features = [\"macros\"] }\n";
 
     #[test]
     fn names_are_checked_and_filled_in_three_forms() {
@@ -293,22 +319,21 @@ mod tests {
         let standalone = manifest("acme", WORKSPACE, Some(Path::new("/repo"))).unwrap();
         for line in [
             "edition = \"2024\"",
-            "cloud-controller-manager = { path = \"/repo/crates/cli\", default-features = false }",
-            "cloud-provider = { path = \"/repo/crates/cloud-provider\" }",
-            "k8s-openapi = { version = \"0.29\", features = [\"earliest\"] }",
-            "kube = { version = \"5\", default-features = false, features = [\"admission\", \"client\"] }",
+            "kube-ccm = { version = \"0.1.0\", features = [\"earliest\"] }",
+            "[patch.crates-io]",
+            "kube-ccm = { path = \"/repo/crates/kube-ccm\" }",
+            "kube-ccm-runtime = { path = \"/repo/crates/controller-manager\" }",
             "[workspace]",
         ] {
             assert!(standalone.lines().any(|l| l == line), "{line} in:\n{standalone}");
         }
         let member = manifest("acme", WORKSPACE, None).unwrap();
         assert!(
-            member.contains("k8s-openapi = { workspace = true, features = [\"earliest\"] }"),
+            member.contains("kube-ccm = { workspace = true, features = [\"earliest\"] }"),
             "{member}"
         );
-        assert!(
-            member.contains("cloud-controller-manager = { path = \"../../cli\", default-features = false }")
-        );
+        assert!(!member.contains("cloud-provider"), "{member}");
+        assert!(!standalone.contains("kube-ccm-aws"), "{standalone}");
         assert_eq!(
             with_features("{ version = \"1\", features = [\"a\"] }", &["b"]),
             "{ version = \"1\", features = [\"b\", \"a\"] }"

@@ -259,18 +259,13 @@ fn check_ci(at: &str, command: &str) {
 
 #[test]
 fn commands_are_split_and_rewritten_as_documented() {
-    let body = "# a comment\ncargo xtask dist     # tarballs\ncargo run -q -p cloud-controller-manager -- \\\n    demo --crash\n\n";
+    let body =
+        "# a comment\ncargo xtask dist     # tarballs\ncargo run -q -p ccm-demo -- \\\n    demo --crash\n\n";
     assert_eq!(
         commands(body),
-        [
-            "cargo xtask dist",
-            "cargo run -q -p cloud-controller-manager -- demo --crash"
-        ]
+        ["cargo xtask dist", "cargo run -q -p ccm-demo -- demo --crash"]
     );
-    assert!(
-        rewrite("cargo run -q -p cloud-controller-manager -- demo")
-            .ends_with("debug/cloud-controller-manager demo")
-    );
+    assert!(rewrite("cargo run -q -p ccm-demo -- demo").ends_with("debug/ccm-demo demo"));
     assert!(
         rewrite("cargo run -p provider-example --bin example-cloud-controller-manager -- --help")
             .ends_with("debug/example-cloud-controller-manager --help")

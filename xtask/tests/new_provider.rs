@@ -1,6 +1,9 @@
 //! `cargo xtask new-provider`: the scaffold builds, is formatted, and its test passes against the test
-//! API server. It is created outside the repository (its own workspace, with this checkout's crates by
-//! path and this `Cargo.lock`, so it builds offline), and built in this test's target directory.
+//! API server. It is created outside the repository (its own workspace with this `Cargo.lock`, so it
+//! builds offline) and built as a vendor's crate would be: against the framework's crates as `cargo
+//! package` makes them for crates.io (patched in), from outside this repository (none of its cargo
+//! configuration applies, so no Kubernetes API version but the one the scaffold picks), in this test's
+//! target directory.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,11 +44,16 @@ fn the_scaffold_builds_and_its_test_passes() {
     );
     assert!(String::from_utf8_lossy(&created.stdout).contains("binary: acme-cloud-controller-manager"));
 
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    std::fs::write(dir.join("Cargo.toml"), from_packages(&manifest)).unwrap();
+
     let cargo = |args: &[&str]| {
         let output = Command::new(env!("CARGO"))
             .args(args)
             .arg("--manifest-path")
             .arg(dir.join("Cargo.toml"))
+            .current_dir(scratch.path())
+            .env_remove("K8S_OPENAPI_ENABLED_VERSION")
             .env("CARGO_TARGET_DIR", target_dir().join("scaffold"))
             .output()
             .unwrap();
@@ -68,6 +76,78 @@ fn the_scaffold_builds_and_its_test_passes() {
     let again = xtask(&["new-provider", "acme", "--path", dir.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+}
+
+/// The scaffold's manifest with each crate of its `[patch.crates-io]` (this checkout's, by path) replaced
+/// by that crate as `cargo package` makes it, unpacked.
+fn from_packages(manifest: &str) -> String {
+    let (head, patch) = manifest
+        .split_once("[patch.crates-io]\n")
+        .expect("the scaffold patches crates.io with the framework's crates");
+    let names: Vec<&str> = patch
+        .lines()
+        .filter_map(|line| line.split_once(" = ").map(|(name, _)| name))
+        .collect();
+    assert!(names.contains(&"kube-ccm") && names.len() >= 4, "{patch}");
+    let version = head
+        .lines()
+        .find_map(|l| l.strip_prefix("kube-ccm = { version = \""))
+        .and_then(|rest| rest.split('"').next())
+        .expect("kube-ccm by version");
+    let scaffold = target_dir().join("scaffold");
+    let mut package = Command::new(env!("CARGO"));
+    package
+        .args([
+            "package",
+            "--no-verify",
+            "--allow-dirty",
+            "--offline",
+            "--target-dir",
+        ])
+        .arg(&scaffold)
+        .current_dir(repo());
+    // Every crate of the family, so that each one's lock file resolves (the bundled providers are
+    // dev-dependencies of some), and `cargo package` is seen to succeed for all of them.
+    let workspace = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let family: Vec<&str> = workspace
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split_once("package = \"kube-ccm")?.1;
+            Some(rest.split('"').next().unwrap_or_default())
+        })
+        .collect();
+    assert!(family.len() >= 7, "{family:?}");
+    package.args(["-p", "kube-ccm"]);
+    for suffix in &family {
+        package.arg("-p").arg(format!("kube-ccm{suffix}"));
+    }
+    let packaged = package.output().unwrap();
+    assert!(
+        packaged.status.success(),
+        "cargo package failed:\n{}",
+        String::from_utf8_lossy(&packaged.stderr)
+    );
+    let unpacked = scaffold.join("unpacked");
+    if unpacked.exists() {
+        std::fs::remove_dir_all(&unpacked).unwrap();
+    }
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let mut out = format!("{head}[patch.crates-io]\n");
+    for name in names {
+        let crate_file = scaffold.join(format!("package/{name}-{version}.crate"));
+        let extracted = Command::new("tar")
+            .arg("-xzf")
+            .arg(&crate_file)
+            .arg("-C")
+            .arg(&unpacked)
+            .status()
+            .unwrap();
+        assert!(extracted.success(), "tar -xzf {}", crate_file.display());
+        let dir = unpacked.join(format!("{name}-{version}"));
+        assert!(dir.join("Cargo.toml").is_file(), "{}", dir.display());
+        out.push_str(&format!("{name} = {{ path = \"{}\" }}\n", dir.display()));
+    }
+    out
 }
 
 #[test]

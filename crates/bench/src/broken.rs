@@ -301,7 +301,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::FAILURE;
     }
-    let code = cloud_controller_manager::main(registry);
+    let code = ccm_demo::main(registry);
     if broken == Broken::LateWrites {
         write_late();
     }

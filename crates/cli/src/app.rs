@@ -5,8 +5,6 @@ use std::process::ExitCode;
 use clap::{Command, FromArgMatches, Subcommand};
 use controller_manager::Registry;
 
-#[cfg(feature = "demo")]
-use crate::demo;
 use crate::{leader_migration, settings, startup, telemetry};
 
 /// The whole command line; `registry` fills the help of `--cloud-provider` and `--controllers`.
@@ -32,15 +30,7 @@ pub(crate) fn command(registry: &Registry) -> Command {
             .about("Inspect, validate and generate leader-migration configuration")
             .subcommand_required(true),
     );
-    let root = settings::add_flags(root, registry).subcommand(leader_migration);
-    #[cfg(feature = "demo")]
-    // After `augment_args`, which would set the about text from `Args`' doc comment.
-    let root = root.subcommand(
-        <demo::Args as clap::Args>::augment_args(Command::new("demo")).about(
-            "Run a leader migration on this machine: a test API server, a fake cloud, and replicas of this binary rolled from kube-controller-manager to cloud-controller-manager",
-        ),
-    );
-    root
+    settings::add_flags(root, registry).subcommand(leader_migration)
 }
 
 /// Parses the command line and runs it; the exit code is the process's.
@@ -48,22 +38,43 @@ pub(crate) fn command(registry: &Registry) -> Command {
 /// Exit codes: 0 done; 1 failure at run time (including lost leadership, as upstream); 2 invalid
 /// command line or settings.
 pub fn main(registry: Registry) -> ExitCode {
+    main_with(registry, None)
+}
+
+/// A subcommand a tool built on this crate adds (the demo, `crates/demo`): its clap command, and what
+/// runs it with its matches and the registry.
+#[doc(hidden)]
+pub struct Extension {
+    /// The subcommand, with its name, help and arguments.
+    pub command: Command,
+    /// Runs it; an error is printed as every command's is, with exit code 1.
+    pub run: fn(&clap::ArgMatches, &Registry) -> anyhow::Result<ExitCode>,
+}
+
+/// [`main`] with one more subcommand.
+#[doc(hidden)]
+pub fn main_with(registry: Registry, extension: Option<Extension>) -> ExitCode {
     if let Err(problem) = settings::check_declared_flags(&registry) {
         eprintln!("error: {problem}");
         return ExitCode::FAILURE;
     }
-    let matches = match command(&registry).try_get_matches() {
+    let mut command = command(&registry);
+    if let Some(extension) = &extension {
+        command = command.subcommand(extension.command.clone());
+    }
+    let matches = match command.try_get_matches() {
         Ok(matches) => matches,
         Err(error) => error.exit(),
     };
+    if let Some(extension) = extension
+        && let Some((name, sub)) = matches.subcommand()
+        && name == extension.command.get_name()
+    {
+        return report((extension.run)(sub, &registry));
+    }
     match matches.subcommand() {
         Some(("leader-migration", sub)) => match leader_migration::Command::from_arg_matches(sub) {
             Ok(command) => report(command.run(&registry)),
-            Err(error) => error.exit(),
-        },
-        #[cfg(feature = "demo")]
-        Some(("demo", sub)) => match <demo::Args as FromArgMatches>::from_arg_matches(sub) {
-            Ok(args) => report(crate::demo::run(&args, registry.controllers())),
             Err(error) => error.exit(),
         },
         _ => {

@@ -15,38 +15,38 @@ use anyhow::Context as _;
 
 /// One continuous hold of a Lease by one process.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Bar {
-    pub(crate) lease: String,
+pub struct Bar {
+    pub lease: String,
     /// The holder as people know it (a replica's name, or its identity).
-    pub(crate) holder: String,
+    pub holder: String,
     /// The holder's component, when known (`kube-controller-manager`, `cloud-controller-manager`).
-    pub(crate) component: Option<String>,
-    pub(crate) start_us: i64,
+    pub component: Option<String>,
+    pub start_us: i64,
     /// `None`: still held at the chart's end.
-    pub(crate) end_us: Option<i64>,
+    pub end_us: Option<i64>,
 }
 
 /// A change of holder: from the previous holder's last write to the acquisition.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Gap {
-    pub(crate) lease: String,
-    pub(crate) to: String,
-    pub(crate) at_us: i64,
-    pub(crate) gap_ms: f64,
+pub struct Gap {
+    pub lease: String,
+    pub to: String,
+    pub at_us: i64,
+    pub gap_ms: f64,
     /// The previous holder released the Lease (otherwise it expired).
-    pub(crate) released: bool,
+    pub released: bool,
 }
 
 /// Something that happened to the processes at one moment (a replica joined, was stopped or killed).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Mark {
-    pub(crate) at_us: i64,
-    pub(crate) label: String,
+pub struct Mark {
+    pub at_us: i64,
+    pub label: String,
 }
 
 /// Whether a footer line is good or bad news.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tone {
+pub enum Tone {
     Good,
     Bad,
     Plain,
@@ -54,20 +54,20 @@ pub(crate) enum Tone {
 
 /// Everything drawn.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Chart {
-    pub(crate) title: String,
+pub struct Chart {
+    pub title: String,
     /// The time axis: from, to (microseconds since the epoch).
-    pub(crate) start_us: i64,
-    pub(crate) end_us: i64,
+    pub start_us: i64,
+    pub end_us: i64,
     /// Leases in the order drawn; a Lease of a bar not listed is drawn after these.
-    pub(crate) leases: Vec<String>,
-    pub(crate) bars: Vec<Bar>,
-    pub(crate) gaps: Vec<Gap>,
-    pub(crate) marks: Vec<Mark>,
-    pub(crate) footer: Vec<(Tone, String)>,
+    pub leases: Vec<String>,
+    pub bars: Vec<Bar>,
+    pub gaps: Vec<Gap>,
+    pub marks: Vec<Mark>,
+    pub footer: Vec<(Tone, String)>,
     /// Label times by the clock (UTC) instead of seconds since the start: for a chart of a live cluster,
     /// whose start is an arbitrary moment.
-    pub(crate) clock: bool,
+    pub clock: bool,
 }
 
 const WIDTH: f64 = 1100.0;
@@ -180,7 +180,7 @@ impl Chart {
     }
 
     /// The chart as a standalone SVG document.
-    pub(crate) fn to_svg(&self) -> String {
+    pub fn to_svg(&self) -> String {
         let bands = self.bands();
         let rows: usize = bands.iter().map(|(_, holders)| holders.len().max(1)).sum();
         let plot_height = bands.len() as f64 * BAND_HEADER + rows as f64 * ROW;
@@ -335,7 +335,7 @@ impl Chart {
 
     /// Checks, before any work, that a report can be written to `path`: a file name in an existing directory
     /// where this process may create files (tried with the temporary file [`Chart::write`] uses).
-    pub(crate) fn check_destination(path: &Path) -> anyhow::Result<()> {
+    pub fn check_destination(path: &Path) -> anyhow::Result<()> {
         let directory = match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
@@ -357,7 +357,7 @@ impl Chart {
     }
 
     /// Writes the SVG to `path` whole or not at all (a temporary file beside it, then a rename).
-    pub(crate) fn write(&self, path: &Path) -> anyhow::Result<()> {
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         let temporary = partial(path)?;
         std::fs::write(&temporary, self.to_svg())
             .and_then(|()| std::fs::rename(&temporary, path))

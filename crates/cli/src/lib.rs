@@ -1,5 +1,5 @@
-//! `cloud-controller-manager`: the manager and its operator tools, as a library a provider's own binary
-//! calls with its registry:
+//! `kube-ccm-cli`: the manager and its operator tools, as a library a provider's own binary calls with
+//! its registry (a provider's binary reaches it through the `kube-ccm` facade, as `kube_ccm::main`):
 //!
 //! ```no_run
 //! use controller_manager::Registry;
@@ -9,7 +9,7 @@
 //!     registry
 //!         .register_provider("fake", provider_fake::factory)
 //!         .expect("one provider of that name");
-//!     cloud_controller_manager::main(registry)
+//!     kube_ccm_cli::main(registry)
 //! }
 //! ```
 //!
@@ -17,17 +17,16 @@
 //!   `leader-migration` tools.
 //! - `settings`: upstream's flags, each declared once, layered with a config file and the environment;
 //!   `feature_gates`: `--feature-gates`, with upstream's gates.
-//! - `demo` (feature `demo`): a leader migration on this machine, with the test API server and the fake
-//!   cloud; a provider's own binary leaves it out with `default-features = false`.
+//! - `chart` and `for_demo`: hidden, for the demo (`crates/demo`), which adds its subcommand to this
+//!   command line and is not part of any shipped binary.
 //!
 //! This crate is the only one that knows clap, figment, environment variables and files.
 
 #![allow(clippy::print_stderr)]
 
 mod app;
-mod chart;
-#[cfg(feature = "demo")]
-mod demo;
+#[doc(hidden)]
+pub mod chart;
 mod duration;
 mod feature_gates;
 mod identity;
@@ -40,6 +39,13 @@ mod telemetry;
 mod version;
 
 pub use app::main;
+
+/// What the demo (`crates/demo`), built on this crate, reuses. Not an API: hidden, and free to change.
+#[doc(hidden)]
+pub mod for_demo {
+    pub use crate::app::{Extension, main_with};
+    pub use crate::leader_migration::status::conditions_now;
+}
 
 /// The parsers of user input that `fuzz/` drives, reached from there. Not an API: hidden, and free to
 /// change.

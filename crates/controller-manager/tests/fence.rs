@@ -8,13 +8,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cloud_provider::CloudProvider;
 use control_plane::{ApiServer, Backend};
-use controller_manager::{
-    ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings, Fence,
-    Health, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
-};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
+use kube_ccm_runtime::{
+    ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings, Fence,
+    Health, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
+};
 use leadermigration::elector::{LeaderState, Role};
 use leadermigration::scopes::{LossPolicy, ScopesError, StopCause};
 use leadermigration::{ControllerSelection, LeaseTimings};

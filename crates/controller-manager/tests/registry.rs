@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, LeadingContext};
 use control_plane::{ApiServer, Backend, RequestRecord};
-use controller_manager::{
-    ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings,
-    LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
-};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_ccm_runtime::{
+    ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings,
+    LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
+};
 use leadermigration::audit::UserAgent;
 use leadermigration::scopes::LossPolicy;
 use leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig, Placement};

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use cloud_provider::CloudError;
+use kube_ccm::provider::CloudError;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 

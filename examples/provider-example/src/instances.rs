@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
-use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use kube_ccm::async_trait;
+use kube_ccm::k8s_openapi::api::core::v1::{Node, NodeAddress};
+use kube_ccm::provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 
 use crate::ExampleCloud;
 use crate::cloud::{Instance, State};

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cloud_provider::{CloudProvider, InstancesV2, LoadBalancer, Routes};
-use controller_manager::{RegistrationError, Registry};
+use kube_ccm::provider::{CloudProvider, InstancesV2, LoadBalancer, Routes};
+use kube_ccm::runtime::{RegistrationError, Registry};
 use serde::Deserialize;
 
 pub mod cloud;

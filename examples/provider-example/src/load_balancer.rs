@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use cloud_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name, service};
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use kube_ccm::async_trait;
+use kube_ccm::k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use kube_ccm::provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name, service};
 
 use crate::ExampleCloud;
 use crate::cloud;

@@ -1,7 +1,7 @@
 //! Routes to nodes' pod ranges.
 
-use async_trait::async_trait;
-use cloud_provider::{CallContext, CloudError, Route, Routes};
+use kube_ccm::async_trait;
+use kube_ccm::provider::{CallContext, CloudError, Route, Routes};
 
 use crate::ExampleCloud;
 use crate::cloud;

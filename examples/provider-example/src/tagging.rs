@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use controller_manager::{Capability, ControllerContext, ControllerDefinition};
+use kube_ccm::runtime::{Capability, ControllerContext, ControllerDefinition};
 
 use crate::{ExampleCloud, PROVIDER_NAME};
 

@@ -2,9 +2,9 @@
 //! what the example cloud cannot make, so a mistake is an error at `kubectl apply`, not an Event later.
 //! Served with `--feature-gates=CloudControllerManagerWebhook=true --webhooks=*`.
 
-use controller_manager::webhooks::{WebhookContext, WebhookDefinition};
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube_ccm::kube::core::DynamicObject;
+use kube_ccm::kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube_ccm::runtime::webhooks::{WebhookContext, WebhookDefinition};
 
 /// The load balancer's size.
 pub const SIZE_ANNOTATION: &str = "example.com/load-balancer-size";

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube_ccm::k8s_openapi::api::core::v1::{Node, Service};
+use kube_ccm::kube::Api;
+use kube_ccm::kube::api::{DeleteParams, PostParams};
 use provider_example::cloud::{Instance, State};
 use serde_json::json;
 use test_apiserver::TestApiServer;
@@ -113,7 +113,7 @@ async fn the_example_provider_runs_every_controller_against_the_api_server() {
             "metadata": {"name": name},
             "spec": {
                 "podCIDR": cidr, "podCIDRs": [cidr],
-                "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+                "taints": [{"key": kube_ccm::provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
             },
             "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]},
         }))
@@ -129,7 +129,7 @@ async fn the_example_provider_runs_every_controller_against_the_api_server() {
             .taints
             .iter()
             .flatten()
-            .any(|t| t.key == cloud_provider::names::TAINT_UNINITIALIZED);
+            .any(|t| t.key == kube_ccm::provider::names::TAINT_UNINITIALIZED);
         (!tainted).then_some(node)
     })
     .await;

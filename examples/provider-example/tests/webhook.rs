@@ -8,10 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use control_plane::{ApiServer, Backend, KubeBinaries};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Node, Service};
-use kube::Api;
-use kube::api::PostParams;
+use kube_ccm::k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube_ccm::k8s_openapi::api::core::v1::{Node, Service};
+use kube_ccm::kube::Api;
+use kube_ccm::kube::api::PostParams;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -117,7 +117,7 @@ async fn the_api_server_asks_the_example_webhook_before_storing_a_service() {
             "name": "service-annotations.example.com",
             "clientConfig": {
                 "url": format!("https://127.0.0.1:{webhook_port}/validate-service"),
-                "caBundle": k8s_openapi::ByteString(ca),
+                "caBundle": kube_ccm::k8s_openapi::ByteString(ca),
             },
             "rules": [{
                 "apiGroups": [""], "apiVersions": ["v1"],

@@ -207,8 +207,7 @@ async fn draw(
 
 /// The conditions of the cluster `client` reaches now, its managers' Leases in `namespace` under upstream's
 /// names, its migration Leases those of `migration` (for the demo's timeline).
-#[cfg(feature = "demo")]
-pub(crate) async fn conditions_now(
+pub async fn conditions_now(
     client: &kube::Client,
     namespace: &str,
     migration: &MigrationConfig,

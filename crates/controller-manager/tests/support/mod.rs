@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use cloud_provider::names::TAINT_UNINITIALIZED;
 pub use control_plane::{ApiServer, Backend};
-use controller_manager::{
-    Cidr, ClientFactory, ControllerRegistry, ControllerSettings, Manager, ManagerConfig, ManagerError,
-};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams};
+use kube_ccm_runtime::{
+    Cidr, ClientFactory, ControllerRegistry, ControllerSettings, Manager, ManagerConfig, ManagerError,
+};
 use leadermigration::ControllerSelection;
 use leadermigration::audit::UserAgent;
 use provider_fake::{

@@ -7,7 +7,7 @@ use cloud_provider::{CallContext, CloudError, CloudProvider, InstancesV2, Route,
 use compute_double::{ComputeDouble, Fault};
 use google_cloud_compute_v1::model;
 use k8s_openapi::api::core::v1::Node;
-use provider_gce::{CloudConfig, GceProvider};
+use kube_ccm_gce::{CloudConfig, GceProvider};
 
 const PROJECT: &str = "test-project";
 const ZONE: &str = "us-central1-a";
@@ -172,7 +172,7 @@ async fn rate_limits_are_retries_and_deadlines_bound_the_call() {
     });
     match provider.instance_exists(&cx(), &n).await {
         Err(CloudError::Retry { after, message }) => {
-            assert_eq!(after, provider_gce::RATE_LIMITED_RETRY_AFTER);
+            assert_eq!(after, kube_ccm_gce::RATE_LIMITED_RETRY_AFTER);
             assert!(message.contains("instances.aggregatedList"), "{message}");
         }
         other => panic!("expected a retry, got {other:?}"),
@@ -348,7 +348,7 @@ async fn failed_operations_are_errors_and_quota_is_a_retry() {
 
 #[tokio::test]
 async fn the_factory_names_bad_keys() {
-    let error = provider_gce::factory(Some(
+    let error = kube_ccm_gce::factory(Some(
         b"[global]\nproject-id = p\nlocal-zone = us-east1-b\nregional = perhaps\n".to_vec(),
     ))
     .await
@@ -374,7 +374,7 @@ async fn the_project_and_zone_come_from_the_metadata_server_when_gce_conf_leaves
     );
     let mut config = CloudConfig::parse(&text).unwrap().config;
 
-    let error = provider_gce::metadata::fill(&mut config.clone(), &host)
+    let error = kube_ccm_gce::metadata::fill(&mut config.clone(), &host)
         .await
         .unwrap_err();
     assert!(
@@ -382,7 +382,7 @@ async fn the_project_and_zone_come_from_the_metadata_server_when_gce_conf_leaves
             && error.contains("/computeMetadata/v1/project/project-id: HTTP 404"),
         "{error}"
     );
-    let closed = provider_gce::metadata::fill(&mut config.clone(), "127.0.0.1:1")
+    let closed = kube_ccm_gce::metadata::fill(&mut config.clone(), "127.0.0.1:1")
         .await
         .unwrap_err();
     assert!(
@@ -392,7 +392,7 @@ async fn the_project_and_zone_come_from_the_metadata_server_when_gce_conf_leaves
 
     double.set_metadata("project/project-id", PROJECT);
     double.set_metadata("instance/zone", &format!("projects/123456789/zones/{ZONE}"));
-    provider_gce::metadata::fill(&mut config, &host).await.unwrap();
+    kube_ccm_gce::metadata::fill(&mut config, &host).await.unwrap();
     assert_eq!(
         (config.project_id.as_str(), config.local_zone.as_str()),
         (PROJECT, ZONE)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cloud_provider::{CallContext, LoadBalancer, Route, Routes};
 use compute_double::ComputeDouble;
-use provider_gce::{CloudConfig, GceProvider};
+use kube_ccm_gce::{CloudConfig, GceProvider};
 
 const PROJECT: &str = "test-project";
 const ZONE: &str = "us-central1-a";

@@ -8,7 +8,7 @@ use cloud_provider::{CallContext, CloudError, LoadBalancer};
 use compute_double::{Collection, ComputeDouble};
 use google_cloud_compute_v1::model;
 use k8s_openapi::api::core::v1::{Node, Service};
-use provider_gce::{CloudConfig, GceProvider};
+use kube_ccm_gce::{CloudConfig, GceProvider};
 
 const PROJECT: &str = "test-project";
 const ZONE: &str = "us-central1-a";

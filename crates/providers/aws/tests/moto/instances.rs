@@ -45,7 +45,7 @@ async fn nodes_are_described_by_provider_id_and_private_dns_name_in_one_request_
     assert_eq!(first.instance_type, "m5.large");
     assert_eq!(first.zone, "us-east-1a");
     assert_eq!(first.region, "us-east-1");
-    assert!(first.additional_labels[provider_aws::instances::ZONE_ID_LABEL].starts_with("use1-az"));
+    assert!(first.additional_labels[kube_ccm_aws::instances::ZONE_ID_LABEL].starts_with("use1-az"));
     let kinds: Vec<&str> = first.node_addresses.iter().map(|a| a.type_.as_str()).collect();
     assert_eq!(
         kinds,

@@ -15,7 +15,7 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
 use cloud_provider::{CallContext, CloudError, CloudProvider};
 use k8s_openapi::api::core::v1::Node;
-use provider_aws::{AwsProvider, CloudConfig};
+use kube_ccm_aws::{AwsProvider, CloudConfig};
 
 mod elb;
 mod instances;

@@ -415,7 +415,7 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
         {"port": 80, "nodePort": 30080},
         {"name": "dns", "port": 53, "nodePort": 30053, "protocol": "UDP"},
     ]));
-    let name = provider_aws::load_balancer::network::nlb_security_group_name("c", &service);
+    let name = kube_ccm_aws::load_balancer::network::nlb_security_group_name("c", &service);
     // SHA-256 of "c" "web" "shop" and the UID, computed independently (Python's hashlib).
     assert_eq!(name, "k8s-shop-web-96c196df0a");
     lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
@@ -434,7 +434,7 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
     assert_eq!(group.vpc_id(), Some(net.vpc.as_str()));
     assert_eq!(
         group.description(),
-        Some(provider_aws::load_balancer::network::MANAGED_GROUP_DESCRIPTION)
+        Some(kube_ccm_aws::load_balancer::network::MANAGED_GROUP_DESCRIPTION)
     );
     assert!(
         group
@@ -532,7 +532,7 @@ async fn a_managed_nlb_security_group_follows_the_service_and_goes_with_the_nlb(
     let upstreams = ec2
         .create_security_group()
         .group_name(&name)
-        .description(provider_aws::load_balancer::network::MANAGED_GROUP_DESCRIPTION)
+        .description(kube_ccm_aws::load_balancer::network::MANAGED_GROUP_DESCRIPTION)
         .vpc_id(&net.vpc)
         .tag_specifications(
             aws_sdk_ec2::types::TagSpecification::builder()

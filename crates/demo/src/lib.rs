@@ -1,4 +1,9 @@
-//! `cloud-controller-manager demo`: a leader migration on one machine, with no cluster and no cloud account.
+//! `ccm-demo demo`: a leader migration on one machine, with no cluster and no cloud account.
+//!
+//! The demo is its own binary, `ccm-demo`: the framework's command line (`kube-ccm-cli`) with the fake,
+//! AWS and GCE providers and one more subcommand, so no shipped binary compiles the test API server, the
+//! harness or the fake cloud (docs/decisions/0007). Without `demo` it runs the manager, which is what
+//! each replica is.
 //!
 //! The test API server and the cloud run in this process (the fake cloud, or the Compute double for
 //! `--cloud gce`; for `--cloud aws`, moto as a process behind a recording proxy here); every replica is a
@@ -34,7 +39,7 @@ use leadermigration::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::chart::{Chart, Mark};
+use cloud_controller_manager::chart::{Chart, Mark};
 
 mod cloud;
 mod peers;
@@ -45,6 +50,27 @@ use self::cloud::DemoCloud;
 use self::peers::From;
 use self::report::{report_chart, show};
 use self::roll::{Migrated, migrate};
+
+/// The demo's binary: `registry`'s command line with `demo` added; a deliberately broken manager
+/// (`broken-ccm`, the negative controls) calls it with its own registry.
+pub fn main(registry: controller_manager::Registry) -> ExitCode {
+    use clap::FromArgMatches as _;
+    // After `augment_args`, which would set the about text from `Args`' doc comment.
+    let command = <Args as clap::Args>::augment_args(clap::Command::new("demo")).about(
+        "Run a leader migration on this machine: a test API server, a fake cloud, and replicas of this binary rolled from kube-controller-manager to cloud-controller-manager",
+    );
+    cloud_controller_manager::for_demo::main_with(
+        registry,
+        Some(cloud_controller_manager::for_demo::Extension {
+            command,
+            run: |matches, registry| {
+                let args =
+                    Args::from_arg_matches(matches).map_err(|error| anyhow::anyhow!("demo: {error}"))?;
+                run(&args, registry.controllers())
+            },
+        }),
+    )
+}
 
 const MIGRATION_LEASE: &str = "cloud-provider-extraction-migration";
 const LEASES: [&str; 3] = [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER, MIGRATION_LEASE];
@@ -107,7 +133,7 @@ pub(crate) struct Args {
 
 /// Runs the demo with replicas of this binary, whose controllers `controllers` are; exit 0 on an "ok"
 /// verdict, 1 on "fail".
-pub(crate) fn run(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode> {
+fn run(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -246,7 +272,8 @@ impl Roles {
 /// `leader-migration status`'s word on where the migrated controllers run, on the timeline: with the
 /// real kube-controller-manager holding the migration Lease, they run nowhere, and it says what to do.
 async fn say_status(client: &kube::Client, migration: &MigrationConfig, timeline: &Timeline) {
-    let conditions = crate::leader_migration::status::conditions_now(client, "kube-system", migration).await;
+    let conditions =
+        cloud_controller_manager::for_demo::conditions_now(client, "kube-system", migration).await;
     match conditions {
         Ok(conditions) => {
             for condition in conditions.iter().filter(|c| {

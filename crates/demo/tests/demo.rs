@@ -1,8 +1,17 @@
-//! `cloud-controller-manager demo`: the README's first command, end to end.
+//! `ccm-demo demo`: the README's first command, end to end.
 
 use control_plane::Backend;
 
-use crate::support::{SvgTenure, binary, stderr, stdout, svg_tenures};
+#[allow(dead_code)] // the binaries' shared helpers; the demo uses a few
+#[path = "../../cloud-controller-manager/tests/it/support.rs"]
+mod support;
+
+use crate::support::{SvgTenure, stderr, stdout, svg_tenures};
+
+/// The binary under test.
+fn binary() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ccm-demo"))
+}
 
 fn demo(args: &[&str]) -> (std::process::Output, serde_json::Value) {
     demo_on(Backend::Test, args)

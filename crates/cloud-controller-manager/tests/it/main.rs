@@ -3,7 +3,6 @@
 
 mod aws;
 mod aws_iam;
-mod demo;
 mod deploy;
 mod gce;
 mod go_peer;
@@ -17,3 +16,8 @@ mod monitoring;
 mod support;
 mod traces;
 mod upstream_rbac;
+
+/// The binary under test.
+fn binary() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
+}

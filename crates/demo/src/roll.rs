@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::peers::{From, Peers, is_pending, pending};
 use super::{Args, LEASES, MIGRATION_LEASE, Names, Timeline, progress};
-use crate::chart::Mark;
+use cloud_controller_manager::chart::Mark;
 
 /// What the migration leaves: every replica (those that left stopped), the nodes and services registered
 /// in all, and when replicas joined and left.

@@ -1,7 +1,6 @@
 //! The cloud the demo's managers run against (`--cloud`): the fake cloud, the AWS provider against moto
 //! (installed on first use), or the GCE provider against the Compute double; and what it holds at the end.
 
-#[cfg(any(feature = "aws", feature = "gce"))]
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -43,7 +42,6 @@ impl DemoCloud {
     }
 }
 
-#[cfg(feature = "aws")]
 async fn aws(timeline: &Timeline) -> Result<DemoCloud> {
     use harness::Moto;
     let server = match Moto::installed() {
@@ -67,14 +65,8 @@ async fn aws(timeline: &Timeline) -> Result<DemoCloud> {
     })
 }
 
-#[cfg(not(feature = "aws"))]
-async fn aws(_timeline: &Timeline) -> Result<DemoCloud> {
-    bail!("--cloud aws: this binary was built without the AWS provider (feature `aws`)")
-}
-
 /// Installs moto into [`Moto::venv`] (a Python virtual environment, pip's progress on stderr, so that
 /// `--output json` keeps stdout for the result); the path of its `moto_server`.
-#[cfg(feature = "aws")]
 fn install_moto(timeline: &Timeline) -> Result<std::path::PathBuf> {
     use std::process::{Command, Stdio};
     let venv = harness::Moto::venv()
@@ -126,7 +118,6 @@ fn install_moto(timeline: &Timeline) -> Result<std::path::PathBuf> {
     Ok(server)
 }
 
-#[cfg(feature = "gce")]
 async fn gce() -> Result<DemoCloud> {
     let cloud = harness::GceCloud::start()
         .await
@@ -142,11 +133,6 @@ async fn gce() -> Result<DemoCloud> {
         description,
         _fake: None,
     })
-}
-
-#[cfg(not(feature = "gce"))]
-async fn gce() -> Result<DemoCloud> {
-    bail!("--cloud gce: this binary was built without the GCE provider (feature `gce`)")
 }
 
 /// The inventory as lines of text.

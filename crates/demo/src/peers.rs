@@ -92,7 +92,7 @@ impl From {
     pub(super) fn describe(self, peers: Option<&Peers>) -> serde_json::Value {
         match (self, peers) {
             (From::Ours, _) | (_, None) => {
-                serde_json::json!({"kind": "ours", "version": crate::version::build_info(&controller_manager::Binary::default()).git_version})
+                serde_json::json!({"kind": "ours", "version": format!("v{}", controller_manager::Binary::default().version())})
             }
             (From::Kcm, Some(peers)) => {
                 serde_json::json!({"kind": "kube-controller-manager", "version": peers.version})

@@ -6,7 +6,7 @@ use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER};
 use serde_json::json;
 
 use super::{Args, LEASES, Names, Outcome, Timeline};
-use crate::chart::{Bar, Chart, Gap, Mark, Tone};
+use cloud_controller_manager::chart::{Bar, Chart, Gap, Mark, Tone};
 
 /// The tenure chart of a run: every tenure the audit found (to the end, when the last replicas stopped),
 /// every hand-off, every join and stop, and the verdict.

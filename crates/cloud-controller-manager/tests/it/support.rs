@@ -1,8 +1,9 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests of the binaries (`cloud-controller-manager`'s here, `ccm-demo`'s
+//! through `#[path]`); each test crate's root says which binary is under test (`binary()`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Runs `scenario` with the real components `cargo xtask kube` built, on a multi-threaded runtime; skips
 /// (loudly, where Go is absent) as [`control_plane::KubeBinaries::for_test`] says.
@@ -20,10 +21,7 @@ pub(crate) fn with_kube_binaries<F: std::future::Future<Output = ()>>(
         .block_on(scenario(binaries));
 }
 
-/// The binary under test.
-pub(crate) fn binary() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cloud-controller-manager"))
-}
+pub(crate) use crate::binary;
 
 /// The repository root, for shipped examples.
 pub(crate) fn repo_root() -> PathBuf {
