@@ -412,3 +412,20 @@ fn the_demo_swaps_upstreams_go_ccm_for_ours_and_back() {
         },
     );
 }
+
+#[test]
+fn the_demo_binary_is_the_manager_with_demo_added() {
+    let help = binary().arg("--help").output().unwrap();
+    assert!(help.status.success(), "{}", stderr(&help));
+    let text = stdout(&help);
+    assert!(
+        text.contains("  demo\n          Run a leader migration on this machine"),
+        "{text}"
+    );
+    assert!(text.contains("  leader-migration\n"), "{text}");
+    assert!(text.contains("--cloud-provider"), "{text}");
+    // A bad demo flag is clap's usage error, naming the flag.
+    let bad = binary().args(["demo", "--replicas", "0"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("--replicas"), "{}", stderr(&bad));
+}

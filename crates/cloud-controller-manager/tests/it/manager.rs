@@ -903,10 +903,16 @@ fn help_groups_flags_like_upstream_and_version_prints() {
     ] {
         assert!(text.contains(heading), "{heading} missing:\n{text}");
     }
-    // Each subcommand says what it does (not the name of its flags' struct).
+    // Each subcommand says what it does (not the name of its flags' struct); the demo is not shipped.
     assert!(
-        text.contains("  demo\n          Run a leader migration on this machine"),
+        text.contains(
+            "  leader-migration\n          Inspect, validate and generate leader-migration configuration"
+        ),
         "{text}"
+    );
+    assert!(
+        !text.contains("  demo\n"),
+        "the shipped binary has a demo:\n{text}"
     );
     let version = binary().arg("--version").output().unwrap();
     assert!(version.status.success());

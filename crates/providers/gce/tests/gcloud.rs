@@ -98,7 +98,9 @@ async fn gcloud_reads_what_the_provider_made() {
     let provider = GceProvider::new(CloudConfig::parse(&text).unwrap().config)
         .await
         .unwrap();
-    let cx = CallContext::with_timeout(Duration::from_secs(20));
+    // A deadline per call: the gcloud runs between the calls take seconds each (Python), more on a busy
+    // machine, and must not eat the provider's time.
+    let cx = || CallContext::with_timeout(Duration::from_secs(20));
     for (hint, node, cidr) in [
         ("uid-1", "node-1", "10.64.1.0/24"),
         ("uid-2", "node-2", "10.64.2.0/24"),
@@ -109,7 +111,7 @@ async fn gcloud_reads_what_the_provider_made() {
             ..Route::default()
         };
         provider
-            .create_route(&cx, "kubernetes", hint, &route)
+            .create_route(&cx(), "kubernetes", hint, &route)
             .await
             .unwrap();
     }
@@ -189,7 +191,7 @@ async fn gcloud_reads_what_the_provider_made() {
         })
         .collect();
     let status = provider
-        .ensure_load_balancer(&cx, "kubernetes", &service, &nodes)
+        .ensure_load_balancer(&cx(), "kubernetes", &service, &nodes)
         .await
         .unwrap();
     let ip = status.ingress.unwrap()[0].ip.clone().unwrap();
@@ -259,7 +261,7 @@ async fn gcloud_reads_what_the_provider_made() {
     }))
     .unwrap();
     let status = provider
-        .ensure_load_balancer(&cx, "kubernetes", &internal, &nodes)
+        .ensure_load_balancer(&cx(), "kubernetes", &internal, &nodes)
         .await
         .unwrap();
     let ip = status.ingress.unwrap()[0].ip.clone().unwrap();
