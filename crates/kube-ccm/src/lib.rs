@@ -72,6 +72,31 @@ pub use k8s_openapi;
 /// The Kubernetes client this framework's signatures use.
 pub use kube;
 
+/// Registers the bundled providers this crate was built with (features `fake`, `aws`, `gce`), with the
+/// controllers and flags each brings; without those features, nothing.
+pub fn register_bundled(registry: &mut Registry) -> Result<(), RegistrationError> {
+    #[cfg(feature = "fake")]
+    registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory)?;
+    #[cfg(feature = "aws")]
+    {
+        registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
+        for controller in provider_aws::controllers() {
+            registry.register_controller(controller)?;
+        }
+    }
+    #[cfg(feature = "gce")]
+    {
+        registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;
+        registry.register_provider_flags(provider_gce::PROVIDER_NAME, provider_gce::flags::FLAGS)?;
+        for controller in provider_gce::controllers() {
+            registry.register_controller(controller)?;
+        }
+    }
+    #[cfg(not(any(feature = "fake", feature = "aws", feature = "gce")))]
+    let _ = registry;
+    Ok(())
+}
+
 /// The AWS provider (`kube-ccm-aws`).
 #[cfg(feature = "aws")]
 pub use provider_aws as aws;
