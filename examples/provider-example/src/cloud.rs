@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use kube_ccm::provider::CloudError;
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 /// What the file holds.
@@ -20,6 +21,14 @@ pub struct State {
     /// Routes to nodes' pod ranges.
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// How long the cloud takes to answer each request, in milliseconds (a real cloud is not instant;
+    /// the conformance suite slows it down to check that calls end at their deadlines).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub latency_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A virtual machine.
@@ -93,20 +102,34 @@ impl FileCloud {
         }
     }
 
-    /// The current state.
+    /// The cloud's audit log: a line (the time, in microseconds since the epoch) for each change applied.
+    pub fn audit_log(&self) -> PathBuf {
+        self.path.with_extension("writes")
+    }
+
+    /// The current state, after the cloud's latency.
     pub async fn read(&self) -> Result<State, CloudError> {
         let bytes = tokio::fs::read(&self.path)
             .await
             .map_err(|e| CloudError::provider(format!("{}: {e}", self.path.display())))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| CloudError::provider(format!("{}: {e}", self.path.display())))
+        let state: State = serde_json::from_slice(&bytes)
+            .map_err(|e| CloudError::provider(format!("{}: {e}", self.path.display())))?;
+        if state.latency_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(state.latency_ms)).await;
+        }
+        Ok(state)
     }
 
-    /// Applies `change` to the state and writes it back whole (temporary file, then rename).
+    /// Applies `change` to the state and, when it changed anything, writes it back whole (temporary file,
+    /// then rename) and logs the change in the [audit log](FileCloud::audit_log).
     pub async fn update<T>(&self, change: impl FnOnce(&mut State) -> T) -> Result<T, CloudError> {
         let _one_at_a_time = self.lock.lock().await;
         let mut state = self.read().await?;
+        let before = state.clone();
         let outcome = change(&mut state);
+        if state == before {
+            return Ok(outcome);
+        }
         let bytes = serde_json::to_vec_pretty(&state).map_err(CloudError::provider)?;
         let temporary = self.path.with_extension("partial");
         tokio::fs::write(&temporary, bytes)
@@ -115,6 +138,20 @@ impl FileCloud {
         tokio::fs::rename(&temporary, &self.path)
             .await
             .map_err(CloudError::provider)?;
+        let time_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        let mut log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.audit_log())
+            .await
+            .map_err(CloudError::provider)?;
+        // A tokio file's write ends when the bytes are handed over; the flush, when they are written.
+        log.write_all(format!("{time_us}\n").as_bytes())
+            .await
+            .map_err(CloudError::provider)?;
+        log.flush().await.map_err(CloudError::provider)?;
         Ok(outcome)
     }
 }

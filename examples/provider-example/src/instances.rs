@@ -21,6 +21,13 @@ fn find<'a>(state: &'a State, node: &Node) -> Option<&'a Instance> {
             .find(|i| Some(&i.name) == node.metadata.name.as_ref()),
     }
 }
+
+/// The node's instance unless it is gone: a terminated instance has no metadata to give.
+fn live<'a>(state: &'a State, node: &Node) -> Result<&'a Instance, CloudError> {
+    find(state, node)
+        .filter(|i| i.state != "terminated")
+        .ok_or(CloudError::InstanceNotFound)
+}
 // ANCHOR_END: lookup
 
 // ANCHOR: instances
@@ -38,7 +45,7 @@ impl InstancesV2 for ExampleCloud {
 
     async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
         let state = cx.guard(self.cloud.read()).await?;
-        let instance = find(&state, node).ok_or(CloudError::InstanceNotFound)?;
+        let instance = live(&state, node)?;
         Ok(metadata(instance, &self.region))
     }
 
@@ -61,7 +68,7 @@ impl InstancesV2 for ExampleCloud {
         nodes
             .iter()
             .map(|node| {
-                let instance = find(&state, node).ok_or(CloudError::InstanceNotFound)?;
+                let instance = live(&state, node)?;
                 Ok(metadata(instance, &self.region))
             })
             .collect()

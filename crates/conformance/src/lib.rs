@@ -1,0 +1,302 @@
+//! Does a cloud provider behave as the controllers expect? A suite a provider's crate generates in its own
+//! `tests/`, run against the provider's cloud (or a stand-in for it) through a small [`Fixture`].
+//!
+//! ```ignore
+//! // tests/conformance.rs of a provider's crate
+//! struct MyCloud { /* a test account, a local emulator, … */ }
+//!
+//! #[kube_ccm_conformance::async_trait]
+//! impl kube_ccm_conformance::Fixture for MyCloud { /* make an instance, stop it, … */ }
+//!
+//! async fn my_cloud() -> MyCloud { /* … */ }
+//!
+//! kube_ccm_conformance::contract_suite!(my_cloud);
+//! ```
+//!
+//! - [`contract`]: each capability's promises, call by call, in seconds: instance look-ups (running,
+//!   stopped, gone; batch and single answers agree; an outage is an error, never "gone"; provider IDs),
+//!   load balancers (ensure is idempotent and a second ensure writes nothing, update follows the nodes,
+//!   delete is idempotent, a new process adopts what an old one made), routes, and deadlines (a call
+//!   abandoned at its deadline or cancelled writes nothing afterwards).
+//! - [`broken`]: providers broken on purpose, each wrapping a good one, which the suite must fail: the
+//!   negative controls that show a passing suite means something.
+//!
+//! Every check is named as its generated test is; a failure says what was asked, what the provider
+//! answered and what the controllers need instead.
+
+pub mod broken;
+pub mod contract;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use async_trait::async_trait;
+pub use cloud_provider::CloudProvider;
+use k8s_openapi::api::core::v1::Node;
+
+/// A fixture's own failure (the cloud could not be set up as asked), not the provider's.
+pub type FixtureError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A load balancer as the cloud holds it, read by the fixture independently of the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CloudLoadBalancer {
+    /// Its name in the cloud (the provider's `load_balancer_name`).
+    pub name: String,
+    /// The nodes it sends traffic to, by node name, sorted.
+    pub nodes: Vec<String>,
+}
+
+impl CloudLoadBalancer {
+    /// A load balancer called `name` sending to `nodes` (sorted here).
+    pub fn new(name: impl Into<String>, nodes: impl IntoIterator<Item = String>) -> CloudLoadBalancer {
+        let mut nodes: Vec<String> = nodes.into_iter().collect();
+        nodes.sort();
+        CloudLoadBalancer {
+            name: name.into(),
+            nodes,
+        }
+    }
+}
+
+/// A route as the cloud holds it, read by the fixture independently of the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CloudRoute {
+    /// The node it sends to, by node name.
+    pub node: String,
+    /// The destination range.
+    pub cidr: String,
+}
+
+impl CloudRoute {
+    /// A route to `node` for `cidr`.
+    pub fn new(node: impl Into<String>, cidr: impl Into<String>) -> CloudRoute {
+        CloudRoute {
+            node: node.into(),
+            cidr: cidr.into(),
+        }
+    }
+}
+
+/// What the suite needs of a provider's cloud: the provider under test, ways to change the cloud, and a
+/// view of what the cloud holds that does not go through the provider.
+///
+/// One fixture serves one check: each check gets a fresh one, so a fixture need not clean up between
+/// checks (but the names it is given are unique within a check only).
+#[async_trait]
+pub trait Fixture: Send + Sync {
+    /// The provider, as the binary's factory builds it from a cloud-config. Called more than once: each
+    /// call is a new process's provider over the same cloud (to check that one adopts what another made).
+    async fn provider(&self) -> Result<Arc<dyn CloudProvider>, FixtureError>;
+
+    /// The cluster name the manager is given (`--cluster-name`).
+    fn cluster_name(&self) -> &str {
+        "kubernetes"
+    }
+
+    /// Starts an instance for a node called `name` and returns the node as its kubelet registers it
+    /// (its name, and `spec.providerID` where the kubelet sets it; nothing the cloud-node controller
+    /// would fill in).
+    async fn launch(&self, name: &str) -> Result<Node, FixtureError>;
+
+    /// Stops the instance of node `name` (it still exists).
+    async fn stop(&self, name: &str) -> Result<(), FixtureError>;
+
+    /// Terminates the instance of node `name` (it is gone).
+    async fn terminate(&self, name: &str) -> Result<(), FixtureError>;
+
+    /// The cluster's load balancers, as the cloud holds them.
+    async fn load_balancers(&self) -> Result<Vec<CloudLoadBalancer>, FixtureError>;
+
+    /// The cluster's routes, as the cloud holds them (empty when the cloud has no routes).
+    async fn routes(&self) -> Result<Vec<CloudRoute>, FixtureError>;
+
+    /// How many changes the cloud has applied so far (its audit log's length: CloudTrail, Cloud Audit
+    /// Logs, a recording proxy's count).
+    async fn writes(&self) -> Result<u64, FixtureError>;
+
+    /// Makes every request of the provider to its cloud fail (`true`: an outage, a wrong endpoint or
+    /// credentials) or succeed again (`false`).
+    async fn set_outage(&self, outage: bool) -> Result<(), FixtureError>;
+
+    /// Makes every request of the provider to its cloud take at least `latency` before the cloud acts on it
+    /// (a proxy that holds requests, an emulator's knob); zero for none.
+    async fn set_latency(&self, latency: Duration) -> Result<(), FixtureError>;
+}
+
+/// Why a check failed: what was asked, what came back, what the controllers need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+const FIXTURE_FAILED: &str = "the fixture failed (not the provider)";
+
+impl From<FixtureError> for Failure {
+    fn from(error: FixtureError) -> Failure {
+        Failure(format!("{FIXTURE_FAILED}: {error}"))
+    }
+}
+
+/// How long one check may take in all before it fails: every wait inside it is bounded more tightly.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs one check against a fixture `make` builds, on a runtime of its own; `Err` says why it failed.
+/// The generated tests call this; call it yourself to run a check outside a test.
+pub fn run_check<F, Fut>(make: impl FnOnce() -> Fut, check: contract::Check) -> Result<(), Failure>
+where
+    F: Fixture + 'static,
+    Fut: Future<Output = F>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start a runtime for the check: {e}")))?;
+    runtime.block_on(async {
+        let fixture = make().await;
+        match tokio::time::timeout(CHECK_TIMEOUT, (check.run)(&fixture)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Failure(format!(
+                "{} did not finish within {CHECK_TIMEOUT:?}",
+                check.name
+            ))),
+        }
+    })
+}
+
+/// Runs the check called `name` (see [`contract::CHECKS`]) and panics with its failure: the body of each
+/// generated test.
+#[doc(hidden)]
+pub fn run_named<F, Fut>(make: impl FnOnce() -> Fut, name: &str)
+where
+    F: Fixture + 'static,
+    Fut: Future<Output = F>,
+{
+    let check = contract::CHECKS
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no conformance check is called {name}"));
+    if let Err(failure) = run_check(make, *check) {
+        panic!("conformance check {name} failed: {failure}");
+    }
+}
+
+/// Runs every check `fault` must fail ([`broken::Fault::failed_checks`]) against fixtures from `make`
+/// whose providers have that fault; `Err` names a check that passed anyway (the suite could not tell).
+pub fn run_negative_control<F, Fut>(make: impl Fn() -> Fut, fault: broken::Fault) -> Result<(), Failure>
+where
+    F: Fixture + 'static,
+    Fut: Future<Output = F>,
+{
+    for name in fault.failed_checks() {
+        let check = contract::CHECKS
+            .iter()
+            .find(|c| c.name == *name)
+            .ok_or_else(|| Failure(format!("{fault:?} names no check {name}")))?;
+        let made = make();
+        let broken = async move { broken::WithFault::new(made.await, fault) };
+        match run_check(move || broken, *check) {
+            Ok(()) => {
+                return Err(Failure(format!(
+                    "{name} passed a provider broken with {fault:?}: the check cannot tell"
+                )));
+            }
+            // Failing because the fixture did would show nothing about the check.
+            Err(failure) if failure.0.starts_with(FIXTURE_FAILED) => {
+                return Err(Failure(format!(
+                    "{name} failed with {fault:?}, but for the fixture's reason: {failure}"
+                )));
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The body of each generated negative-control test.
+#[doc(hidden)]
+pub fn assert_negative_control<F, Fut>(make: impl Fn() -> Fut, fault: broken::Fault)
+where
+    F: Fixture + 'static,
+    Fut: Future<Output = F>,
+{
+    if let Err(failure) = run_negative_control(make, fault) {
+        panic!("negative control {fault:?}: {failure}");
+    }
+}
+
+/// Generates one `#[test]` per [fault](broken::Fault): the suite must fail a provider broken that way,
+/// over the same fixture (see [`run_negative_control`]).
+#[macro_export]
+macro_rules! negative_controls {
+    ($fixture:path) => {
+        #[test]
+        fn negative_control_gone_on_error() {
+            $crate::assert_negative_control($fixture, $crate::broken::Fault::GoneOnError);
+        }
+        #[test]
+        fn negative_control_non_idempotent_ensure() {
+            $crate::assert_negative_control($fixture, $crate::broken::Fault::NonIdempotentEnsure);
+        }
+        #[test]
+        fn negative_control_ignores_deadline() {
+            $crate::assert_negative_control($fixture, $crate::broken::Fault::IgnoresDeadline);
+        }
+    };
+}
+
+/// Generates one `#[test]` per [contract check](contract::CHECKS), each against a fresh fixture from
+/// `$fixture`, an `async fn() -> impl Fixture`. Use it once per test file; wrap it in a module to
+/// generate the suite for several fixtures.
+#[macro_export]
+macro_rules! contract_suite {
+    ($fixture:path) => {
+        $crate::contract_suite!(@tests $fixture;
+            instances_follow_the_instance_through_its_life,
+            metadata_describes_the_instance,
+            batch_answers_agree_with_single_answers,
+            an_outage_is_an_error_never_gone,
+            provider_ids_are_checked,
+            ensure_is_idempotent_and_a_second_ensure_writes_nothing,
+            update_follows_the_nodes,
+            delete_is_idempotent,
+            a_new_process_adopts_an_existing_load_balancer,
+            routes_are_created_listed_and_deleted,
+            a_call_abandoned_at_its_deadline_writes_nothing_later,
+            a_cancelled_call_writes_nothing_later,
+        );
+    };
+    (@tests $fixture:path; $($name:ident,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::run_named($fixture, stringify!($name));
+            }
+        )*
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_macro_generates_a_test_for_every_check_and_no_other() {
+        let source = include_str!("lib.rs");
+        let body = source
+            .split_once("(@tests $fixture;")
+            .and_then(|(_, rest)| rest.split_once(");"))
+            .map(|(names, _)| names)
+            .expect("the macro's list of checks");
+        let listed: Vec<&str> = body.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        let checks: Vec<&str> = super::contract::CHECKS.iter().map(|c| c.name).collect();
+        assert_eq!(listed, checks);
+    }
+}
