@@ -2,7 +2,7 @@
 //! the line, and whatever is read is judged without a panic (a hostile log cannot take the judge down).
 #![no_main]
 
-use leadermigration::audit::{Governance, audit, kube};
+use ccm_audit::{Governance, audit, kube};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

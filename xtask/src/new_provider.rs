@@ -1,6 +1,6 @@
 //! `cargo xtask new-provider NAME [--path DIR]`: scaffolds a provider crate that compiles, registers
 //! itself, has its own `NAME-cloud-controller-manager` binary (so `dist` and `image` ship it), and a
-//! passing test against the test API server.
+//! passing test against the test API server, and the conformance suite over a fixture of its cloud.
 //!
 //! Inside this repository (default `crates/providers/NAME`) the crate joins the workspace. Elsewhere it is
 //! its own workspace, as a vendor's: it depends on `kube-ccm` by version, with a `[patch.crates-io]`
@@ -26,6 +26,7 @@ pub(crate) struct Args {
 const LIB: &str = include_str!("../templates/provider/src/lib.rs.tmpl");
 const MAIN: &str = include_str!("../templates/provider/src/main.rs.tmpl");
 const TEST: &str = include_str!("../templates/provider/tests/manager.rs.tmpl");
+const CONFORMANCE: &str = include_str!("../templates/provider/tests/conformance.rs.tmpl");
 const README: &str = include_str!("../templates/provider/README.md.tmpl");
 
 /// The workspace dependencies the crate uses: (name, extra features, dev-only).
@@ -33,6 +34,7 @@ const README: &str = include_str!("../templates/provider/README.md.tmpl");
 /// the Kubernetes API version the binary speaks.
 const DEPENDENCIES: &[(&str, &[&str], bool)] = &[
     ("kube-ccm", &["earliest"], false),
+    ("kube-ccm-conformance", &[], true),
     ("serde", &[], false),
     ("serde_json", &[], false),
     ("tempfile", &[], true),
@@ -62,6 +64,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         ("src/lib.rs", fill(LIB, name)),
         ("src/main.rs", fill(MAIN, name)),
         ("tests/manager.rs", fill(TEST, name)),
+        ("tests/conformance.rs", fill(CONFORMANCE, name)),
     ];
     // Written to a sibling directory and renamed into place: a failure leaves nothing behind.
     let staging = dir.with_extension("partial");
@@ -170,8 +173,9 @@ fn manifest(name: &str, workspace_toml: &str, standalone: Option<&Path>) -> Resu
                 (None, Some(_)) if features.is_empty() => "{ workspace = true }".to_owned(),
                 (None, Some(_)) => format!("{{ workspace = true, features = {features:?} }}"),
                 // The framework as a vendor has it: by version, from crates.io or (below) a patch.
-                (Some(_), Some(spec)) if *dependency == "kube-ccm" => {
-                    let version = spec_value(&spec, "version").context("kube-ccm has no version")?;
+                (Some(_), Some(spec)) if dependency.starts_with("kube-ccm") => {
+                    let version = spec_value(&spec, "version")
+                        .with_context(|| format!("{dependency} has no version"))?;
                     with_features(&format!("\"{version}\""), features)
                 }
                 (Some(root), Some(spec)) if spec.contains("path = \"") => {
@@ -207,15 +211,7 @@ fn family(specs: &str) -> Vec<(String, String)> {
             let (key, spec) = line.split_once('=')?;
             let package = spec_value(spec, "package").unwrap_or_else(|| key.trim().to_owned());
             let path = spec_value(spec, "path")?;
-            // The scaffold does not use the conformance kit yet (its cloud is a fixed list a fixture
-            // cannot change): patching it in would only warn.
-            let bundled = [
-                "kube-ccm-aws",
-                "kube-ccm-gce",
-                "kube-ccm-fake",
-                "kube-ccm-conformance",
-            ]
-            .contains(&package.as_str());
+            let bundled = ["kube-ccm-aws", "kube-ccm-gce", "kube-ccm-fake"].contains(&package.as_str());
             (package.starts_with("kube-ccm") && !bundled).then_some((package, path))
         })
         .collect()

@@ -41,7 +41,7 @@ const DEBIAN: &[(&str, &[&str], &str, &str)] = &[
 const PYTHON: &[&str] = &[
     "cyclonedx-python-lib[json-validation]==11.12.0",
     // The demo installs the same on first use (`demo --cloud aws`).
-    include_str!("../../crates/harness/moto-requirement.txt").trim_ascii(),
+    include_str!("../../crates/testing/harness/moto-requirement.txt").trim_ascii(),
 ];
 
 /// Installs what is missing; with `CI` set, a tool that cannot be installed is an error.

@@ -19,10 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use ccm_audit::audit;
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams};
-use leadermigration::audit::audit;
 use provider_fake::{AdminRequest, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -5,13 +5,13 @@
 //! leases while a workload keeps their controllers writing. Repeatedly: the leader gets SIGTERM (graceful
 //! hand-off: release → acquisition, measured per lock) or SIGKILL (crash fail-over: the old holder's last
 //! renewal → acquisition), and a new replica replaces it. Then the standbys' requests are counted over a
-//! quiet window. Gaps come from the server's Lease history, overlaps from `leadermigration::audit`.
+//! quiet window. Gaps come from the server's Lease history, overlaps from `ccm-audit`.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use ccm_audit::audit;
 use harness::{Admin, Environment, Replica, Side, Timings, Workload, wait_for_holders};
-use leadermigration::audit::audit;
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -126,7 +126,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         .filter_map(|r| r.identity(wait).ok())
         .filter(|id| *id != leader)
         .collect();
-    let count = |requests: &[leadermigration::audit::RequestEntry]| {
+    let count = |requests: &[ccm_audit::RequestEntry]| {
         requests
             .iter()
             .filter(|r| {

@@ -201,7 +201,7 @@ impl Server {
     }
 
     /// Every request so far: the test API server's log, or kube-apiserver's audit log.
-    async fn requests(&self, client: &kube::Client) -> Result<Vec<leadermigration::audit::RequestEntry>> {
+    async fn requests(&self, client: &kube::Client) -> Result<Vec<ccm_audit::RequestEntry>> {
         match self {
             Server::Test(_) => harness::Admin::new(client.clone()).requests().await,
             Server::Kube(server) => Ok(server.request_entries()),

@@ -11,7 +11,7 @@ use cloud_provider::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
-use crate::{CloudLoadBalancer, CloudRoute, Fixture, FixtureError};
+use crate::{Capability, CloudLoadBalancer, CloudRoute, Fixture, FixtureError};
 
 /// A broken promise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,6 +267,14 @@ impl<F: Fixture> WithFault<F> {
 impl<F: Fixture> Fixture for WithFault<F> {
     async fn provider(&self) -> Result<Arc<dyn CloudProvider>, FixtureError> {
         Ok(Broken::wrap(self.inner.provider().await?, self.fault))
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.inner.unavailable()
+    }
+
+    fn lacks(&self) -> &[Capability] {
+        self.inner.lacks()
     }
 
     fn cluster_name(&self) -> &str {

@@ -14,7 +14,7 @@ use cloud_provider::{CallContext, CloudError, CloudProvider, InstancesV2, LoadBa
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use tokio_util::sync::CancellationToken;
 
-use crate::{CloudLoadBalancer, CloudRoute, Failure, Fixture};
+use crate::{Capability, CloudLoadBalancer, CloudRoute, Failure, Fixture, NOT_APPLICABLE};
 
 /// One check's future.
 pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'a>>;
@@ -70,6 +70,9 @@ const CALL: Duration = Duration::from_secs(30);
 /// The latency the deadline checks give the cloud, and the deadline they give the call (well inside it).
 const LATENCY: Duration = Duration::from_millis(600);
 const SHORT_DEADLINE: Duration = Duration::from_millis(150);
+
+/// How long the deadline checks watch the cloud, once fast again, for work left running.
+pub const WATCH: Duration = Duration::from_secs(2);
 
 fn cx() -> CallContext {
     CallContext::new(
@@ -130,19 +133,43 @@ fn instances(provider: &dyn CloudProvider) -> Result<&dyn InstancesV2, Failure> 
     })
 }
 
-fn load_balancer(provider: &dyn CloudProvider) -> Result<&dyn LoadBalancer, Failure> {
-    provider.load_balancer().ok_or_else(|| {
-        Failure("the provider has no LoadBalancer (CloudProvider::load_balancer is None): the service controller needs it".into())
-    })
+/// `capability` of the provider: `Some` when it has it; an error saying "not applicable" when it lacks it
+/// as the fixture declares; a failure when the two disagree.
+fn capability<'p, T: ?Sized>(
+    fixture: &dyn Fixture,
+    capability: Capability,
+    found: Option<&'p T>,
+    needed_by: &str,
+) -> Result<&'p T, Failure> {
+    let declared = fixture.lacks().contains(&capability);
+    match (found, declared) {
+        (Some(found), false) => Ok(found),
+        (None, true) => Err(Failure(format!(
+            "{NOT_APPLICABLE}the provider has no {capability:?}, as its fixture declares"
+        ))),
+        (None, false) => fail(format!(
+            "the provider has no {capability:?} (None from CloudProvider): the {needed_by} needs it; if that is meant, list it in Fixture::lacks"
+        )),
+        (Some(_), true) => fail(format!(
+            "the fixture declares that the provider lacks {capability:?}, but it has it"
+        )),
+    }
 }
 
-fn routes(provider: &dyn CloudProvider) -> Result<&dyn Routes, Failure> {
-    provider.routes().ok_or_else(|| {
-        Failure(
-            "the provider has no Routes (CloudProvider::routes is None): the route controller needs it"
-                .into(),
-        )
-    })
+fn load_balancer<'p>(
+    fixture: &dyn Fixture,
+    provider: &'p dyn CloudProvider,
+) -> Result<&'p dyn LoadBalancer, Failure> {
+    capability(
+        fixture,
+        Capability::LoadBalancer,
+        provider.load_balancer(),
+        "service controller",
+    )
+}
+
+fn routes<'p>(fixture: &dyn Fixture, provider: &'p dyn CloudProvider) -> Result<&'p dyn Routes, Failure> {
+    capability(fixture, Capability::Routes, provider.routes(), "route controller")
 }
 
 /// `node` as the cloud-node controller leaves it: with the provider ID the cloud gave.
@@ -530,7 +557,7 @@ pub async fn ensure_is_idempotent_and_a_second_ensure_writes_nothing(
     fixture: &dyn Fixture,
 ) -> Result<(), Failure> {
     let provider = fixture.provider().await?;
-    let lb = load_balancer(&*provider)?;
+    let lb = load_balancer(fixture, &*provider)?;
     let (_, a) = launched(fixture, &*provider, "conformance-lb-a").await?;
     let (_, b) = launched(fixture, &*provider, "conformance-lb-b").await?;
     let svc = service("idempotent");
@@ -587,7 +614,7 @@ pub async fn ensure_is_idempotent_and_a_second_ensure_writes_nothing(
 /// `update_load_balancer` (and a new ensure) point the load balancer at exactly the nodes given.
 pub async fn update_follows_the_nodes(fixture: &dyn Fixture) -> Result<(), Failure> {
     let provider = fixture.provider().await?;
-    let lb = load_balancer(&*provider)?;
+    let lb = load_balancer(fixture, &*provider)?;
     let (_, a) = launched(fixture, &*provider, "conformance-up-a").await?;
     let (_, b) = launched(fixture, &*provider, "conformance-up-b").await?;
     let svc = service("update");
@@ -638,7 +665,7 @@ pub async fn update_follows_the_nodes(fixture: &dyn Fixture) -> Result<(), Failu
 /// never made): the service controller deletes until it is told done.
 pub async fn delete_is_idempotent(fixture: &dyn Fixture) -> Result<(), Failure> {
     let provider = fixture.provider().await?;
-    let lb = load_balancer(&*provider)?;
+    let lb = load_balancer(fixture, &*provider)?;
     let (_, a) = launched(fixture, &*provider, "conformance-del-a").await?;
     let svc = service("delete");
     let cluster = fixture.cluster_name();
@@ -680,7 +707,7 @@ pub async fn delete_is_idempotent(fixture: &dyn Fixture) -> Result<(), Failure> 
 /// its status, and ensures it without making a second one.
 pub async fn a_new_process_adopts_an_existing_load_balancer(fixture: &dyn Fixture) -> Result<(), Failure> {
     let old = fixture.provider().await?;
-    let lb = load_balancer(&*old)?;
+    let lb = load_balancer(fixture, &*old)?;
     let (_, a) = launched(fixture, &*old, "conformance-adopt-a").await?;
     let svc = service("adopt");
     let cluster = fixture.cluster_name();
@@ -689,7 +716,7 @@ pub async fn a_new_process_adopts_an_existing_load_balancer(fixture: &dyn Fixtur
         lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a])).await,
     )?;
     let new = fixture.provider().await?;
-    let lb = load_balancer(&*new)?;
+    let lb = load_balancer(fixture, &*new)?;
     let got = answer(
         "get_load_balancer (new process)",
         lb.get_load_balancer(&cx(), cluster, &svc).await,
@@ -720,7 +747,7 @@ fn route_to(route: &Route, node: &Node, cidr: &str) -> bool {
 /// makes no second one; a deleted route is gone, the others stay.
 pub async fn routes_are_created_listed_and_deleted(fixture: &dyn Fixture) -> Result<(), Failure> {
     let provider = fixture.provider().await?;
-    let routes = routes(&*provider)?;
+    let routes = routes(fixture, &*provider)?;
     let (_, a) = launched(fixture, &*provider, "conformance-route-a").await?;
     let (_, b) = launched(fixture, &*provider, "conformance-route-b").await?;
     let cluster = fixture.cluster_name();
@@ -805,14 +832,10 @@ enum Abandon {
     Cancelled,
 }
 
-/// Makes `ensure_load_balancer` slower than its context allows, ends it as the framework does (dropping its
-/// future, through [`CallContext::guard`]), then watches the cloud for three latencies: nothing of that call
-/// may land (work the provider left running in a spawned task, or retries past the deadline, would be a
-/// write by a process that may no longer hold the lock). A second call with time enough must then succeed,
-/// so the check is seen to be able to observe a write.
+/// The two deadline checks: see [`a_call_abandoned_at_its_deadline_writes_nothing_later`].
 async fn abandoned_call_writes_nothing(fixture: &dyn Fixture, how: Abandon) -> Result<(), Failure> {
     let provider = fixture.provider().await?;
-    let lb = load_balancer(&*provider)?;
+    let lb = load_balancer(fixture, &*provider)?;
     let (_, a) = launched(fixture, &*provider, "conformance-late-a").await?;
     let svc = service("late");
     let cluster = fixture.cluster_name();
@@ -849,11 +872,12 @@ async fn abandoned_call_writes_nothing(fixture: &dyn Fixture, how: Abandon) -> R
             "ensure_load_balancer with {SHORT_DEADLINE:?} against a cloud answering after {LATENCY:?} ended {outcome:?}, not {how:?}: the fixture's latency did not hold the call back"
         ));
     }
-    // The window in which a write left running would land: a fixed wait is the test here.
-    tokio::time::sleep_until(ended + LATENCY * 3).await;
+    // The cloud is fast again at once, so work left running finishes its requests within the window:
+    // the one it had in flight (held one latency), then the rest. The fixed wait is the test here.
+    fixture.set_latency(Duration::ZERO).await?;
+    tokio::time::sleep_until(ended + LATENCY + WATCH).await;
     let late = fixture.writes().await?;
     let held = cloud_load_balancer(fixture, lb, &svc).await?;
-    fixture.set_latency(Duration::ZERO).await?;
     ensure(late == before && held.is_none(), || {
         format!(
             "ensure_load_balancer was abandoned ({how:?}) after {SHORT_DEADLINE:?}, yet {} cloud writes landed after it ended (load balancer: {held:?}); a provider's work must end with its call's future",
@@ -871,14 +895,26 @@ async fn abandoned_call_writes_nothing(fixture: &dyn Fixture, how: Abandon) -> R
     })
 }
 
-/// See [`abandoned_call_writes_nothing`]: a call past its deadline.
+/// A call past its deadline writes nothing afterwards.
+///
+/// Makes `ensure_load_balancer` slower than its context allows, ends it as the framework does (dropping its
+/// future, through [`CallContext::guard`]), makes the cloud fast again and watches it for one latency and
+/// [`WATCH`] more: nothing of that call may land (work the provider left running in a spawned task, or
+/// retries past the deadline, would be a write by a process that may no longer hold the lock). A second call with time enough must then succeed,
+/// so the check is seen to be able to observe a write.
 pub async fn a_call_abandoned_at_its_deadline_writes_nothing_later(
     fixture: &dyn Fixture,
 ) -> Result<(), Failure> {
     abandoned_call_writes_nothing(fixture, Abandon::Deadline).await
 }
 
-/// See [`abandoned_call_writes_nothing`]: a call whose controller stops.
+/// A cancelled call (its controller stopping) writes nothing afterwards.
+///
+/// Makes `ensure_load_balancer` slower than its context allows, ends it as the framework does (dropping its
+/// future, through [`CallContext::guard`]), makes the cloud fast again and watches it for one latency and
+/// [`WATCH`] more: nothing of that call may land (work the provider left running in a spawned task, or
+/// retries past the deadline, would be a write by a process that may no longer hold the lock). A second call with time enough must then succeed,
+/// so the check is seen to be able to observe a write.
 pub async fn a_cancelled_call_writes_nothing_later(fixture: &dyn Fixture) -> Result<(), Failure> {
     abandoned_call_writes_nothing(fixture, Abandon::Cancelled).await
 }

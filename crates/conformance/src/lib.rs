@@ -80,6 +80,16 @@ impl CloudRoute {
     }
 }
 
+/// A capability a provider may not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Capability {
+    /// [`CloudProvider::load_balancer`].
+    LoadBalancer,
+    /// [`CloudProvider::routes`].
+    Routes,
+}
+
 /// What the suite needs of a provider's cloud: the provider under test, ways to change the cloud, and a
 /// view of what the cloud holds that does not go through the provider.
 ///
@@ -90,6 +100,18 @@ pub trait Fixture: Send + Sync {
     /// The provider, as the binary's factory builds it from a cloud-config. Called more than once: each
     /// call is a new process's provider over the same cloud (to check that one adopts what another made).
     async fn provider(&self) -> Result<Arc<dyn CloudProvider>, FixtureError>;
+
+    /// `Some(why)` when the cloud is not available where the test runs (an emulator not installed): every
+    /// check is then reported not applicable, with that reason. Make it fail where it must run (in CI).
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
+    /// The capabilities the provider does not have, on purpose: their checks are then not applicable
+    /// (and reported so) instead of failed. A capability listed here that the provider has fails them.
+    fn lacks(&self) -> &[Capability] {
+        &[]
+    }
 
     /// The cluster name the manager is given (`--cluster-name`).
     fn cluster_name(&self) -> &str {
@@ -140,6 +162,19 @@ impl std::error::Error for Failure {}
 
 const FIXTURE_FAILED: &str = "the fixture failed (not the provider)";
 
+/// How a check that did not fail ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// It judged the provider, and the provider passed.
+    Passed,
+    /// It could not apply: the provider lacks a capability, as its fixture declares ([`Fixture::lacks`]).
+    NotApplicable(String),
+}
+
+/// The prefix of a check's "failure" that means it does not apply.
+pub(crate) const NOT_APPLICABLE: &str = "not applicable: ";
+
 impl From<FixtureError> for Failure {
     fn from(error: FixtureError) -> Failure {
         Failure(format!("{FIXTURE_FAILED}: {error}"))
@@ -151,7 +186,7 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs one check against a fixture `make` builds, on a runtime of its own; `Err` says why it failed.
 /// The generated tests call this; call it yourself to run a check outside a test.
-pub fn run_check<F, Fut>(make: impl FnOnce() -> Fut, check: contract::Check) -> Result<(), Failure>
+pub fn run_check<F, Fut>(make: impl FnOnce() -> Fut, check: contract::Check) -> Result<Outcome, Failure>
 where
     F: Fixture + 'static,
     Fut: Future<Output = F>,
@@ -163,8 +198,15 @@ where
         .map_err(|e| Failure(format!("cannot start a runtime for the check: {e}")))?;
     runtime.block_on(async {
         let fixture = make().await;
+        if let Some(why) = fixture.unavailable() {
+            return Ok(Outcome::NotApplicable(why));
+        }
         match tokio::time::timeout(CHECK_TIMEOUT, (check.run)(&fixture)).await {
-            Ok(outcome) => outcome,
+            Ok(Ok(())) => Ok(Outcome::Passed),
+            Ok(Err(failure)) => match failure.0.strip_prefix(NOT_APPLICABLE) {
+                Some(why) => Ok(Outcome::NotApplicable(why.to_owned())),
+                None => Err(failure),
+            },
             Err(_) => Err(Failure(format!(
                 "{} did not finish within {CHECK_TIMEOUT:?}",
                 check.name
@@ -185,8 +227,12 @@ where
         .iter()
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no conformance check is called {name}"));
-    if let Err(failure) = run_check(make, *check) {
-        panic!("conformance check {name} failed: {failure}");
+    match run_check(make, *check) {
+        Ok(Outcome::Passed) => {}
+        // Said where a test runner shows it: not applicable is not passed.
+        #[allow(clippy::print_stderr)]
+        Ok(Outcome::NotApplicable(why)) => eprintln!("conformance check {name}: not applicable: {why}"),
+        Err(failure) => panic!("conformance check {name} failed: {failure}"),
     }
 }
 
@@ -205,7 +251,9 @@ where
         let made = make();
         let broken = async move { broken::WithFault::new(made.await, fault) };
         match run_check(move || broken, *check) {
-            Ok(()) => {
+            // The fault is in a capability the provider lacks, as its fixture declares.
+            Ok(Outcome::NotApplicable(_)) => {}
+            Ok(Outcome::Passed) => {
                 return Err(Failure(format!(
                     "{name} passed a provider broken with {fault:?}: the check cannot tell"
                 )));

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use leadermigration::audit::UserAgent;
+use leadermigration::user_agent::UserAgent;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};

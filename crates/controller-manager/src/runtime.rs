@@ -12,11 +12,11 @@ use async_trait::async_trait;
 use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use leadermigration::audit::LEADER_ELECTION;
 use leadermigration::elector::{EVENT_REASON, LeaderState, Role, became_leader};
 use leadermigration::scopes::{
     ElectionSettings, ScopeContext, ScopeKind, ScopeRunner, ScopesConfig, ScopesError, run_scopes,
 };
+use leadermigration::user_agent::LEADER_ELECTION;
 use leadermigration::{ControllerName, Placement, PlanInput, Planned};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

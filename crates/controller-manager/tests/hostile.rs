@@ -228,7 +228,7 @@ async fn hostile_objects_neither_crash_controllers_nor_make_them_write_garbage(b
         .requests()
         .into_iter()
         .filter(|r| r.is_write() && matches!(r.status, 400 | 422))
-        .filter(|r| leadermigration::audit::UserAgent::parse(&r.user_agent).is_some())
+        .filter(|r| leadermigration::user_agent::UserAgent::parse(&r.user_agent).is_some())
         .collect();
     assert!(garbage.is_empty(), "writes refused as invalid: {garbage:#?}");
     let mut initialised = 0;

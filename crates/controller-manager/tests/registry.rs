@@ -17,8 +17,8 @@ use kube_ccm_runtime::{
     ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings,
     LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
 };
-use leadermigration::audit::UserAgent;
 use leadermigration::scopes::LossPolicy;
+use leadermigration::user_agent::UserAgent;
 use leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig, Placement};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -12,7 +12,7 @@
 //! cloud-controller-managers with the N+1 configuration, one replica at a time (a new one joins, an old one
 //! leaves), as the seed guide does it. The timeline shows who holds which Lease and what it runs; the
 //! verdict comes from the API server's own records (Lease history and request log) and the cloud's (its
-//! changes with their callers), audited by `leadermigration::audit`, never from what the replicas say;
+//! changes with their callers), audited by `ccm-audit`, never from what the replicas say;
 //! it also lists what the cloud holds at the end.
 
 // The timeline and the verdict on stdout are what this command is for.
@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use ccm_audit::{AuditReport, audit};
 use control_plane::{ApiServer, Backend};
 use controller_manager::ControllerRegistry;
 use futures::StreamExt as _;
@@ -33,7 +34,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::Api;
 use kube::runtime::watcher;
-use leadermigration::audit::{AuditReport, audit};
 use leadermigration::{
     CLOUD_CONTROLLER_MANAGER, ControllerSelection, KUBE_CONTROLLER_MANAGER, MigrationConfig, PlanInput, plan,
 };
@@ -625,7 +625,7 @@ impl Outcome {
 
 #[cfg(test)]
 mod tests {
-    use leadermigration::audit::Overlap;
+    use ccm_audit::Overlap;
 
     use super::*;
 

@@ -70,10 +70,7 @@ impl From {
     /// `governance` expecting the old side's writes that name no process: the real
     /// kube-controller-manager's (client-go's `User-Agent`; since v1.31 it runs no cloud controller, so
     /// none is one the audit governs), upstream's Go CCM's own client's (its leader-election Events).
-    pub(super) fn expecting(
-        self,
-        governance: leadermigration::audit::Governance,
-    ) -> leadermigration::audit::Governance {
+    pub(super) fn expecting(self, governance: ccm_audit::Governance) -> ccm_audit::Governance {
         match self {
             From::Ours => governance,
             From::Kcm => governance.other_client(

@@ -1,7 +1,7 @@
 //! What the demo shows at the end: the verdict as text or JSON, and the tenure chart of `--report`.
 
+use ccm_audit::Handoff;
 use harness::Side;
-use leadermigration::audit::Handoff;
 use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER};
 use serde_json::json;
 

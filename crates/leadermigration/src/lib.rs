@@ -8,7 +8,8 @@
 //! - [`Filter`] and [`plan()`]: which lock each controller runs under, for one component.
 //! - [`ControllerSelection`] parses `--controllers`.
 //! - [`LeaseTimings`]: lease duration, renew deadline and retry period, valid by construction.
-//! - [`audit`] checks, from the API server's logs, that no controller ran in two processes at once.
+//! - [`user_agent`]: the `User-Agent` naming a request's process and controller (the overlap audit,
+//!   test tooling in `crates/testing/audit`, reads it back).
 //! - [`rbac`] generates the Roles both managers need for the migration Leases.
 //! - [`status`]: where a migration stands, as conditions, from what the cluster shows.
 //!
@@ -18,7 +19,6 @@
 //! - [`elector`]: a Lease elector that interoperates with client-go's `LeaseLock`.
 //! - [`scopes`]: the main and migration lock scopes, with upstream's ordering.
 
-pub mod audit;
 mod config;
 mod controller_name;
 #[cfg(feature = "elector")]
@@ -32,6 +32,7 @@ pub mod scopes;
 mod selection;
 pub mod status;
 mod timings;
+pub mod user_agent;
 
 pub use config::{
     ANY_COMPONENT, ApiVersion, CLOUD_CONTROLLER_MANAGER, Component, ConfigError,

@@ -8,7 +8,7 @@
 //! write of ours touched the service or its load balancer after the service was gone from the API server
 //! (its last write). Anything else fails the run: a controller of ours, or one that held the lock, left it.
 
-use leadermigration::audit::{Applied, CLOUD_VERB, Overlap, RequestEntry, UserAgent};
+use ccm_audit::{Applied, CLOUD_VERB, Overlap, RequestEntry, UserAgent};
 use serde::Serialize;
 
 use super::plane::Peer;

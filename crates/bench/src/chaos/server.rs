@@ -43,14 +43,14 @@ impl Server {
         }
     }
 
-    pub(super) async fn leases(&self) -> Result<Vec<leadermigration::audit::LeaseWrite>> {
+    pub(super) async fn leases(&self) -> Result<Vec<ccm_audit::LeaseWrite>> {
         match self {
             Server::Test { admin, .. } => admin.leases().await,
             Server::Kube(server) => Ok(server.lease_writes()),
         }
     }
 
-    pub(super) async fn requests(&self) -> Result<Vec<leadermigration::audit::RequestEntry>> {
+    pub(super) async fn requests(&self) -> Result<Vec<ccm_audit::RequestEntry>> {
         match self {
             Server::Test { admin, .. } => admin.requests().await,
             Server::Kube(server) => Ok(server.request_entries()),

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use ccm_audit::{AuditReport, Judged, Overlap, RequestEntry};
 use harness::Side;
-use leadermigration::audit::{AuditReport, Judged, Overlap, RequestEntry};
 use serde::Serialize;
 
 use super::faults::NOT_FAULTS;

@@ -1,7 +1,7 @@
 //! `leader-migration status --report`: the Lease history a cluster still shows, drawn as a tenure chart.
 //!
 //! A cluster keeps no Lease history, but every process that acquires a Lease records an Event about it
-//! (reason `LeaderElection`, "<identity> became leader", client-go's lock and ours alike), reported by its
+//! (reason `LeaderElection`, "`<identity>` became leader", client-go's lock and ours alike), reported by its
 //! component. Those Events (kept an hour by default), with each Lease's current record, give the tenures:
 //! each acquisition lasts until the next acquisition by another process; the current holder's until now
 //! (or its last renewal, when stale); a released Lease's until its release.

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use ccm_audit::audit;
 use control_plane::{ApiServer, Backend, RequestRecord, UserInfo};
 use controller_manager::ControllerRegistry;
 use harness::{Environment, Replica, Side, Timings, Workload, has_ingress, initialized, wait_for_holders};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use leadermigration::MigrationConfig;
-use leadermigration::audit::audit;
 use provider_fake::{AdminRequest, CloudRequest, FakeInstance, InstanceState};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

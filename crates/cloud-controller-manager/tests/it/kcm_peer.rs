@@ -216,7 +216,7 @@ async fn scenario(binaries: KubeBinaries) {
     }
     #[allow(clippy::print_stderr)]
     {
-        let gaps = |list: &[&&leadermigration::audit::Handoff]| {
+        let gaps = |list: &[&&ccm_audit::Handoff]| {
             list.iter()
                 .map(|h| format!("{:.0} ms", h.gap_ms))
                 .collect::<Vec<_>>()

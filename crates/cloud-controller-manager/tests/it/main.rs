@@ -13,6 +13,7 @@ mod migration;
 mod migration_guide;
 mod migration_status;
 mod monitoring;
+mod shipped;
 mod support;
 mod traces;
 mod upstream_rbac;

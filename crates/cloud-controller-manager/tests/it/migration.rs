@@ -1,13 +1,13 @@
 //! Leader migration across processes of the real binary, judged from the API server's records: its Lease
-//! history and request log (a real kube-apiserver's audit log), audited by `leadermigration::audit`
+//! history and request log (a real kube-apiserver's audit log), audited by `ccm-audit`
 //! (never from what the processes report). Each test runs on the test API server and on kube-apiserver.
 
 use std::time::Duration;
 
+use ccm_audit::{AuditReport, audit};
 use control_plane::{ApiServer, Backend};
 use harness::{Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders};
 use k8s_openapi::api::core::v1::{Node, Service};
-use leadermigration::audit::{AuditReport, audit};
 use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
 use tokio_util::sync::CancellationToken;
 
@@ -307,7 +307,7 @@ async fn a_rolling_migration_from_three_kcm_to_three_ccm(backend: Backend) {
                         .as_deref()
                         .is_some_and(|v| v != "get" && v != "list" && v != "watch")
             })
-            .filter_map(|r| leadermigration::audit::UserAgent::parse(&r.user_agent))
+            .filter_map(|r| ccm_audit::UserAgent::parse(&r.user_agent))
             .filter(|ua| ua.controller == "service-lb-controller" && ids.contains(&ua.identity))
             .count()
     };
@@ -523,7 +523,7 @@ async fn the_audit_catches_a_manager_that_runs_a_migrated_controller_outside_the
         let report = plane.audit().await;
         let caught = report.overlaps.iter().any(|o| {
             matches!(o,
-            leadermigration::audit::Overlap::WriteOutsideTenure { identity, controller, lease, .. }
+            ccm_audit::Overlap::WriteOutsideTenure { identity, controller, lease, .. }
                 if *identity == kcm_id && controller == "service-lb-controller" && lease == MIGRATION)
         });
         if caught {

@@ -17,7 +17,7 @@ use kube_ccm_runtime::{
     Cidr, ClientFactory, ControllerRegistry, ControllerSettings, Manager, ManagerConfig, ManagerError,
 };
 use leadermigration::ControllerSelection;
-use leadermigration::audit::UserAgent;
+use leadermigration::user_agent::UserAgent;
 use provider_fake::{
     AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudConfig, FakeCloudServer, FakeInstance,
     FakeProvider, Knobs,

@@ -167,7 +167,7 @@ pub struct LoadedConfig {
 
 impl MigrationConfig {
     /// The built-in default for a binary with this catalog: its controllers that migrate by default,
-    /// with component `*` (see [`default`](self::default) for how it differs from upstream's).
+    /// with component `*` (see `default` in the source for how it differs from upstream's).
     pub fn default_config(catalog: &ControllerCatalog) -> MigrationConfig {
         default::default_config(catalog)
     }

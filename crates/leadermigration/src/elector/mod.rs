@@ -44,7 +44,7 @@ use self::follow::{Update, follow};
 /// the same), with the note [`became_leader`].
 pub const EVENT_REASON: &str = "LeaderElection";
 
-/// The note of the [`EVENT_REASON`] Event: "<identity> became leader", as client-go writes it.
+/// The note of the [`EVENT_REASON`] Event: "`<identity>` became leader", as client-go writes it.
 pub fn became_leader(identity: &str) -> String {
     format!("{identity} became leader")
 }

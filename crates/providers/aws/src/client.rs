@@ -1,7 +1,7 @@
 //! The SDK clients: credentials and region from the standard chains (environment, profile, web identity,
 //! ECS, instance metadata), `RoleARN` assumed through STS, endpoints from `AWS_ENDPOINT_URL*` or the
 //! cloud-config's `[ServiceOverride]`, explicit timeouts, and one HTTP/TLS stack (rustls on ring). The
-//! EC2 and ELB clients send through the fenced connector ([`crate::connector`]); the credential chain's
+//! EC2 and ELB clients send through the fenced connector (`connector.rs`); the credential chain's
 //! own requests (STS, instance metadata) use the SDK's pooled client.
 
 use std::collections::BTreeMap;

@@ -483,6 +483,13 @@ impl InstancesV2 for AwsProvider {
         let mut out = Vec::with_capacity(nodes.len());
         for (node, found) in nodes.iter().zip(found) {
             let found = match found {
+                // A terminated instance has nothing to describe: the node would be initialised from it.
+                Ok(Some(Found::Instance(instance)))
+                    if state(&instance).is_some_and(|s| *s == InstanceStateName::Terminated) =>
+                {
+                    out.push(Err(CloudError::InstanceNotFound));
+                    continue;
+                }
                 Ok(Some(found)) => found,
                 Ok(None) => {
                     out.push(Err(CloudError::InstanceNotFound));

@@ -10,7 +10,7 @@
 //!   call). IPv4 only, as upstream.
 //!
 //! A route's target is listed as the name of the node on its instance, from the manager's shared node
-//! cache ([`crate::node_index`], as upstream's node informer), and a route for a node goes to the instance
+//! cache (`node_index.rs`, as upstream's node informer), and a route for a node goes to the instance
 //! its provider ID names. Without the cache (not leading, not synced yet, or no node on the instance), the
 //! target is the instance's private DNS name, or, when that name is resource-based
 //! (`i-….<region>.compute.internal`: the node may be named after the instance ID or the DNS name), the

@@ -1,7 +1,7 @@
 //! The Compute clients: Application Default Credentials (none for a plain-HTTP endpoint), the
 //! `api-endpoint` override, and an explicit retry policy, attempt timeout and operation polling.
 //!
-//! Every request names its caller: [`Attributed::attributed`] gives it the calling controller's
+//! Every request names its caller: `Attributed::attributed` gives it the calling controller's
 //! `User-Agent` (`<component>/<version> (<os>/<arch>) <identity>/<controller>`, the one its Kubernetes
 //! requests carry), so Cloud Audit Logs' `callerSuppliedUserAgent` says which replica and controller
 //! made a change.

@@ -28,8 +28,8 @@
 //!   `tagging_controller_inital_node_tagging_delay_seconds`) are not exported; the controller's sync
 //!   metrics are.
 //!
-//! Rooms: [`ec2`] sends the tag requests and tells EC2's refusals of an instance from failures;
-//! [`tagger`] is the controller's loop (gathering, batching, retrying, untagging).
+//! Rooms: `ec2.rs` sends the tag requests and tells EC2's refusals of an instance from failures;
+//! `tagger.rs` is the controller's loop (gathering, batching, retrying, untagging).
 
 mod ec2;
 mod tagger;

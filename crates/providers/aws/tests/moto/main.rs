@@ -17,6 +17,7 @@ use cloud_provider::{CallContext, CloudError, CloudProvider};
 use k8s_openapi::api::core::v1::Node;
 use kube_ccm_aws::{AwsProvider, CloudConfig};
 
+mod conformance;
 mod elb;
 mod instances;
 mod nlb;

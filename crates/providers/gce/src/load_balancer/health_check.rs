@@ -1,6 +1,6 @@
 //! Health checks. The external load balancer's are upstream's legacy HTTP health checks
 //! (`httpHealthChecks`); the internal load balancer's are global `healthChecks` of type `HTTP` with the
-//! same names, ports and timing ([`GceProvider::ensure_internal_health_check`]). Both: `k8s-<cluster ID>-node` on kube-proxy's `:10256/healthz`, shared
+//! same names, ports and timing (`GceProvider::ensure_internal_health_check`). Both: `k8s-<cluster ID>-node` on kube-proxy's `:10256/healthz`, shared
 //! by the cluster's load balancers, or the service's own on its `healthCheckNodePort`
 //! (`externalTrafficPolicy: Local`); each with a firewall letting Google's health checkers in (from
 //! `--cloud-provider-gce-lb-src-cidrs`, [`crate::flags`]).

@@ -19,7 +19,7 @@
 //!   them), each rule described `kubernetes.io/rule/nlb/{client,health}=<name>` so it is found again and
 //!   revoked when no longer wanted. Difference: UDP ports get UDP rules and TCP ports TCP rules (upstream
 //!   opens every port with UDP when any is UDP); upstream's ICMP path-MTU rule is not added.
-//! - With `NLBSecurityGroupMode = Managed`, the NLB gets a security group of its own ([`security_group`]).
+//! - With `NLBSecurityGroupMode = Managed`, the NLB gets a security group of its own (`security_group.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

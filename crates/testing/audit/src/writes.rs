@@ -7,7 +7,7 @@ use super::{
     Applied, AuditReport, Governance, LEADER_ELECTION, Overlap, RequestEntry, Rule, Tenure, UserAgent,
     is_client_go, tenures,
 };
-use crate::audit::{CLOUD_VERB, LeaseWrite};
+use crate::{CLOUD_VERB, LeaseWrite};
 
 /// How long after its 504 a write may still be applied, in microseconds. kube-apiserver answers 504 when
 /// the request's deadline passes or its client goes away, and a storage call already sent to etcd is then

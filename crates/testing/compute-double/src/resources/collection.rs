@@ -24,7 +24,7 @@ pub enum Collection {
     HealthChecks,
     /// `regions/R/backendServices`.
     BackendServices,
-    /// `zones/Z/instanceGroups` (unmanaged); their members are kept in [`MEMBERS`], never shown.
+    /// `zones/Z/instanceGroups` (unmanaged); their members are kept in `MEMBERS`, never shown.
     InstanceGroups,
 }
 

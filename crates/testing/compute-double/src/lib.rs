@@ -285,6 +285,11 @@ impl ComputeDouble {
         self.state().faults.push(fault);
     }
 
+    /// Ends every fault [`ComputeDouble::fail_requests`] set (an outage over).
+    pub fn clear_faults(&self) {
+        self.state().faults.clear();
+    }
+
     /// Makes the next `times` writes whose path contains `path_contains` end as operations `DONE` with
     /// `http_status` and `code` (`QUOTA_EXCEEDED`, `RESOURCE_NOT_READY`), their effect not applied.
     pub fn fail_operations(&self, path_contains: &str, http_status: u16, code: &str, times: u32) {

@@ -5,7 +5,7 @@
 //! The API server and the cloud are given by URL (in-process or separate processes alike); the cloud is
 //! the fake cloud, AWS (moto) or GCE (the Compute double, feature `gce`): [`Cloud`]. The verdict comes
 //! from the API server's and the cloud's own records (the Lease history, the request log, the cloud's log
-//! of changes with their callers), checked by [`leadermigration::audit`].
+//! of changes with their callers), checked by `ccm-audit`.
 
 mod admin;
 pub mod aws;
@@ -39,9 +39,7 @@ pub const EXPECTED_CLIENTS: &[(&str, &str)] = &[
 pub const BENCH_USER_AGENT: &str = "ccm-bench/";
 
 /// `governance` expecting the writers of [`EXPECTED_CLIENTS`].
-pub fn expecting_judges(
-    governance: leadermigration::audit::Governance,
-) -> leadermigration::audit::Governance {
+pub fn expecting_judges(governance: ccm_audit::Governance) -> ccm_audit::Governance {
     EXPECTED_CLIENTS
         .iter()
         .fold(governance, |governance, (name, prefix)| {
@@ -52,9 +50,7 @@ pub fn expecting_judges(
 /// `governance` expecting the writes of upstream's Go peers that name no process (client-go's
 /// `User-Agent`): the real kube-controller-manager's (since v1.31 it runs no cloud controller, so none is
 /// one the audit governs) and the Go cloud-controller-manager's own client's Events.
-pub fn expecting_upstream_peers(
-    governance: leadermigration::audit::Governance,
-) -> leadermigration::audit::Governance {
+pub fn expecting_upstream_peers(governance: ccm_audit::Governance) -> ccm_audit::Governance {
     governance
         .other_client(
             "the real kube-controller-manager (client-go names no process)",

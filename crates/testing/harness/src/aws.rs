@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context as _, Result, bail};
 use bytes::Bytes;
+use ccm_audit::UserAgent;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use leadermigration::audit::UserAgent;
 
 /// The cluster ID the instances are tagged with and the manager is configured for.
 pub const CLUSTER_ID: &str = "test";
@@ -273,6 +273,21 @@ struct Log {
     taken: usize,
     /// Actions answered here instead of by moto.
     answers: BTreeMap<String, Answer>,
+    /// How long each request is held before it is answered or forwarded.
+    latency: std::time::Duration,
+    /// Every request answered 503 (an outage).
+    outage: bool,
+}
+
+/// EC2's answer in an outage: 503 `Unavailable`, which the SDK retries and then gives up on.
+fn unavailable() -> (u16, String) {
+    (
+        503,
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>Unavailable</Code>\
+         <Message>The service is unavailable (an outage the test made).</Message></Error></Errors>\
+         <RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+            .to_owned(),
+    )
 }
 
 /// An HTTP proxy in front of moto that records every request (its `Action`, `User-Agent`, arrival and
@@ -327,6 +342,17 @@ impl RecordingProxy {
         self.lock().answers.insert(action.to_owned(), Arc::new(answer));
     }
 
+    /// Holds every request `latency` before answering or forwarding it (a slow cloud). A request whose
+    /// connection closes meanwhile is dropped unforwarded, as a cloud drops one its client reset.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.lock().latency = latency;
+    }
+
+    /// Answers every request 503 `Unavailable` (`true`: an outage) or as before (`false`).
+    pub fn set_outage(&self, outage: bool) {
+        self.lock().outage = outage;
+    }
+
     /// Forwards `action` to moto again (after [`RecordingProxy::answer`]).
     pub fn forward(&self, action: &str) {
         self.lock().answers.remove(action);
@@ -375,12 +401,22 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    let canned = log
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .answers
-        .get(&action)
-        .cloned();
+    let (latency, outage) = {
+        let log = log.lock().unwrap_or_else(PoisonError::into_inner);
+        (log.latency, log.outage)
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let canned: Option<Answer> = if outage {
+        Some(Arc::new(|_: &str| unavailable()))
+    } else {
+        log.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .answers
+            .get(&action)
+            .cloned()
+    };
     if let Some(answer) = canned {
         let (status, text) = answer(&String::from_utf8_lossy(&body));
         log.lock()

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use leadermigration::audit::{LeaseWrite, RequestEntry};
+use ccm_audit::{LeaseWrite, RequestEntry};
 use test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};
 
 use crate::binaries::{KubeBinaries, Unavailable};
@@ -13,7 +13,7 @@ use crate::process::StartError;
 /// Which API server a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// The test API server (`crates/test-apiserver`).
+    /// The test API server (`crates/testing/test-apiserver`).
     Test,
     /// A real kube-apiserver on etcd.
     Kube,

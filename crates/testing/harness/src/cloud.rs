@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use leadermigration::audit::{CLOUD_VERB, RequestEntry, UserAgent};
+use ccm_audit::{CLOUD_VERB, RequestEntry, UserAgent};
 
 use crate::Moto;
 use crate::aws::{self, RecordingProxy};

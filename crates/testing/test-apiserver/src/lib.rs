@@ -2,7 +2,7 @@
 //!
 //! It starts in milliseconds in-process and injects faults (latency, errors, partitions, compaction), so
 //! integration tests, benchmarks and the demo run against it by default. The end-to-end tests run on a
-//! real kube-apiserver 1.37 on etcd as well (`crates/control-plane`, one parameter), which keeps this
+//! real kube-apiserver 1.37 on etcd as well (`crates/testing/control-plane`, one parameter), which keeps this
 //! server honest. It is faithful where leader election and the cloud controllers depend on it, and it is
 //! never on a production code path.
 //!
@@ -15,7 +15,7 @@
 //! the 2,768 of 30000–32767 are taken, "failed to allocate a nodePort: range is full"); a pod is deleted at once (a real server waits for its kubelet unless
 //! the grace period is 0, as the tests ask); HTTP unless TLS is asked for, tokens rather than client
 //! certificates, and no priority and fairness (the fast path for tests and benchmarks); its request log
-//! and Lease history are what the real server's audit log gives (`leadermigration::audit::kube`).
+//! and Lease history are what the real server's audit log gives (`ccm_audit::kube`).
 //!
 //! **Faithful:** the REST paths, JSON, and `Status` errors with the real reasons and codes; a global
 //! resourceVersion; `uid`, `creationTimestamp`, `generation` (objects with a `spec`), `managedFields`;
@@ -58,7 +58,7 @@
 //! `TaintNodesByCondition` gives new nodes, no aggregated discovery or OpenAPI documents.
 //!
 //! Start it in-process with [`TestApiServer::start`] or as the `test-apiserver` binary. Its admin API under
-//! `/_admin/` (see [`admin`](crate::admin) in the source) exposes the request log, the Lease write history,
+//! `/_admin/` (see `admin.rs`) exposes the request log, the Lease write history,
 //! counters, faults and RBAC tokens.
 
 mod admin;

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use leadermigration::audit::kube::{AUDIT_POLICY, AuditedRequest};
-use leadermigration::audit::{LeaseWrite, RequestEntry};
+use ccm_audit::kube::{AUDIT_POLICY, AuditedRequest};
+use ccm_audit::{LeaseWrite, RequestEntry};
 use test_apiserver::{LeaseRecord, RequestRecord};
 
 use crate::binaries::KubeBinaries;
@@ -364,7 +364,7 @@ impl KubeApiServer {
 
     fn audited(&self) -> Vec<AuditedRequest> {
         let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
-        leadermigration::audit::kube::requests(&text).expect("kube-apiserver's audit log reads")
+        ccm_audit::kube::requests(&text).expect("kube-apiserver's audit log reads")
     }
 
     /// Every request so far, from the audit log, in the test API server's record form.
@@ -413,7 +413,7 @@ impl KubeApiServer {
     /// Every Lease write so far, as the overlap audit takes them (from the audit log).
     pub fn lease_writes(&self) -> Vec<LeaseWrite> {
         let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
-        leadermigration::audit::kube::parse(&text)
+        ccm_audit::kube::parse(&text)
             .expect("kube-apiserver's audit log reads")
             .leases
     }

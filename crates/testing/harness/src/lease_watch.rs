@@ -87,7 +87,7 @@ impl LeaseWatch {
 
     /// Every change of holder seen so far. `client_go(identity)` says whether a holder's elector is
     /// client-go's, which sees `renewTime` in whole seconds and so may take a record over up to a second
-    /// before its last renewal expires (see `leadermigration::audit`); the others must wait the full
+    /// before its last renewal expires (see `ccm-audit`); the others must wait the full
     /// lease duration after the last renewal.
     pub fn handoffs(&self, client_go: impl Fn(&str) -> bool) -> Vec<WatchedHandoff> {
         let mut by_lease: BTreeMap<String, Vec<ObservedLease>> = BTreeMap::new();

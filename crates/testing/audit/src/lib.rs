@@ -29,9 +29,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::MigrationConfig;
-use crate::controller_name::ControllerCatalog;
-use crate::filter::{Filter, FilterResult};
+pub use leadermigration::user_agent::{LEADER_ELECTION, UserAgent, is_client_go};
+use leadermigration::{ControllerCatalog, Filter, FilterResult, MigrationConfig};
 
 pub mod kube;
 mod writes;
@@ -40,68 +39,6 @@ mod writes;
 use writes::object_path;
 use writes::resource;
 pub use writes::{POSSIBLE_APPLY_GRACE_US, audit};
-
-/// The controller name used in the `User-Agent` of leader-election requests.
-pub const LEADER_ELECTION: &str = "leader-election";
-
-/// The `User-Agent` of every request a controller manager makes:
-/// `<component>/<version> (<os>/<arch>) <identity>/<controller>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserAgent {
-    /// e.g. `cloud-controller-manager`.
-    pub component: String,
-    /// Binary version.
-    pub version: String,
-    /// `<hostname>_<uuid>`.
-    pub identity: String,
-    /// Canonical controller name, or [`LEADER_ELECTION`].
-    pub controller: String,
-}
-
-impl UserAgent {
-    /// The header value.
-    pub fn render(&self) -> String {
-        format!(
-            "{}/{} ({}/{}) {}/{}",
-            self.component,
-            self.version,
-            std::env::consts::OS,
-            std::env::consts::ARCH,
-            self.identity,
-            self.controller
-        )
-    }
-
-    /// Parses a header value written by [`UserAgent::render`]; other clients give `None`.
-    pub fn parse(text: &str) -> Option<UserAgent> {
-        if is_client_go(text) {
-            return None;
-        }
-        let (head, rest) = text.split_once(" (")?;
-        let (_platform, tail) = rest.split_once(") ")?;
-        let (component, version) = head.split_once('/')?;
-        let (identity, controller) = tail.rsplit_once('/')?;
-        if component.is_empty() || identity.is_empty() || controller.is_empty() || identity.contains(' ') {
-            return None;
-        }
-        Some(UserAgent {
-            component: component.to_owned(),
-            version: version.to_owned(),
-            identity: identity.to_owned(),
-            controller: controller.to_owned(),
-        })
-    }
-}
-
-/// Whether a `User-Agent` is client-go's default (`<binary>/<version> (<os>/<arch>) kubernetes/<commit>`,
-/// with `/<client>` after it when the client was named): the request came from a Go program on
-/// client-go, such as kube-controller-manager or an upstream cloud-controller-manager, whose elector
-/// follows client-go's rules ([`tenures`] judges its takeovers by them).
-pub fn is_client_go(user_agent: &str) -> bool {
-    user_agent
-        .split_once(") ")
-        .is_some_and(|(_, tail)| tail.starts_with("kubernetes/"))
-}
 
 /// One Lease write from the server's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -580,6 +517,23 @@ fn same_record_in_whole_seconds(first: &LeaseWrite, then: &LeaseWrite) -> bool {
 mod tests {
     use super::*;
 
+    /// The catalog of a binary that runs upstream's four cloud controllers, as the framework's built-in
+    /// registry does.
+    fn test_catalog() -> ControllerCatalog {
+        let runnable = |name, migrated_by_default| leadermigration::RunnableController {
+            name,
+            aliases: &[],
+            disabled_by_default: false,
+            migrated_by_default,
+        };
+        ControllerCatalog::kubernetes()
+            .with_runnable(runnable("cloud-node-controller", false))
+            .and_then(|c| c.with_runnable(runnable("cloud-node-lifecycle-controller", true)))
+            .and_then(|c| c.with_runnable(runnable("service-lb-controller", true)))
+            .and_then(|c| c.with_runnable(runnable("node-route-controller", true)))
+            .expect("the built-in controllers fit the catalog")
+    }
+
     const KCM: &str = "kube-controller-manager";
     const CCM: &str = "cloud-controller-manager";
     const MIGRATION: &str = "cloud-provider-extraction-migration";
@@ -622,7 +576,7 @@ mod tests {
     }
 
     fn governance() -> Governance {
-        let catalog = crate::controller_name::test_catalog();
+        let catalog = test_catalog();
         let n = MigrationConfig::load(
             "n",
             include_bytes!("../../../../examples/leader-migration/n.yaml"),
@@ -654,32 +608,6 @@ mod tests {
                 Overlap::UnattributableWrite { .. } => "unattributable",
             })
             .collect()
-    }
-
-    #[test]
-    fn user_agents_round_trip_and_others_are_ignored() {
-        let text = ua(CCM, "host-1.example_7c9e", "service-lb-controller");
-        let parsed = UserAgent::parse(&text).unwrap();
-        assert_eq!(
-            (
-                parsed.component.as_str(),
-                parsed.identity.as_str(),
-                parsed.controller.as_str()
-            ),
-            (CCM, "host-1.example_7c9e", "service-lb-controller")
-        );
-        // client-go's defaults name no process: never read as an identity `kubernetes` or
-        // `kubernetes/<commit>`.
-        for client_go in [
-            "kubectl/v1.33.1 (linux/amd64) kubernetes/4cb5f07",
-            "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/$Format/service-controller",
-        ] {
-            assert_eq!(UserAgent::parse(client_go), None, "{client_go}");
-            assert!(is_client_go(client_go), "{client_go}");
-        }
-        assert!(!is_client_go(&text));
-        assert_eq!(UserAgent::parse("curl/8.0"), None);
-        assert!(!is_client_go("curl/8.0"));
     }
 
     /// A clean migration: kcm-a holds both locks, releases, ccm-b takes the migration lock.
@@ -847,7 +775,7 @@ mod tests {
     fn a_write_by_a_component_that_does_not_own_the_controller_is_an_overlap() {
         let (leases, _) = clean_history();
         // Under the N+1 configuration, kube-controller-manager owns none of the migrated controllers.
-        let catalog = crate::controller_name::test_catalog();
+        let catalog = test_catalog();
         let n1 = MigrationConfig::load(
             "n+1",
             include_bytes!("../../../../examples/leader-migration/n-plus-1.yaml"),

@@ -1,7 +1,7 @@
 //! kube-apiserver's audit log in the test API server's record forms, so a test reads either server's
 //! record the same way.
 
-use leadermigration::audit::kube::AuditedRequest;
+use ccm_audit::kube::AuditedRequest;
 use test_apiserver::RequestRecord;
 
 pub(crate) fn record(seq: u64, audited: AuditedRequest) -> RequestRecord {

@@ -5,8 +5,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use ccm_audit::Governance;
 use controller_manager::ControllerRegistry;
-use leadermigration::audit::Governance;
 use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig};
 
 use crate::Cloud;
@@ -115,11 +115,11 @@ impl Environment {
         let ccm_config = dir.join("leadermigration-n-plus-1.yaml");
         std::fs::write(
             &kcm_config,
-            include_str!("../../../examples/leader-migration/n.yaml"),
+            include_str!("../../../../examples/leader-migration/n.yaml"),
         )?;
         std::fs::write(
             &ccm_config,
-            include_str!("../../../examples/leader-migration/n-plus-1.yaml"),
+            include_str!("../../../../examples/leader-migration/n-plus-1.yaml"),
         )?;
         let cloud_config = dir.join("cloud.conf");
         std::fs::write(&cloud_config, cloud.cloud_config())?;

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use ccm_audit::{CLOUD_VERB, LeaseWrite, RequestEntry, UserAgent};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use leadermigration::audit::{CLOUD_VERB, LeaseWrite, RequestEntry, UserAgent};
 
 /// The API server's admin API, over HTTP(S), through a kube client.
 #[derive(Clone)]
