@@ -96,7 +96,10 @@ fn seeds(target: &str) -> std::path::PathBuf {
 /// Builds the targets with the workspace and runs each for `seconds` from its seeds; a panic, a crash or
 /// a missing seed fails.
 pub(crate) fn smoke(targets: &[&str], seconds: u32) -> Result<()> {
-    exec(cargo().args(["build", "--locked", "-p", "ccm-fuzz", "--bins"]))?;
+    // With the workspace's features as its tests unify them (`--workspace --tests`): after the tests, only
+    // the targets themselves compile. `-p ccm-fuzz` alone unifies features differently, and compiled the
+    // AWS and Google SDKs a second time (minutes, and gigabytes, of a cold CI run).
+    exec(cargo().args(["build", "--locked", "--workspace", "--bins", "--tests"]))?;
     let scratch = target_dir().join("fuzz-smoke");
     for target in targets {
         let seeds = seeds(target);
