@@ -81,7 +81,22 @@ impl FakeCloud {
             };
         }
         let mut state = self.lock();
-        if let Some(object) = request.mutated_object() {
+        // An ensure of a load balancer already as asked changes nothing: the cloud's declarative upsert,
+        // answered without a change to log (so a provider need not read before it ensures).
+        let unchanged = match &request {
+            CloudRequest::EnsureLoadBalancer {
+                name,
+                service,
+                ports,
+                nodes,
+            } => state.load_balancers.get(name).is_some_and(|lb| {
+                let mut sorted = nodes.clone();
+                sorted.sort();
+                &lb.service == service && &lb.ports == ports && lb.nodes == sorted
+            }),
+            _ => false,
+        };
+        if let Some(object) = request.mutated_object().filter(|_| !unchanged) {
             let time_us = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
@@ -327,6 +342,39 @@ mod tests {
                 .await,
             CloudResponse::Error { not_found: true, .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn an_ensure_that_changes_nothing_is_no_write() {
+        let cloud = FakeCloud::default();
+        let ensure = |nodes: &[&str]| CloudRequest::EnsureLoadBalancer {
+            name: "a1".into(),
+            service: "default/s".into(),
+            ports: vec![80],
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+        };
+        let writes = || async {
+            match cloud
+                .handle(CloudRequest::Admin(AdminRequest::Writes { from: 0 }))
+                .await
+            {
+                CloudResponse::Writes { writes } => writes.len(),
+                other => panic!("{other:?}"),
+            }
+        };
+        cloud.handle(ensure(&["b", "a"])).await;
+        assert_eq!(writes().await, 1);
+        // The same load balancer, nodes in another order: answered, nothing changed, nothing logged.
+        let again = cloud.handle(ensure(&["a", "b"])).await;
+        assert!(matches!(
+            again,
+            CloudResponse::LoadBalancer {
+                load_balancer: Some(_)
+            }
+        ));
+        assert_eq!(writes().await, 1);
+        cloud.handle(ensure(&["a"])).await;
+        assert_eq!(writes().await, 2);
     }
 
     #[tokio::test]

@@ -238,27 +238,11 @@ impl LoadBalancer for FakeProvider {
             .and_then(|s| s.ports.as_ref())
             .map(|ports| ports.iter().map(|p| p.port).collect())
             .unwrap_or_default();
-        let name = self.load_balancer_name(cluster_name, service);
-        let (service, nodes) = (service_key(service), node_names(nodes));
-        // Read before writing: a load balancer already as asked is not written again (the service
-        // controller ensures every service at each resync; a write each time would be a write per
-        // service per period, and one more entry in the cloud's audit log).
-        let get = CloudRequest::GetLoadBalancer { name: name.clone() };
-        if let CloudResponse::LoadBalancer {
-            load_balancer: Some(lb),
-        } = self.call(cx, get).await?
-        {
-            let mut sorted = nodes.clone();
-            sorted.sort();
-            if lb.service == service && lb.ports == ports && lb.nodes == sorted {
-                return Ok(status(&lb.ip));
-            }
-        }
         let request = CloudRequest::EnsureLoadBalancer {
-            name,
-            service,
+            name: self.load_balancer_name(cluster_name, service),
+            service: service_key(service),
             ports,
-            nodes,
+            nodes: node_names(nodes),
         };
         match self.call(cx, request).await? {
             CloudResponse::LoadBalancer {
