@@ -201,7 +201,7 @@ impl LoadBalancer for Broken {
             {
                 // Made again under a name of its own, as a provider that names by time or random would.
                 let mut another = service.clone();
-                another.metadata.uid = Some(format!("{:x}", rand_suffix()));
+                another.metadata.uid = Some(uuid::Uuid::new_v4().to_string());
                 inner
                     .ensure_load_balancer(cx, cluster_name, &another, nodes)
                     .await?;
@@ -243,11 +243,6 @@ impl LoadBalancer for Broken {
             .ensure_load_balancer_deleted(cx, cluster_name, service)
             .await
     }
-}
-
-/// A value unlikely to repeat, for a load-balancer name of the broken provider's own.
-fn rand_suffix() -> u128 {
-    uuid::Uuid::new_v4().as_u128()
 }
 
 /// `fixture` whose providers have `fault`.

@@ -14,7 +14,7 @@ use super::{BuildArgs, host_triple, license_text, readme, source_date_epoch, wri
 pub(crate) struct Args {
     #[command(flatten)]
     build: BuildArgs,
-    /// Where to write (default: `<target dir>/dist`). Its previous contents are replaced.
+    /// Where to write (default: dist/ under the target directory). Its previous contents are replaced.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }

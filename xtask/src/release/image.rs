@@ -33,7 +33,7 @@ const CA_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
 pub(crate) struct Args {
     #[command(flatten)]
     build: BuildArgs,
-    /// Where to write (default: `<target dir>/image`).
+    /// Where to write (default: image/ under the target directory).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Image repository prefix, e.g. `registry.example.com/ccm/` (default: none, as deploy/ expects).

@@ -1,0 +1,184 @@
+//! Load balancers: ensured, updated, deleted, adopted.
+
+use super::*;
+
+/// `ensure_load_balancer` makes one load balancer with an address, sending to the nodes given; made again
+/// with the same service and nodes it answers the same and changes nothing in the cloud (no write: the
+/// service controller ensures every service at every resync).
+pub async fn ensure_is_idempotent_and_a_second_ensure_writes_nothing(
+    fixture: &dyn Fixture,
+) -> Result<(), Failure> {
+    let provider = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*provider)?;
+    let (_, a) = launched(fixture, &*provider, "conformance-lb-a").await?;
+    let (_, b) = launched(fixture, &*provider, "conformance-lb-b").await?;
+    let svc = service("idempotent");
+    let cluster = fixture.cluster_name();
+    let first = answer(
+        "ensure_load_balancer",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a, &b]))
+            .await,
+    )?;
+    ensure(has_address(&first), || {
+        format!("ensure_load_balancer answered no address: {first:?}")
+    })?;
+    let made = cloud_load_balancer(fixture, lb, &svc).await?;
+    let Some(made) = made else {
+        return fail(format!(
+            "after ensure_load_balancer the cloud holds no load balancer named {:?}: {:?}",
+            lb.load_balancer_name(cluster, &svc),
+            fixture.load_balancers().await?
+        ));
+    };
+    ensure(made.nodes == names(&[&a, &b]), || {
+        format!("the load balancer sends to {:?}, not the nodes given", made.nodes)
+    })?;
+
+    let writes = fixture.writes().await?;
+    let second = answer(
+        "ensure_load_balancer (again)",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a, &b]))
+            .await,
+    )?;
+    ensure(second == first, || {
+        format!("a second ensure_load_balancer answered {second:?}, the first {first:?}")
+    })?;
+    let after = fixture.writes().await?;
+    ensure(after == writes, || {
+        format!(
+            "a second ensure_load_balancer with nothing changed made {} writes to the cloud; it must make none",
+            after.saturating_sub(writes)
+        )
+    })?;
+    let count = fixture.load_balancers().await?.len();
+    ensure(count == 1, || {
+        format!("after two ensures of one service the cloud holds {count} load balancers")
+    })?;
+    let got = answer(
+        "get_load_balancer",
+        lb.get_load_balancer(&cx(), cluster, &svc).await,
+    )?;
+    ensure(got.as_ref() == Some(&first), || {
+        format!("get_load_balancer answered {got:?}, ensure {first:?}")
+    })
+}
+
+/// `update_load_balancer` (and a new ensure) point the load balancer at exactly the nodes given.
+pub async fn update_follows_the_nodes(fixture: &dyn Fixture) -> Result<(), Failure> {
+    let provider = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*provider)?;
+    let (_, a) = launched(fixture, &*provider, "conformance-up-a").await?;
+    let (_, b) = launched(fixture, &*provider, "conformance-up-b").await?;
+    let svc = service("update");
+    let cluster = fixture.cluster_name();
+    answer(
+        "ensure_load_balancer",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a, &b]))
+            .await,
+    )?;
+    for (step, nodes) in [
+        ("update to a", vec![&a]),
+        ("update to a and b", vec![&a, &b]),
+        ("ensure with b", vec![&b]),
+    ] {
+        if step.starts_with("update") {
+            answer(
+                step,
+                lb.update_load_balancer(&cx(), cluster, &svc, &arcs(&nodes)).await,
+            )?;
+        } else {
+            answer(
+                step,
+                lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&nodes)).await,
+            )?;
+        }
+        let want = names(&nodes);
+        eventually(
+            &format!("{step}: the load balancer sends to {want:?}"),
+            || async {
+                Ok(match cloud_load_balancer(fixture, lb, &svc).await? {
+                    Some(held) if held.nodes == want => Ok(()),
+                    other => Err(format!("{other:?}")),
+                })
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// `ensure_load_balancer_deleted` removes the load balancer, and succeeds when there is none (again, or
+/// never made): the service controller deletes until it is told done.
+pub async fn delete_is_idempotent(fixture: &dyn Fixture) -> Result<(), Failure> {
+    let provider = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*provider)?;
+    let (_, a) = launched(fixture, &*provider, "conformance-del-a").await?;
+    let svc = service("delete");
+    let cluster = fixture.cluster_name();
+    answer(
+        "ensure_load_balancer",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a])).await,
+    )?;
+    answer(
+        "ensure_load_balancer_deleted",
+        lb.ensure_load_balancer_deleted(&cx(), cluster, &svc).await,
+    )?;
+    let held = cloud_load_balancer(fixture, lb, &svc).await?;
+    ensure(held.is_none(), || {
+        format!("after ensure_load_balancer_deleted the cloud still holds {held:?}")
+    })?;
+    let got = answer(
+        "get_load_balancer (deleted)",
+        lb.get_load_balancer(&cx(), cluster, &svc).await,
+    )?;
+    ensure(got.is_none(), || {
+        format!("get_load_balancer of a deleted load balancer answered {got:?}")
+    })?;
+    answer(
+        "ensure_load_balancer_deleted (again)",
+        lb.ensure_load_balancer_deleted(&cx(), cluster, &svc).await,
+    )?;
+    let never = service("never-made");
+    answer(
+        "ensure_load_balancer_deleted (never made)",
+        lb.ensure_load_balancer_deleted(&cx(), cluster, &never).await,
+    )?;
+    let left = fixture.load_balancers().await?;
+    ensure(left.is_empty(), || {
+        format!("load balancers left in the cloud: {left:?}")
+    })
+}
+
+/// A new process's provider (after a restart or a hand-over) finds the load balancer another made, answers
+/// its status, and ensures it without making a second one.
+pub async fn a_new_process_adopts_an_existing_load_balancer(fixture: &dyn Fixture) -> Result<(), Failure> {
+    let old = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*old)?;
+    let (_, a) = launched(fixture, &*old, "conformance-adopt-a").await?;
+    let svc = service("adopt");
+    let cluster = fixture.cluster_name();
+    let made = answer(
+        "ensure_load_balancer (old process)",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a])).await,
+    )?;
+    let new = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*new)?;
+    let got = answer(
+        "get_load_balancer (new process)",
+        lb.get_load_balancer(&cx(), cluster, &svc).await,
+    )?;
+    ensure(got.as_ref() == Some(&made), || {
+        format!("a new process's get_load_balancer answered {got:?}, the old one made {made:?}")
+    })?;
+    let again = answer(
+        "ensure_load_balancer (new process)",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a])).await,
+    )?;
+    ensure(again == made, || {
+        format!("a new process's ensure answered {again:?}, the old one made {made:?}")
+    })?;
+    let count = fixture.load_balancers().await?.len();
+    ensure(count == 1, || {
+        format!("after a new process ensured an existing load balancer the cloud holds {count}")
+    })
+}
