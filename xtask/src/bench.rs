@@ -49,7 +49,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         "-p",
         "bench",
         "-p",
-        "test-apiserver",
+        "kube-ccm-test-apiserver",
     ]))?;
     // Run where the user ran cargo, so that relative paths in the arguments mean what they expect.
     exec(

@@ -86,7 +86,7 @@ fn build() -> Result<()> {
         "-p",
         "cloud-controller-manager",
         "-p",
-        "test-apiserver",
+        "kube-ccm-test-apiserver",
         "-p",
         "bench",
     ]))

@@ -38,7 +38,6 @@ const DEPENDENCIES: &[(&str, &[&str], bool)] = &[
     ("serde", &[], false),
     ("serde_json", &[], false),
     ("tempfile", &[], true),
-    ("test-apiserver", &[], true),
     ("tokio", &[], true),
 ];
 
@@ -77,7 +76,8 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         std::fs::write(&path, contents).with_context(|| format!("cannot write {}", path.display()))?;
     }
     if !inside {
-        for file in ["Cargo.lock", "rustfmt.toml"] {
+        // The lock file, so it builds offline with the same versions; the licence its manifest names.
+        for file in ["Cargo.lock", "rustfmt.toml", "LICENSE"] {
             std::fs::copy(root.join(file), staging.join(file))
                 .with_context(|| format!("cannot copy {file}"))?;
         }
@@ -330,7 +330,6 @@ mod tests {
             // The conformance kit, a dev-dependency, by version as the framework is.
             "kube-ccm-conformance = \"0.1.0\"",
             "kube-ccm-conformance = { path = \"/repo/crates/conformance\" }",
-            "test-apiserver = { path = \"/repo/crates/testing/test-apiserver\" }",
             "[workspace]",
         ] {
             assert!(standalone.lines().any(|l| l == line), "{line} in:\n{standalone}");

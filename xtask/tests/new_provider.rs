@@ -45,7 +45,12 @@ fn the_scaffold_builds_and_its_test_passes() {
     assert!(String::from_utf8_lossy(&created.stdout).contains("binary: acme-cloud-controller-manager"));
 
     let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
-    std::fs::write(dir.join("Cargo.toml"), from_packages(&manifest)).unwrap();
+    let packaged = from_packages(&manifest, &scratch.path().join("packages"));
+    assert!(
+        !packaged.contains(repo().to_str().unwrap()),
+        "the scaffold names nothing in this repository:\n{packaged}"
+    );
+    std::fs::write(dir.join("Cargo.toml"), packaged).unwrap();
 
     let cargo = |args: &[&str]| {
         let output = Command::new(env!("CARGO"))
@@ -76,6 +81,51 @@ fn the_scaffold_builds_and_its_test_passes() {
         tested.contains("test a_node_is_initialised_from_its_instance ... ok"),
         "{tested}"
     );
+    // The conformance kit, from the packages too: every check of the capabilities the scaffold has runs
+    // and passes, and its negative controls fail.
+    let conformance = cargo(&["test", "--offline", "--test", "conformance"]);
+    for check in [
+        "instances_follow_the_instance_through_its_life",
+        "an_outage_is_an_error_never_gone",
+        "nodes_are_initialised_from_the_cloud",
+        "a_node_is_deleted_only_when_its_instance_is_gone",
+        "no_cloud_write_lands_after_the_lock_is_lost",
+        "negative_control_gone_on_error",
+    ] {
+        assert!(
+            conformance.contains(&format!("test {check} ... ok")),
+            "{check}:\n{conformance}"
+        );
+    }
+
+    // Its image, made by this repository's image tooling from the vendor's project.
+    let out = scratch.path().join("image");
+    let image = xtask(&[
+        "image",
+        "--manifest-path",
+        dir.join("Cargo.toml").to_str().unwrap(),
+        "--profile",
+        "dev",
+        "--no-build",
+        "--target-dir",
+        target_dir().join("scaffold").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert!(
+        image.status.success(),
+        "{}",
+        String::from_utf8_lossy(&image.stderr)
+    );
+    let built: serde_json::Value = serde_json::from_slice(&image.stdout).unwrap();
+    let images = built["images"].as_array().unwrap();
+    assert_eq!(images.len(), 1, "{built}");
+    assert_eq!(images[0]["name"], "acme-cloud-controller-manager", "{built}");
+    assert_eq!(images[0]["tag"], "0.1.0", "the vendor's version: {built}");
+    let layout = std::path::PathBuf::from(images[0]["layout"].as_str().unwrap());
+    assert!(layout.join("index.json").is_file(), "{}", layout.display());
 
     // The same name again is refused, and nothing is changed.
     let again = xtask(&["new-provider", "acme", "--path", dir.to_str().unwrap()]);
@@ -84,8 +134,8 @@ fn the_scaffold_builds_and_its_test_passes() {
 }
 
 /// The scaffold's manifest with each crate of its `[patch.crates-io]` (this checkout's, by path) replaced
-/// by that crate as `cargo package` makes it, unpacked.
-fn from_packages(manifest: &str) -> String {
+/// by that crate as `cargo package` makes it, unpacked into `unpacked` (outside this repository).
+fn from_packages(manifest: &str, unpacked: &Path) -> String {
     let (head, patch) = manifest
         .split_once("[patch.crates-io]\n")
         .expect("the scaffold patches crates.io with the framework's crates");
@@ -139,11 +189,7 @@ fn from_packages(manifest: &str) -> String {
         "cargo package failed:\n{}",
         String::from_utf8_lossy(&packaged.stderr)
     );
-    let unpacked = scaffold.join("unpacked");
-    if unpacked.exists() {
-        std::fs::remove_dir_all(&unpacked).unwrap();
-    }
-    std::fs::create_dir_all(&unpacked).unwrap();
+    std::fs::create_dir_all(unpacked).unwrap();
     let mut out = format!("{head}[patch.crates-io]\n");
     for name in names {
         let crate_file = scaffold.join(format!("package/{name}-{version}.crate"));
@@ -151,7 +197,7 @@ fn from_packages(manifest: &str) -> String {
             .arg("-xzf")
             .arg(&crate_file)
             .arg("-C")
-            .arg(&unpacked)
+            .arg(unpacked)
             .status()
             .unwrap();
         assert!(extracted.success(), "tar -xzf {}", crate_file.display());

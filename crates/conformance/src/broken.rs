@@ -2,14 +2,17 @@
 //! promise the controllers rely on; the suite must fail the checks that guard it (and should pass the
 //! others). Run them against your own fixture with [`WithFault`] to see the suite judge your cloud.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cloud_provider::{
-    CallContext, CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, Routes,
+    CallContext, CloudError, CloudProvider, Clusters, InitializeContext, InstanceMetadata, Instances,
+    InstancesV2, LeadingContext, LoadBalancer, Routes, Zones,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use tokio::time::Instant;
 
 use crate::{Capability, CloudLoadBalancer, CloudRoute, Fixture, FixtureError};
 
@@ -37,35 +40,133 @@ impl Fault {
     /// The checks the suite must fail for this fault.
     pub fn failed_checks(self) -> &'static [&'static str] {
         match self {
-            Fault::GoneOnError => &["an_outage_is_an_error_never_gone"],
+            Fault::GoneOnError => &[
+                "an_outage_is_an_error_never_gone",
+                "a_node_is_deleted_only_when_its_instance_is_gone",
+            ],
             Fault::NonIdempotentEnsure => &[
                 "ensure_is_idempotent_and_a_second_ensure_writes_nothing",
                 "a_new_process_adopts_an_existing_load_balancer",
+                "a_service_load_balancer_through_its_life",
             ],
             Fault::IgnoresDeadline => &[
                 "a_call_abandoned_at_its_deadline_writes_nothing_later",
                 "a_cancelled_call_writes_nothing_later",
+                "no_cloud_write_lands_after_the_lock_is_lost",
             ],
         }
     }
 }
 
-/// A provider with `fault`, otherwise `inner`.
+/// A provider with `fault`, otherwise `inner`. Inside the kit the same wrapper, without a fault, notes the
+/// instance and load-balancer calls it forwards: the controllers checks judge from those notes that the
+/// controllers did ask the provider (a check that asked nothing would pass anything).
 pub struct Broken {
     inner: Arc<dyn CloudProvider>,
-    fault: Fault,
+    fault: Option<Fault>,
+    calls: Arc<Calls>,
 }
 
 impl Broken {
     /// `inner` with `fault`.
     pub fn wrap(inner: Arc<dyn CloudProvider>, fault: Fault) -> Arc<dyn CloudProvider> {
-        Arc::new(Broken { inner, fault })
+        Arc::new(Broken {
+            inner,
+            fault: Some(fault),
+            calls: Arc::default(),
+        })
+    }
+
+    /// `inner` unchanged, noting the calls made of it in `calls`.
+    pub(crate) fn watched_into(inner: Arc<dyn CloudProvider>, calls: Arc<Calls>) -> Arc<dyn CloudProvider> {
+        Arc::new(Broken {
+            inner,
+            fault: None,
+            calls,
+        })
     }
 }
 
+/// One call of the provider: which method, when it started and ended, and whether it failed (for a batch,
+/// any of its answers).
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) method: &'static str,
+    pub(crate) started: Instant,
+    pub(crate) ended: Option<Instant>,
+    pub(crate) failed: bool,
+}
+
+/// The calls made of a [`Broken`] provider, in the order they started.
+#[derive(Debug, Default)]
+pub(crate) struct Calls(Mutex<Vec<Call>>);
+
+impl Calls {
+    /// Every call so far.
+    pub(crate) fn all(&self) -> Vec<Call> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    async fn note<T: Outcome>(&self, method: &'static str, call: impl Future<Output = T>) -> T {
+        let index = {
+            let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            log.push(Call {
+                method,
+                started: Instant::now(),
+                ended: None,
+                failed: false,
+            });
+            log.len() - 1
+        };
+        let answer = call.await;
+        let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        log[index].ended = Some(Instant::now());
+        log[index].failed = answer.failed();
+        answer
+    }
+}
+
+/// Whether a call's answer is a failure.
+trait Outcome {
+    fn failed(&self) -> bool;
+}
+
+impl<T> Outcome for Result<T, CloudError> {
+    fn failed(&self) -> bool {
+        self.is_err()
+    }
+}
+
+impl<T> Outcome for Vec<Result<T, CloudError>> {
+    fn failed(&self) -> bool {
+        self.iter().any(Result::is_err)
+    }
+}
+
+#[async_trait]
 impl CloudProvider for Broken {
     fn provider_name(&self) -> &str {
         self.inner.provider_name()
+    }
+
+    async fn initialize(&self, context: InitializeContext) -> Result<(), CloudError> {
+        self.inner.initialize(context).await
+    }
+
+    async fn start_leading(&self, context: LeadingContext) -> Result<(), CloudError> {
+        self.inner.start_leading(context).await
+    }
+
+    fn instances(&self) -> Option<&dyn Instances> {
+        self.inner.instances()
+    }
+
+    fn zones(&self) -> Option<&dyn Zones> {
+        self.inner.zones()
+    }
+
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        self.inner.clusters()
     }
 
     fn owns_provider_id(&self, provider_id: &str) -> bool {
@@ -104,7 +205,7 @@ impl Broken {
 
     fn gone_on_error(&self, answer: Result<bool, CloudError>) -> Result<bool, CloudError> {
         match (self.fault, answer) {
-            (Fault::GoneOnError, Err(_)) => Ok(false),
+            (Some(Fault::GoneOnError), Err(_)) => Ok(false),
             (_, answer) => answer,
         }
     }
@@ -113,16 +214,28 @@ impl Broken {
 #[async_trait]
 impl InstancesV2 for Broken {
     async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
-        let answer = self.instances()?.instance_exists(cx, node).await;
-        self.gone_on_error(answer)
+        self.calls
+            .note("instance_exists", async {
+                let answer = self.instances()?.instance_exists(cx, node).await;
+                self.gone_on_error(answer)
+            })
+            .await
     }
 
     async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
-        self.instances()?.instance_shutdown(cx, node).await
+        self.calls
+            .note("instance_shutdown", async {
+                self.instances()?.instance_shutdown(cx, node).await
+            })
+            .await
     }
 
     async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
-        self.instances()?.instance_metadata(cx, node).await
+        self.calls
+            .note("instance_metadata", async {
+                self.instances()?.instance_metadata(cx, node).await
+            })
+            .await
     }
 
     async fn instance_exists_batch(
@@ -130,15 +243,18 @@ impl InstancesV2 for Broken {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        match self.instances() {
-            Ok(inner) => inner
-                .instance_exists_batch(cx, nodes)
-                .await
-                .into_iter()
-                .map(|answer| self.gone_on_error(answer))
-                .collect(),
-            Err(e) => nodes.iter().map(|_| Err(e.clone())).collect(),
-        }
+        let call = async {
+            match self.instances() {
+                Ok(inner) => inner
+                    .instance_exists_batch(cx, nodes)
+                    .await
+                    .into_iter()
+                    .map(|answer| self.gone_on_error(answer))
+                    .collect(),
+                Err(e) => nodes.iter().map(|_| Err(e.clone())).collect(),
+            }
+        };
+        self.calls.note("instance_exists_batch", call).await
     }
 
     async fn instance_shutdown_batch(
@@ -146,10 +262,13 @@ impl InstancesV2 for Broken {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        match self.instances() {
-            Ok(inner) => inner.instance_shutdown_batch(cx, nodes).await,
-            Err(e) => nodes.iter().map(|_| Err(e.clone())).collect(),
-        }
+        let call = async {
+            match self.instances() {
+                Ok(inner) => inner.instance_shutdown_batch(cx, nodes).await,
+                Err(e) => nodes.iter().map(|_| Err(e.clone())).collect(),
+            }
+        };
+        self.calls.note("instance_shutdown_batch", call).await
     }
 
     async fn instance_metadata_batch(
@@ -157,10 +276,13 @@ impl InstancesV2 for Broken {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
-        match self.instances() {
-            Ok(inner) => inner.instance_metadata_batch(cx, nodes).await,
-            Err(e) => nodes.iter().map(|_| Err(e.clone())).collect(),
-        }
+        let call = async {
+            match self.instances() {
+                Ok(inner) => inner.instance_metadata_batch(cx, nodes).await,
+                Err(e) => nodes.iter().map(|_| Err(e.clone())).collect(),
+            }
+        };
+        self.calls.note("instance_metadata_batch", call).await
     }
 }
 
@@ -172,9 +294,12 @@ impl LoadBalancer for Broken {
         cluster_name: &str,
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
-        self.balancer()?
-            .get_load_balancer(cx, cluster_name, service)
-            .await
+        let call = async {
+            self.balancer()?
+                .get_load_balancer(cx, cluster_name, service)
+                .await
+        };
+        self.calls.note("get_load_balancer", call).await
     }
 
     fn load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
@@ -191,9 +316,52 @@ impl LoadBalancer for Broken {
         service: &Service,
         nodes: &[Arc<Node>],
     ) -> Result<LoadBalancerStatus, CloudError> {
+        let call = self.ensure(cx, cluster_name, service, nodes);
+        self.calls.note("ensure_load_balancer", call).await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<(), CloudError> {
+        let call = async {
+            self.balancer()?
+                .update_load_balancer(cx, cluster_name, service, nodes)
+                .await
+        };
+        self.calls.note("update_load_balancer", call).await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), CloudError> {
+        let call = async {
+            self.balancer()?
+                .ensure_load_balancer_deleted(cx, cluster_name, service)
+                .await
+        };
+        self.calls.note("ensure_load_balancer_deleted", call).await
+    }
+}
+
+impl Broken {
+    /// `ensure_load_balancer` of the inner provider, or broken by the fault.
+    async fn ensure(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<LoadBalancerStatus, CloudError> {
         let inner = self.balancer()?;
         match self.fault {
-            Fault::NonIdempotentEnsure
+            Some(Fault::NonIdempotentEnsure)
                 if inner
                     .get_load_balancer(cx, cluster_name, service)
                     .await?
@@ -207,7 +375,7 @@ impl LoadBalancer for Broken {
                     .await?;
                 inner.ensure_load_balancer(cx, cluster_name, service, nodes).await
             }
-            Fault::IgnoresDeadline => {
+            Some(Fault::IgnoresDeadline) => {
                 let provider = self.inner.clone();
                 let (cluster, service, nodes) = (cluster_name.to_owned(), service.clone(), nodes.to_vec());
                 let detached = tokio::spawn(async move {
@@ -219,29 +387,6 @@ impl LoadBalancer for Broken {
             }
             _ => inner.ensure_load_balancer(cx, cluster_name, service, nodes).await,
         }
-    }
-
-    async fn update_load_balancer(
-        &self,
-        cx: &CallContext,
-        cluster_name: &str,
-        service: &Service,
-        nodes: &[Arc<Node>],
-    ) -> Result<(), CloudError> {
-        self.balancer()?
-            .update_load_balancer(cx, cluster_name, service, nodes)
-            .await
-    }
-
-    async fn ensure_load_balancer_deleted(
-        &self,
-        cx: &CallContext,
-        cluster_name: &str,
-        service: &Service,
-    ) -> Result<(), CloudError> {
-        self.balancer()?
-            .ensure_load_balancer_deleted(cx, cluster_name, service)
-            .await
     }
 }
 

@@ -18,22 +18,37 @@
 //!   load balancers (ensure is idempotent and a second ensure writes nothing, update follows the nodes,
 //!   delete is idempotent, a new process adopts what an old one made), routes, and deadlines (a call
 //!   abandoned at its deadline or cancelled writes nothing afterwards).
-//! - [`broken`]: providers broken on purpose, each wrapping a good one, which the suite must fail: the
+//! - [`controllers`]: the framework's own manager, every built-in controller, with the provider, against
+//!   the in-process test API server (the `kube-ccm-test-apiserver` crate, re-exported as [`test_apiserver`]):
+//!   nodes initialised from the cloud, a service's load balancer through its life (made, following the
+//!   nodes, adopted by a new process, deleted), routes for the nodes' pod ranges, and a node deleted only
+//!   when its instance is gone (never during an outage). Tens of seconds each.
+//! - [`fencing`]: a leading manager's lock taken away with a cloud call in flight: no cloud write lands
+//!   once the lock may have passed to another process.
+//! - [`broken`]: providers broken on purpose, each wrapping a good one, which the suites must fail: the
 //!   negative controls that show a passing suite means something.
 //!
-//! Every check is named as its generated test is; a failure says what was asked, what the provider
-//! answered and what the controllers need instead.
+//! `contract_suite!`, `controllers_suite!` and `fencing_suite!` generate each suite's tests (so a vendor
+//! may run the fast one alone); `negative_controls!` generates the controls over all three. Every check is
+//! named as its generated test is; a failure says what was asked, what the provider answered and what the
+//! controllers need instead.
 
 pub mod broken;
 pub mod contract;
+pub mod controllers;
+pub mod fencing;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use async_trait::async_trait;
 pub use cloud_provider::CloudProvider;
 use k8s_openapi::api::core::v1::Node;
+/// The in-process Kubernetes API server the controllers checks run against: start one in a provider's own
+/// tests (`TestApiServer::start()`) to run its binary against, with no other dependency.
+pub use test_apiserver;
 
 /// A fixture's own failure (the cloud could not be set up as asked), not the provider's.
 pub type FixtureError = Box<dyn std::error::Error + Send + Sync>;
@@ -148,6 +163,49 @@ pub trait Fixture: Send + Sync {
     async fn set_latency(&self, latency: Duration) -> Result<(), FixtureError>;
 }
 
+/// The suite a check belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Suite {
+    /// [`contract`]: the provider asked call by call.
+    Contract,
+    /// [`controllers`]: the manager's controllers with the provider, against an API server.
+    Controllers,
+    /// [`fencing`]: a lock taken away mid-flight.
+    Fencing,
+}
+
+/// One check's future.
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'a>>;
+
+/// A named check.
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub struct Check {
+    /// Its name, which is also its generated test's.
+    pub name: &'static str,
+    /// Its suite.
+    pub suite: Suite,
+    /// Runs it against a fixture.
+    pub run: for<'a> fn(&'a dyn Fixture) -> CheckFuture<'a>,
+}
+
+impl std::fmt::Debug for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Check")
+            .field("name", &self.name)
+            .field("suite", &self.suite)
+            .finish_non_exhaustive()
+    }
+}
+
+crate::__checks!(@list const);
+
+/// The check called `name`.
+pub fn check(name: &str) -> Option<Check> {
+    CHECKS.iter().find(|c| c.name == name).copied()
+}
+
 /// Why a check failed: what was asked, what came back, what the controllers need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure(pub String);
@@ -186,7 +244,7 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs one check against a fixture `make` builds, on a runtime of its own; `Err` says why it failed.
 /// The generated tests call this; call it yourself to run a check outside a test.
-pub fn run_check<F, Fut>(make: impl FnOnce() -> Fut, check: contract::Check) -> Result<Outcome, Failure>
+pub fn run_check<F, Fut>(make: impl FnOnce() -> Fut, check: Check) -> Result<Outcome, Failure>
 where
     F: Fixture + 'static,
     Fut: Future<Output = F>,
@@ -215,19 +273,16 @@ where
     })
 }
 
-/// Runs the check called `name` (see [`contract::CHECKS`]) and panics with its failure: the body of each
-/// generated test.
+/// Runs the check called `name` (see [`CHECKS`]) and panics with its failure: the body of each generated
+/// test.
 #[doc(hidden)]
 pub fn run_named<F, Fut>(make: impl FnOnce() -> Fut, name: &str)
 where
     F: Fixture + 'static,
     Fut: Future<Output = F>,
 {
-    let check = contract::CHECKS
-        .iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no conformance check is called {name}"));
-    match run_check(make, *check) {
+    let check = check(name).unwrap_or_else(|| panic!("no conformance check is called {name}"));
+    match run_check(make, check) {
         Ok(Outcome::Passed) => {}
         // Said where a test runner shows it: not applicable is not passed.
         #[allow(clippy::print_stderr)]
@@ -244,13 +299,10 @@ where
     Fut: Future<Output = F>,
 {
     for name in fault.failed_checks() {
-        let check = contract::CHECKS
-            .iter()
-            .find(|c| c.name == *name)
-            .ok_or_else(|| Failure(format!("{fault:?} names no check {name}")))?;
+        let check = check(name).ok_or_else(|| Failure(format!("{fault:?} names no check {name}")))?;
         let made = make();
         let broken = async move { broken::WithFault::new(made.await, fault) };
-        match run_check(move || broken, *check) {
+        match run_check(move || broken, check) {
             // The fault is in a capability the provider lacks, as its fixture declares.
             Ok(Outcome::NotApplicable(_)) => {}
             Ok(Outcome::Passed) => {
@@ -302,23 +354,40 @@ macro_rules! negative_controls {
     };
 }
 
-/// Generates one `#[test]` per [contract check](contract::CHECKS), each against a fresh fixture from
+/// Generates one `#[test]` per [contract check](contract), each against a fresh fixture from
 /// `$fixture`, an `async fn() -> impl Fixture`. Use it once per test file; wrap it in a module to
 /// generate the suite for several fixtures.
 #[macro_export]
 macro_rules! contract_suite {
     ($fixture:path) => {
-        $crate::__checks!(@list tests $fixture);
+        $crate::__checks!(@list tests contract $fixture);
     };
 }
 
-/// The contract checks' names, in order: the one list [`contract::CHECKS`] and [`contract_suite!`]'s tests
-/// are both made from.
+/// Generates one `#[test]` per [controllers check](controllers), as [`contract_suite!`] does.
+#[macro_export]
+macro_rules! controllers_suite {
+    ($fixture:path) => {
+        $crate::__checks!(@list tests controllers $fixture);
+    };
+}
+
+/// Generates the [fencing check](fencing)'s `#[test]`, as [`contract_suite!`] does.
+#[macro_export]
+macro_rules! fencing_suite {
+    ($fixture:path) => {
+        $crate::__checks!(@list tests fencing $fixture);
+    };
+}
+
+/// Every check's name, by suite, in order: the one list [`CHECKS`] and the suites' generated tests are
+/// all made from.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __checks {
     (@list $($what:tt)*) => {
         $crate::__checks!(@make [$($what)*]
+            contract [
             instances_follow_the_instance_through_its_life,
             metadata_describes_the_instance,
             batch_answers_agree_with_single_answers,
@@ -331,15 +400,36 @@ macro_rules! __checks {
             routes_are_created_listed_and_deleted,
             a_call_abandoned_at_its_deadline_writes_nothing_later,
             a_cancelled_call_writes_nothing_later,
+            ]
+            controllers [
+            nodes_are_initialised_from_the_cloud,
+            a_node_is_deleted_only_when_its_instance_is_gone,
+            a_service_load_balancer_through_its_life,
+            routes_follow_the_nodes,
+            ]
+            fencing [
+            no_cloud_write_lands_after_the_lock_is_lost,
+            ]
         );
     };
-    (@make [const] $($name:ident,)*) => {
-        /// Every contract check, in the order the generated tests list them.
+    (@make [const] contract [$($c:ident,)*] controllers [$($k:ident,)*] fencing [$($f:ident,)*]) => {
+        /// Every check of the three suites, in the order the generated tests list them.
         pub const CHECKS: &[Check] = &[
-            $(Check { name: stringify!($name), run: |fixture| Box::pin($name(fixture)) },)*
+            $(Check { name: stringify!($c), suite: Suite::Contract, run: |fixture| Box::pin(contract::$c(fixture)) },)*
+            $(Check { name: stringify!($k), suite: Suite::Controllers, run: |fixture| Box::pin(controllers::$k(fixture)) },)*
+            $(Check { name: stringify!($f), suite: Suite::Fencing, run: |fixture| Box::pin(fencing::$f(fixture)) },)*
         ];
     };
-    (@make [tests $fixture:path] $($name:ident,)*) => {
+    (@make [tests contract $fixture:path] contract [$($name:ident,)*] $($rest:tt)*) => {
+        $crate::__checks!(@tests $fixture => $($name,)*);
+    };
+    (@make [tests controllers $fixture:path] contract [$($c:ident,)*] controllers [$($name:ident,)*] $($rest:tt)*) => {
+        $crate::__checks!(@tests $fixture => $($name,)*);
+    };
+    (@make [tests fencing $fixture:path] contract [$($c:ident,)*] controllers [$($k:ident,)*] fencing [$($name:ident,)*]) => {
+        $crate::__checks!(@tests $fixture => $($name,)*);
+    };
+    (@tests $fixture:path => $($name:ident,)*) => {
         $(
             #[test]
             fn $name() {
@@ -353,12 +443,15 @@ macro_rules! __checks {
 mod tests {
     #[test]
     fn every_check_has_a_name_of_its_own() {
-        let mut names: Vec<&str> = super::contract::CHECKS.iter().map(|c| c.name).collect();
+        let mut names: Vec<&str> = super::CHECKS.iter().map(|c| c.name).collect();
         let count = names.len();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), count, "{names:?}");
-        assert_eq!(count, 12);
+        let of = |suite| super::CHECKS.iter().filter(|c| c.suite == suite).count();
+        assert_eq!(of(super::Suite::Contract), 12);
+        assert_eq!(of(super::Suite::Controllers), 4);
+        assert_eq!(of(super::Suite::Fencing), 1);
     }
 
     #[test]
@@ -366,10 +459,7 @@ mod tests {
         for fault in super::broken::Fault::ALL {
             assert!(!fault.failed_checks().is_empty(), "{fault:?}");
             for name in fault.failed_checks() {
-                assert!(
-                    super::contract::CHECKS.iter().any(|c| c.name == *name),
-                    "{fault:?}: {name}"
-                );
+                assert!(super::check(name).is_some(), "{fault:?}: {name}");
             }
         }
     }

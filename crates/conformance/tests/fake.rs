@@ -1,4 +1,4 @@
-//! The suite against the fake provider over its HTTP cloud (as the binary runs it: `endpoint` in the
+//! The three suites against the fake provider over its HTTP cloud (as the binary runs it: `endpoint` in the
 //! cloud-config), with the negative controls: the same fixture with broken providers fails.
 
 use std::sync::{Arc, Mutex};
@@ -132,3 +132,5 @@ impl Fixture for FakeFixture {
 
 kube_ccm_conformance::contract_suite!(fake);
 kube_ccm_conformance::negative_controls!(fake);
+kube_ccm_conformance::controllers_suite!(fake);
+kube_ccm_conformance::fencing_suite!(fake);

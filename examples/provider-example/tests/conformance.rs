@@ -1,6 +1,6 @@
-//! The conformance suite against this provider, as a vendor runs it: a fixture over the cloud (here the
-//! state file; for a real cloud, a test account or an emulator), then one line for the suite and one for
-//! its negative controls.
+//! The conformance suites against this provider, as a vendor runs them: a fixture over the cloud (here the
+//! state file; for a real cloud, a test account or an emulator), then one line per suite and one for the
+//! negative controls.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -127,4 +127,6 @@ impl Fixture for ExampleFixture {
 
 kube_ccm_conformance::contract_suite!(example);
 kube_ccm_conformance::negative_controls!(example);
+kube_ccm_conformance::controllers_suite!(example);
+kube_ccm_conformance::fencing_suite!(example);
 // ANCHOR_END: fixture

@@ -8,9 +8,9 @@ use std::time::Duration;
 use kube_ccm::k8s_openapi::api::core::v1::{Node, Service};
 use kube_ccm::kube::Api;
 use kube_ccm::kube::api::{DeleteParams, PostParams};
+use kube_ccm_conformance::test_apiserver::TestApiServer;
 use provider_example::cloud::{Instance, State};
 use serde_json::json;
-use test_apiserver::TestApiServer;
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -26,7 +26,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.build.target_dir().join("dist"));
     let triple = host_triple()?;
-    let epoch = source_date_epoch()?;
+    let epoch = source_date_epoch(&super::project_root(&binaries))?;
     // Everything is written to a sibling directory first and swapped in at the end: an interrupted run
     // leaves the previous distribution as it was.
     let staging = out.with_extension("partial");
@@ -36,12 +36,16 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     let mut sums = String::new();
     for (binary, path) in &binaries {
         let stem = format!("{}-{}-{triple}", binary.bin, binary.version);
-        let sbom = serde_json::to_vec_pretty(&cyclonedx(binary, &tree(&binary.package)?, &[], epoch))?;
+        let sbom = serde_json::to_vec_pretty(&cyclonedx(binary, &tree(binary)?, &[], epoch))?;
         let mut tar = Tar::default();
         let executable = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         tar.file(&format!("{stem}/{}", binary.bin), executable, Meta::root(0o755))?;
         tar.file(&format!("{stem}/README.md"), readme(binary)?, Meta::root(0o644))?;
-        tar.file(&format!("{stem}/LICENSE"), license_text()?, Meta::root(0o644))?;
+        tar.file(
+            &format!("{stem}/LICENSE"),
+            license_text(binary)?,
+            Meta::root(0o644),
+        )?;
         tar.file(&format!("{stem}/sbom.cdx.json"), sbom.clone(), Meta::root(0o644))?;
         let tarball = gzip(&tar.to_bytes(epoch)?)?;
         for (name, bytes) in [

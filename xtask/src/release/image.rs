@@ -67,7 +67,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| args.build.target_dir().join("image"));
-    let epoch = source_date_epoch()?;
+    let epoch = source_date_epoch(&super::project_root(&binaries))?;
     let mut built = Vec::new();
     for (binary, path) in &binaries {
         built.push(build(
@@ -249,7 +249,7 @@ fn labels(binary: &Shipped, epoch: u64) -> BTreeMap<&'static str, String> {
         ("org.opencontainers.image.licenses", binary.license.clone()),
         ("org.opencontainers.image.created", rfc3339(epoch)),
     ]);
-    if let Some(revision) = revision() {
+    if let Some(revision) = revision(&binary.root) {
         labels.insert("org.opencontainers.image.revision", revision);
     }
     labels
@@ -320,8 +320,12 @@ fn app_layer(binary: &Shipped, executable: Vec<u8>, debian: &[DebianPackage], ep
     )?;
     let doc = format!("usr/share/doc/{}", binary.bin);
     tar.file(&format!("{doc}/README.md"), readme(binary)?, Meta::root(0o644))?;
-    tar.file(&format!("{doc}/LICENSE"), license_text()?, Meta::root(0o644))?;
-    let sbom = cyclonedx(binary, &tree(&binary.package)?, debian, epoch);
+    tar.file(
+        &format!("{doc}/LICENSE"),
+        license_text(binary)?,
+        Meta::root(0o644),
+    )?;
+    let sbom = cyclonedx(binary, &tree(binary)?, debian, epoch);
     tar.file(
         &format!("{doc}/sbom.cdx.json"),
         serde_json::to_vec_pretty(&sbom)?,

@@ -2,7 +2,9 @@
 //!
 //! A shipped binary is any binary target of a workspace package whose name ends in
 //! `cloud-controller-manager`: the all-in-one binary, and each provider's own (`cargo xtask new-provider`
-//! scaffolds one), so a new provider ships without editing this file.
+//! scaffolds one), so a new provider ships without editing this file. `--manifest-path` points the same
+//! tooling at another Cargo project (a vendor's, outside this repository): its binaries, its lock file,
+//! its README, LICENSE and commit.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,14 +34,31 @@ pub(crate) struct Shipped {
     pub(crate) version: String,
     /// The package's directory (its README.md is shipped when it has one).
     pub(crate) dir: PathBuf,
+    /// The root of the package's workspace (its Cargo.lock, README.md, LICENSE and git checkout).
+    pub(crate) root: PathBuf,
+    /// The project's `Cargo.toml` when it is not this repository (`--manifest-path`).
+    pub(crate) manifest: Option<PathBuf>,
 }
 
-/// Every shipped binary, from `cargo metadata`, sorted by name.
-pub(crate) fn shipped() -> Result<Vec<Shipped>> {
-    let output = cargo()
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
-        .output()
-        .context("cannot run cargo metadata")?;
+/// `cargo`, pointed at `manifest`'s project when one is given.
+pub(crate) fn cargo_in(manifest: Option<&Path>, args: &[&str]) -> Command {
+    let mut command = cargo();
+    command.args(args);
+    if let Some(manifest) = manifest {
+        command.arg("--manifest-path").arg(manifest);
+    }
+    command
+}
+
+/// Every shipped binary of this repository, or of the project of `manifest`, from `cargo metadata`,
+/// sorted by name.
+pub(crate) fn shipped(manifest: Option<&Path>) -> Result<Vec<Shipped>> {
+    let output = cargo_in(
+        manifest,
+        &["metadata", "--format-version", "1", "--no-deps", "--offline"],
+    )
+    .output()
+    .context("cannot run cargo metadata")?;
     if !output.status.success() {
         bail!(
             "cargo metadata failed: {}",
@@ -47,6 +66,11 @@ pub(crate) fn shipped() -> Result<Vec<Shipped>> {
         );
     }
     let metadata: Value = serde_json::from_slice(&output.stdout).context("cargo metadata's output")?;
+    let root = PathBuf::from(
+        metadata["workspace_root"]
+            .as_str()
+            .context("cargo metadata names no workspace_root")?,
+    );
     let mut found = Vec::new();
     for package in metadata["packages"].as_array().into_iter().flatten() {
         for target in package["targets"].as_array().into_iter().flatten() {
@@ -66,6 +90,8 @@ pub(crate) fn shipped() -> Result<Vec<Shipped>> {
                         .parent()
                         .map(Path::to_path_buf)
                         .unwrap_or_default(),
+                    root: root.clone(),
+                    manifest: manifest.map(Path::to_path_buf),
                 });
             }
         }
@@ -110,6 +136,10 @@ pub(crate) struct BuildArgs {
     /// Cargo's target directory (default: CARGO_TARGET_DIR, else target/).
     #[arg(long, value_name = "DIR")]
     pub(crate) target_dir: Option<PathBuf>,
+    /// Ship the binaries of another Cargo project (a provider built on kube-ccm outside this repository)
+    /// instead of this repository's: its `Cargo.toml`.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) manifest_path: Option<PathBuf>,
 }
 
 impl BuildArgs {
@@ -119,17 +149,22 @@ impl BuildArgs {
 
     /// Builds (unless `--no-build`) and returns each binary with its path.
     pub(crate) fn binaries(&self) -> Result<Vec<(Shipped, PathBuf)>> {
-        let chosen = select(shipped()?, &self.bins)?;
+        if let Some(manifest) = &self.manifest_path
+            && !manifest.is_file()
+        {
+            bail!("--manifest-path {}: no such file", manifest.display());
+        }
+        let chosen = select(shipped(self.manifest_path.as_deref())?, &self.bins)?;
         if chosen.is_empty() {
             bail!("this workspace has no binary named *cloud-controller-manager");
         }
         let target_dir = self.target_dir();
         if !self.no_build {
-            let mut build = cargo();
-            build
-                .args(["build", "--locked", "--profile", &self.profile])
-                .arg("--target-dir")
-                .arg(&target_dir);
+            let mut build = cargo_in(
+                self.manifest_path.as_deref(),
+                &["build", "--locked", "--profile", &self.profile],
+            );
+            build.arg("--target-dir").arg(&target_dir);
             for s in &chosen {
                 build.args(["--package", &s.package, "--bin", &s.bin]);
             }
@@ -166,30 +201,43 @@ pub(crate) fn host_triple() -> Result<String> {
         .context("rustc -vV printed no host")
 }
 
-/// The README shipped beside `binary`: its package's own, else the repository's.
+/// The first of `names` that is a file in the package's directory or its workspace's root.
+fn beside(binary: &Shipped, name: &str) -> Result<Vec<u8>> {
+    let candidates = [binary.dir.join(name), binary.root.join(name)];
+    let path = candidates.iter().find(|p| p.is_file()).with_context(|| {
+        format!(
+            "{} has no {name}, nor has {}: one is shipped beside the binary",
+            binary.dir.display(),
+            binary.root.display()
+        )
+    })?;
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// The README shipped beside `binary`: its package's own, else its workspace's.
 pub(crate) fn readme(binary: &Shipped) -> Result<Vec<u8>> {
-    let own = binary.dir.join("README.md");
-    let path = if own.is_file() {
-        own
-    } else {
-        repo_root().join("README.md")
-    };
-    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+    beside(binary, "README.md")
 }
 
-/// The licence text shipped beside every binary.
-pub(crate) fn license_text() -> Result<Vec<u8>> {
-    let path = repo_root().join("LICENSE");
-    std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+/// The licence text shipped beside `binary`: its package's, else its workspace's.
+pub(crate) fn license_text(binary: &Shipped) -> Result<Vec<u8>> {
+    beside(binary, "LICENSE")
 }
 
-/// The commit being shipped (`git rev-parse HEAD`), with `-dirty` when the work tree has changes; None
-/// outside a git checkout.
-pub(crate) fn revision() -> Option<String> {
+/// The root of the project being shipped: this repository's, or that of `--manifest-path`.
+pub(crate) fn project_root(binaries: &[(Shipped, PathBuf)]) -> PathBuf {
+    binaries
+        .first()
+        .map_or_else(repo_root, |(shipped, _)| shipped.root.clone())
+}
+
+/// The commit being shipped (`git rev-parse HEAD` in `root`), with `-dirty` when the work tree has
+/// changes; None outside a git checkout.
+pub(crate) fn revision(root: &Path) -> Option<String> {
     let git = |args: &[&str]| {
         Command::new("git")
             .args(args)
-            .current_dir(repo_root())
+            .current_dir(root)
             .output()
             .ok()
             .filter(|o| o.status.success())
@@ -201,8 +249,9 @@ pub(crate) fn revision() -> Option<String> {
 }
 
 /// The build time stamped on archives and images: `SOURCE_DATE_EPOCH` when set (the reproducible-builds
-/// convention), else the last commit's time, else 0. Never the clock, so rebuilding gives the same bytes.
-pub(crate) fn source_date_epoch() -> Result<u64> {
+/// convention), else the last commit's time in `root`, else 0. Never the clock, so rebuilding gives the
+/// same bytes.
+pub(crate) fn source_date_epoch(root: &Path) -> Result<u64> {
     if let Ok(value) = std::env::var("SOURCE_DATE_EPOCH") {
         return value
             .trim()
@@ -211,7 +260,7 @@ pub(crate) fn source_date_epoch() -> Result<u64> {
     }
     let output = Command::new("git")
         .args(["log", "-1", "--format=%ct"])
-        .current_dir(repo_root())
+        .current_dir(root)
         .output();
     Ok(output
         .ok()
@@ -276,6 +325,8 @@ mod tests {
             license: String::new(),
             version: "0.1.0".into(),
             dir: PathBuf::new(),
+            root: PathBuf::new(),
+            manifest: None,
         };
         let all = vec![
             s("cloud-controller-manager", "cloud-controller-manager"),

@@ -9,8 +9,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::archive::sha256;
-use super::{Shipped, rfc3339};
-use crate::shell::{cargo, repo_root};
+use super::{Shipped, cargo_in, rfc3339};
 
 /// One crate of the dependency tree.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,19 +44,24 @@ pub(crate) struct Tree {
     root: String,
 }
 
-/// Reads the tree with `cargo tree` (offline, locked) and the checksums from `Cargo.lock`.
-pub(crate) fn tree(package: &str) -> Result<Tree> {
-    let output = cargo()
-        .args([
-            "tree",
-            "--locked",
-            "--offline",
-            "--edges",
-            "normal",
-            "--prefix",
-            "depth",
-        ])
-        .args(["--format", "{p}|{l}", "--package", package])
+/// Reads the tree of `binary`'s package with `cargo tree` (offline, locked) and the checksums from its
+/// workspace's `Cargo.lock`.
+pub(crate) fn tree(binary: &Shipped) -> Result<Tree> {
+    let package = binary.package.as_str();
+    let args = [
+        "tree",
+        "--locked",
+        "--offline",
+        "--edges",
+        "normal",
+        "--prefix",
+        "depth",
+        "--format",
+        "{p}|{l}",
+        "--package",
+        package,
+    ];
+    let output = cargo_in(binary.manifest.as_deref(), &args)
         .output()
         .context("cannot run cargo tree")?;
     if !output.status.success() {
@@ -66,7 +70,9 @@ pub(crate) fn tree(package: &str) -> Result<Tree> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let lock = std::fs::read_to_string(repo_root().join("Cargo.lock")).context("cannot read Cargo.lock")?;
+    let lock_path = binary.root.join("Cargo.lock");
+    let lock = std::fs::read_to_string(&lock_path)
+        .with_context(|| format!("cannot read {}", lock_path.display()))?;
     parse_tree(&String::from_utf8_lossy(&output.stdout), &checksums(&lock))
 }
 
@@ -256,6 +262,8 @@ mod tests {
             license: "Apache-2.0".into(),
             version: "0.1.0".into(),
             dir: std::path::PathBuf::new(),
+            root: std::path::PathBuf::new(),
+            manifest: None,
         };
         let deb = [DebianPackage {
             name: "libc6".into(),

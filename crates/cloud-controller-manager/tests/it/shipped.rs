@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// The test-tooling crates, by their names in code.
 const TOOLING: [&str; 5] = [
-    "test_apiserver",
+    "kube_ccm_test_apiserver",
     "control_plane",
     "harness",
     "compute_double",

@@ -6,11 +6,10 @@
 //! write does *not* land, watch for a fixed window ([`WATCH`]), the one place a fixed wait is the test.
 //!
 //! Rooms: `lookups.rs` (instances and provider IDs), `balancers.rs` (load balancers), `routing.rs`
-//! (routes), `deadlines.rs` (calls abandoned at their deadline or cancelled); here, the list of checks and
-//! what they share.
+//! (routes), `deadlines.rs` (calls abandoned at their deadline or cancelled); here, what they share. The
+//! list of every check, of all three suites, is [`crate::CHECKS`].
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,29 +18,6 @@ use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Capability, CloudLoadBalancer, CloudRoute, Failure, Fixture, NOT_APPLICABLE};
-
-/// One check's future.
-pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'a>>;
-
-/// A named check.
-#[derive(Clone, Copy)]
-#[non_exhaustive]
-pub struct Check {
-    /// Its name, which is also its generated test's.
-    pub name: &'static str,
-    /// Runs it against a fixture.
-    pub run: for<'a> fn(&'a dyn Fixture) -> CheckFuture<'a>,
-}
-
-impl std::fmt::Debug for Check {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Check")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-crate::__checks!(@list const);
 
 mod balancers;
 mod deadlines;
@@ -59,7 +35,7 @@ pub const SETTLE: Duration = Duration::from_secs(30);
 /// Each call's deadline in the checks that do not test deadlines.
 const CALL: Duration = Duration::from_secs(30);
 
-fn cx() -> CallContext {
+pub(crate) fn cx() -> CallContext {
     CallContext::new(
         tokio::time::Instant::now() + CALL,
         CancellationToken::new(),
@@ -67,11 +43,11 @@ fn cx() -> CallContext {
     )
 }
 
-fn fail<T>(message: impl Into<String>) -> Result<T, Failure> {
+pub(crate) fn fail<T>(message: impl Into<String>) -> Result<T, Failure> {
     Err(Failure(message.into()))
 }
 
-fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failure> {
+pub(crate) fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failure> {
     if condition {
         Ok(())
     } else {
@@ -79,24 +55,36 @@ fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failu
     }
 }
 
-fn answer<T>(what: &str, outcome: Result<T, CloudError>) -> Result<T, Failure> {
+pub(crate) fn answer<T>(what: &str, outcome: Result<T, CloudError>) -> Result<T, Failure> {
     outcome.map_err(|e| Failure(format!("{what}: the provider failed: {e}")))
 }
 
 /// Polls `probe` for at most [`SETTLE`] until it answers `Ok(Ok(value))`; `Ok(Err(seen))` means not yet
 /// (the failure names `what` and the last thing seen), `Err` fails at once.
-async fn eventually<T, F>(what: &str, mut probe: impl FnMut() -> F) -> Result<T, Failure>
+pub(crate) async fn eventually<T, F>(what: &str, probe: impl FnMut() -> F) -> Result<T, Failure>
 where
     F: Future<Output = Result<Result<T, String>, Failure>>,
 {
-    let deadline = tokio::time::Instant::now() + SETTLE;
+    eventually_within(SETTLE, what, probe).await
+}
+
+/// [`eventually`], for at most `limit`.
+pub(crate) async fn eventually_within<T, F>(
+    limit: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> F,
+) -> Result<T, Failure>
+where
+    F: Future<Output = Result<Result<T, String>, Failure>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         let seen = match probe().await? {
             Ok(value) => return Ok(value),
             Err(seen) => seen,
         };
         if tokio::time::Instant::now() >= deadline {
-            return fail(format!("{what}: not so within {SETTLE:?}; last seen: {seen}"));
+            return fail(format!("{what}: not so within {limit:?}; last seen: {seen}"));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -110,7 +98,7 @@ fn is<T: PartialEq + std::fmt::Debug>(answer: Result<T, CloudError>, want: T) ->
     }
 }
 
-fn instances(provider: &dyn CloudProvider) -> Result<&dyn InstancesV2, Failure> {
+pub(crate) fn instances(provider: &dyn CloudProvider) -> Result<&dyn InstancesV2, Failure> {
     provider.instances_v2().ok_or_else(|| {
         Failure(
             "the provider has no InstancesV2 (CloudProvider::instances_v2 is None): the node controllers need it"
@@ -142,7 +130,7 @@ fn capability<'p, T: ?Sized>(
     }
 }
 
-fn load_balancer<'p>(
+pub(crate) fn load_balancer<'p>(
     fixture: &dyn Fixture,
     provider: &'p dyn CloudProvider,
 ) -> Result<&'p dyn LoadBalancer, Failure> {
@@ -154,7 +142,10 @@ fn load_balancer<'p>(
     )
 }
 
-fn routes<'p>(fixture: &dyn Fixture, provider: &'p dyn CloudProvider) -> Result<&'p dyn Routes, Failure> {
+pub(crate) fn routes<'p>(
+    fixture: &dyn Fixture,
+    provider: &'p dyn CloudProvider,
+) -> Result<&'p dyn Routes, Failure> {
     capability(fixture, Capability::Routes, provider.routes(), "route controller")
 }
 
@@ -165,7 +156,7 @@ fn initialised(node: &Node, provider_id: &str) -> Node {
     node
 }
 
-fn name_of(node: &Node) -> String {
+pub(crate) fn name_of(node: &Node) -> String {
     node.metadata.name.clone().unwrap_or_default()
 }
 
@@ -236,7 +227,7 @@ async fn cloud_load_balancer(
     Ok(mine.pop())
 }
 
-fn has_address(status: &LoadBalancerStatus) -> bool {
+pub(crate) fn has_address(status: &LoadBalancerStatus) -> bool {
     status.ingress.iter().flatten().any(|i| {
         i.ip.as_deref().is_some_and(|s| !s.is_empty()) || i.hostname.as_deref().is_some_and(|s| !s.is_empty())
     })

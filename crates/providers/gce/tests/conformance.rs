@@ -128,3 +128,5 @@ impl Fixture for GceFixture {
 
 kube_ccm_conformance::contract_suite!(gce);
 kube_ccm_conformance::negative_controls!(gce);
+kube_ccm_conformance::controllers_suite!(gce);
+kube_ccm_conformance::fencing_suite!(gce);

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use test_apiserver::{Config, TestApiServer};
+use kube_ccm_test_apiserver::{Config, TestApiServer};
 
 /// A test double of the Kubernetes API server (plain HTTP on loopback; never for production).
 #[derive(Debug, Parser)]

@@ -220,3 +220,5 @@ impl Fixture for AwsFixture {
 
 kube_ccm_conformance::contract_suite!(aws);
 kube_ccm_conformance::negative_controls!(aws);
+kube_ccm_conformance::controllers_suite!(aws);
+kube_ccm_conformance::fencing_suite!(aws);

@@ -7,8 +7,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use kube_ccm_test_apiserver::{Config, TestApiServer};
 use serde_json::json;
-use test_apiserver::{Config, TestApiServer};
 
 fn configmap(name: &str, data: serde_json::Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
@@ -579,10 +579,10 @@ async fn objects_need_an_existing_namespace_and_valid_names() {
 /// and the counters say how many went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounded_logs_never_hand_out_a_silent_gap() {
-    let server = TestApiServer::start_with(test_apiserver::Config {
+    let server = TestApiServer::start_with(kube_ccm_test_apiserver::Config {
         admin: true,
         log_limit: 5,
-        ..test_apiserver::Config::default()
+        ..kube_ccm_test_apiserver::Config::default()
     })
     .await
     .unwrap();

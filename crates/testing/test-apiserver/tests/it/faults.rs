@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
-use test_apiserver::{FaultAction, FaultSpec, TestApiServer};
+use kube_ccm_test_apiserver::{FaultAction, FaultSpec, TestApiServer};
 
 fn maps(server: &TestApiServer, user_agent: &str) -> Api<ConfigMap> {
     Api::namespaced(server.client_with(&server.admin_token(), user_agent), "default")

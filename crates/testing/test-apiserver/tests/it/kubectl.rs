@@ -1,7 +1,7 @@
 //! The real kubectl keeps the server honest.
 
+use kube_ccm_test_apiserver::TestApiServer;
 use serde_json::{Value, json};
-use test_apiserver::TestApiServer;
 
 use crate::support::{kubectl, kubectl_with_input, ok};
 

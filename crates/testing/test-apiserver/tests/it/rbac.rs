@@ -2,8 +2,8 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
+use kube_ccm_test_apiserver::{Config, TestApiServer, UserInfo};
 use serde_json::json;
-use test_apiserver::{Config, TestApiServer, UserInfo};
 
 use crate::support::{kubectl_with_input, ok};
 

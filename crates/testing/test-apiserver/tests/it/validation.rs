@@ -5,8 +5,8 @@ use http::Request;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_ccm_test_apiserver::TestApiServer;
 use serde_json::{Value, json};
-use test_apiserver::TestApiServer;
 
 use crate::support::{kubectl_with_input, ok};
 
