@@ -14,6 +14,7 @@ mod fuzz;
 mod kube;
 mod new_provider;
 mod release;
+mod semver;
 mod shell;
 mod test;
 mod tools;

@@ -6,7 +6,8 @@
 //! real kube-apiserver, kube-controller-manager and etcd (`cargo xtask kube`; a machine without Go skips
 //! their tests, loudly, but not under CI). What the machine kind truly lacks (a Docker engine) is left out
 //! by name, so nextest counts it as skipped, and named again at the end of the run. Then, for a full run:
-//! `cargo fmt --check`, `cargo clippy -D warnings`, `cargo doc` with warnings refused, the tests (with cargo-nextest: a process per test and
+//! `cargo fmt --check`, `cargo clippy -D warnings`, `cargo doc` with warnings refused, the semver check
+//! against the last release (`semver.rs`), the tests (with cargo-nextest: a process per test and
 //! time limits, so a hang cannot stall the run), and a 60 s chaos run (`cargo xtask chaos`).
 
 use anyhow::{Result, bail};
@@ -63,6 +64,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
                 .args(["doc", "--workspace", "--no-deps", "--locked"])
                 .env("RUSTDOCFLAGS", "-D warnings"),
         )?;
+        crate::semver::check()?;
     }
     let selection: Vec<String> = if full {
         vec!["--workspace".into()]

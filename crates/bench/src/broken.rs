@@ -214,7 +214,7 @@ impl CloudProvider for BrokenProvider {
         self.inner.owns_provider_id(provider_id)
     }
 
-    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), cloud_provider::Refused> {
         self.inner.check_provider_id(provider_id)
     }
 

@@ -70,3 +70,42 @@ mod tests {
         );
     }
 }
+
+/// Why a check says no: a provider ID the provider cannot interpret
+/// ([`crate::CloudProvider::check_provider_id`]), a flag's value ([`crate::flags::FlagCheck`]), the
+/// settings a controller needs, a health check. Its text is what the operator reads (a start-up error, an
+/// Event, `/healthz`): say what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(String);
+
+impl Refused {
+    /// Refused because of `reason` (e.g. "not of the form gce://<project>/<zone>/<instance>").
+    pub fn new(reason: impl Into<String>) -> Refused {
+        Refused(reason.into())
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Refused {
+        Refused(reason)
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(reason: &str) -> Refused {
+        Refused(reason.to_owned())
+    }
+}

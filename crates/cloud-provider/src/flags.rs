@@ -9,6 +9,7 @@
 //! flag's [`Flag::check`]. The provider reads the values in
 //! [`InitializeContext::flags`](crate::InitializeContext::flags), a controller in its settings.
 
+use crate::Refused;
 use std::collections::BTreeMap;
 
 /// How a flag takes its value.
@@ -57,9 +58,9 @@ impl FlagValue {
 }
 
 /// A value check: `Err(reason)` refuses the value, and the manager does not start.
-pub type FlagCheck = fn(&FlagValue) -> Result<(), String>;
+pub type FlagCheck = fn(&FlagValue) -> Result<(), Refused>;
 
-fn accept(_: &FlagValue) -> Result<(), String> {
+fn accept(_: &FlagValue) -> Result<(), Refused> {
     Ok(())
 }
 

@@ -16,6 +16,7 @@
 //! [`read`] turns a file into [`Item`]s (section headers and keys, with their line numbers) and leaves
 //! their meaning to the provider; names are compared case-insensitively by the caller, as gcfg does.
 
+use crate::Refused;
 use std::fmt;
 
 /// A cloud-config the provider cannot use.
@@ -117,11 +118,11 @@ pub fn read(text: &str) -> Result<Vec<Item>, ConfigError> {
 }
 
 /// A gcfg boolean: `true`/`yes`/`on`/`1`, `false`/`no`/`off`/`0`/empty, any case.
-pub fn boolean(value: &str) -> Result<bool, String> {
+pub fn boolean(value: &str) -> Result<bool, Refused> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" | "" => Ok(false),
-        _ => Err(format!("{value:?} is not a boolean (true/false)")),
+        _ => Err(Refused::new(format!("{value:?} is not a boolean (true/false)"))),
     }
 }
 
@@ -235,6 +236,6 @@ mod tests {
         for no in ["false", "No", "off", "0", ""] {
             assert_eq!(boolean(no), Ok(false));
         }
-        assert!(boolean("maybe").unwrap_err().contains("\"maybe\""));
+        assert!(boolean("maybe").unwrap_err().reason().contains("\"maybe\""));
     }
 }

@@ -39,7 +39,7 @@ pub mod service;
 pub use caches::{CacheEvent, FixedCaches, NoCaches, SharedCaches};
 pub use cidr::{Cidr, CidrError};
 pub use context::{CallContext, CallObserver, LockValidity};
-pub use error::CloudError;
+pub use error::{CloudError, Refused};
 pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, default_load_balancer_name};

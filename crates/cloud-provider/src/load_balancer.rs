@@ -24,6 +24,81 @@ pub fn default_load_balancer_name(service: &Service) -> String {
 
 /// A cloud's load balancers (upstream's `LoadBalancer`). Every method must be idempotent: a call abandoned
 /// at its deadline is made again, perhaps by another process.
+///
+/// # Example
+///
+/// Load balancers kept in a map, named as upstream names them (so a new process finds the one an old one
+/// made): ensure makes or updates, and changes nothing when nothing changed; delete of a missing one is
+/// done already.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+///
+/// use async_trait::async_trait;
+/// use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+/// use kube_ccm_provider::{CallContext, CloudError, LoadBalancer};
+///
+/// #[derive(Default)]
+/// struct Balancers(Mutex<BTreeMap<String, Vec<String>>>);
+///
+/// fn status() -> LoadBalancerStatus {
+///     let ingress = LoadBalancerIngress { ip: Some("203.0.113.10".into()), ..Default::default() };
+///     LoadBalancerStatus { ingress: Some(vec![ingress]) }
+/// }
+///
+/// #[async_trait]
+/// impl LoadBalancer for Balancers {
+///     async fn get_load_balancer(
+///         &self, _cx: &CallContext, cluster: &str, service: &Service,
+///     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
+///         let name = self.load_balancer_name(cluster, service);
+///         Ok(self.0.lock().unwrap().contains_key(&name).then(status))
+///     }
+///
+///     async fn ensure_load_balancer(
+///         &self, cx: &CallContext, cluster: &str, service: &Service, nodes: &[Arc<Node>],
+///     ) -> Result<LoadBalancerStatus, CloudError> {
+///         self.update_load_balancer(cx, cluster, service, nodes).await?;
+///         Ok(status())
+///     }
+///
+///     async fn update_load_balancer(
+///         &self, _cx: &CallContext, cluster: &str, service: &Service, nodes: &[Arc<Node>],
+///     ) -> Result<(), CloudError> {
+///         let wanted: Vec<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
+///         let name = self.load_balancer_name(cluster, service);
+///         let mut held = self.0.lock().unwrap();
+///         if held.get(&name) != Some(&wanted) {
+///             held.insert(name, wanted); // the only write, and only when something changed
+///         }
+///         Ok(())
+///     }
+///
+///     async fn ensure_load_balancer_deleted(
+///         &self, _cx: &CallContext, cluster: &str, service: &Service,
+///     ) -> Result<(), CloudError> {
+///         self.0.lock().unwrap().remove(&self.load_balancer_name(cluster, service));
+///         Ok(())
+///     }
+/// }
+///
+/// let service: Service = serde_json::from_value(serde_json::json!({
+///     "metadata": {"name": "web", "uid": "5a1f-77"}, "spec": {"type": "LoadBalancer"},
+/// })).unwrap();
+/// let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap();
+/// let (balancers, cx) = (Balancers::default(), CallContext::with_timeout(Duration::from_secs(5)));
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// for _ in 0..2 {
+///     let made = runtime.block_on(balancers.ensure_load_balancer(&cx, "k", &service, &[Arc::new(node.clone())]));
+///     assert_eq!(made.unwrap(), status());
+/// }
+/// assert_eq!(balancers.0.lock().unwrap().len(), 1, "ensured twice, one load balancer");
+/// runtime.block_on(balancers.ensure_load_balancer_deleted(&cx, "k", &service)).unwrap();
+/// runtime.block_on(balancers.ensure_load_balancer_deleted(&cx, "k", &service)).unwrap();
+/// assert!(runtime.block_on(balancers.get_load_balancer(&cx, "k", &service)).unwrap().is_none());
+/// ```
 #[async_trait]
 pub trait LoadBalancer: Send + Sync {
     /// The load balancer's status, or `None` when it does not exist.

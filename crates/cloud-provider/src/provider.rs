@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::flags::FlagValues;
-use crate::{CallContext, CloudError, Instances, InstancesV2, LoadBalancer, Routes};
+use crate::{CallContext, CloudError, Instances, InstancesV2, LoadBalancer, Refused, Routes};
 
 /// What a provider gets when the manager starts, on every replica, before any election.
 #[derive(Clone)]
@@ -70,6 +70,66 @@ pub trait Clusters: Send + Sync {
 /// [`CloudProvider::start_leading`] and ends when its `stop` fires. (Upstream calls `Initialize` after
 /// winning leadership instead, again for each migration lock; here a provider gets one call per leadership
 /// of the main lock.)
+///
+/// # Example
+///
+/// A cloud of instances only, held in a map (node name → zone); the controllers that need load balancers or
+/// routes are skipped, saying why:
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::time::Duration;
+///
+/// use async_trait::async_trait;
+/// use k8s_openapi::api::core::v1::Node;
+/// use kube_ccm_provider::{CallContext, CloudError, CloudProvider, InstanceMetadata, InstancesV2};
+///
+/// struct Tiny {
+///     running: BTreeMap<String, String>,
+/// }
+///
+/// #[async_trait]
+/// impl CloudProvider for Tiny {
+///     fn provider_name(&self) -> &str {
+///         "tiny"
+///     }
+///
+///     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+///         Some(self)
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl InstancesV2 for Tiny {
+///     async fn instance_exists(&self, _cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+///         Ok(self.running.contains_key(node.metadata.name.as_deref().unwrap_or_default()))
+///     }
+///
+///     async fn instance_shutdown(&self, _cx: &CallContext, _node: &Node) -> Result<bool, CloudError> {
+///         Ok(false)
+///     }
+///
+///     async fn instance_metadata(&self, _cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
+///         let name = node.metadata.name.clone().unwrap_or_default();
+///         let zone = self.running.get(&name).ok_or(CloudError::InstanceNotFound)?;
+///         Ok(InstanceMetadata {
+///             provider_id: format!("tiny://{name}"),
+///             zone: zone.clone(),
+///             ..InstanceMetadata::default()
+///         })
+///     }
+/// }
+///
+/// let cloud = Tiny { running: BTreeMap::from([("n1".to_owned(), "z1".to_owned())]) };
+/// let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap();
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// let cx = CallContext::with_timeout(Duration::from_secs(5));
+/// let instances = cloud.instances_v2().expect("Tiny has instances");
+/// assert!(runtime.block_on(instances.instance_exists(&cx, &node)).unwrap());
+/// let metadata = runtime.block_on(instances.instance_metadata(&cx, &node)).unwrap();
+/// assert_eq!((metadata.provider_id.as_str(), metadata.zone.as_str()), ("tiny://n1", "z1"));
+/// assert!(cloud.load_balancer().is_none() && cloud.check_provider_id("tiny://n1").is_ok());
+/// ```
 #[async_trait]
 pub trait CloudProvider: std::any::Any + Send + Sync {
     /// The provider's name, also the scheme of its provider IDs (`<name>://…`).
@@ -103,12 +163,15 @@ pub trait CloudProvider: std::any::Any + Send + Sync {
     /// whatever the provider would have answered for it. By default an ID is interpretable when its scheme
     /// is the provider's name and something other than slashes follows `://`; a provider whose IDs have a
     /// stricter form says so here (AWS: an instance or Fargate ID; GCE: `gce://<project>/<zone>/<name>`).
-    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), Refused> {
         match provider_id.split_once("://") {
             Some((scheme, rest)) if scheme == self.provider_name() && !rest.trim_matches('/').is_empty() => {
                 Ok(())
             }
-            _ => Err(format!("not of the form {}://<instance>", self.provider_name())),
+            _ => Err(Refused::new(format!(
+                "not of the form {}://<instance>",
+                self.provider_name()
+            ))),
         }
     }
 
@@ -176,7 +239,7 @@ mod tests {
         check("gce://p/z/n", false);
         check("fakes://node-1", false);
         assert_eq!(
-            Named.check_provider_id("x").unwrap_err(),
+            Named.check_provider_id("x").unwrap_err().to_string(),
             "not of the form fake://<instance>"
         );
     }

@@ -19,6 +19,7 @@ pub type ProviderFactory = Box<
 
 /// Why a provider cannot be registered or built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Two factories for one name.
     #[error("cloud provider {0:?} was registered twice")]

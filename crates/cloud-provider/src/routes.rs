@@ -25,7 +25,53 @@ pub struct Route {
     pub blackhole: bool,
 }
 
-/// A cloud's routes (upstream's `Routes`).
+/// A cloud's routes (upstream's `Routes`). The route controller lists them every period, creates the
+/// missing ones and deletes those of nodes that are gone; creating a route the cloud holds already must not
+/// make a second.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Mutex;
+/// use std::time::Duration;
+///
+/// use async_trait::async_trait;
+/// use kube_ccm_provider::{CallContext, CloudError, Route, Routes};
+///
+/// #[derive(Default)]
+/// struct Table(Mutex<Vec<Route>>);
+///
+/// #[async_trait]
+/// impl Routes for Table {
+///     async fn list_routes(&self, _cx: &CallContext, _cluster: &str) -> Result<Vec<Route>, CloudError> {
+///         Ok(self.0.lock().unwrap().clone())
+///     }
+///
+///     async fn create_route(
+///         &self, _cx: &CallContext, _cluster: &str, name_hint: &str, route: &Route,
+///     ) -> Result<(), CloudError> {
+///         let mut table = self.0.lock().unwrap();
+///         if !table.iter().any(|r| r.destination_cidr == route.destination_cidr) {
+///             table.push(Route { name: name_hint.to_owned(), ..route.clone() });
+///         }
+///         Ok(())
+///     }
+///
+///     async fn delete_route(&self, _cx: &CallContext, _cluster: &str, route: &Route) -> Result<(), CloudError> {
+///         self.0.lock().unwrap().retain(|r| r.destination_cidr != route.destination_cidr);
+///         Ok(())
+///     }
+/// }
+///
+/// let (table, cx) = (Table::default(), CallContext::with_timeout(Duration::from_secs(5)));
+/// let route = Route { target_node: "n1".into(), destination_cidr: "10.244.1.0/24".into(), ..Route::default() };
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// runtime.block_on(table.create_route(&cx, "k", "uid-1", &route)).unwrap();
+/// runtime.block_on(table.create_route(&cx, "k", "uid-1", &route)).unwrap();
+/// assert_eq!(runtime.block_on(table.list_routes(&cx, "k")).unwrap().len(), 1);
+/// runtime.block_on(table.delete_route(&cx, "k", &route)).unwrap();
+/// assert!(runtime.block_on(table.list_routes(&cx, "k")).unwrap().is_empty());
+/// ```
 #[async_trait]
 pub trait Routes: Send + Sync {
     /// Every route of the cluster.

@@ -162,6 +162,7 @@ impl ClientFactory {
 
 /// Why a client cannot be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The identity or component makes an invalid header.
     #[error("the User-Agent {0:?} is not a valid header value (the identity must be ASCII)")]

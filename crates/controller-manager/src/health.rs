@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+use cloud_provider::Refused;
+
+type Check = Arc<dyn Fn() -> Result<(), Refused> + Send + Sync>;
 
 /// Named checks for `/healthz` (and `/livez`) and for `/readyz`, and notes for `/readyz?verbose` (why a
 /// controller is skipped).
@@ -20,7 +22,7 @@ pub struct Verdict {
     /// Every check passed.
     pub ok: bool,
     /// `(name, Ok | Err(why))` per check, sorted by name.
-    pub checks: Vec<(String, Result<(), String>)>,
+    pub checks: Vec<(String, Result<(), Refused>)>,
     /// `(name, note)`: facts shown with the verbose output, never failing it.
     pub notes: Vec<(String, String)>,
 }
@@ -41,7 +43,7 @@ fn run(checks: &Mutex<BTreeMap<String, Check>>) -> Verdict {
         .iter()
         .map(|(n, c)| (n.clone(), c.clone()))
         .collect();
-    let results: Vec<(String, Result<(), String>)> =
+    let results: Vec<(String, Result<(), Refused>)> =
         checks.into_iter().map(|(name, check)| (name, check())).collect();
     Verdict {
         ok: results.iter().all(|(_, r)| r.is_ok()),
@@ -55,7 +57,7 @@ impl Health {
     pub fn add_health_check(
         &self,
         name: &str,
-        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+        check: impl Fn() -> Result<(), Refused> + Send + Sync + 'static,
     ) {
         self.health
             .lock()
@@ -75,7 +77,7 @@ impl Health {
     pub fn add_readiness_check(
         &self,
         name: &str,
-        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+        check: impl Fn() -> Result<(), Refused> + Send + Sync + 'static,
     ) {
         self.readiness
             .lock()
@@ -134,7 +136,7 @@ mod tests {
             verdict.checks,
             [
                 ("a".to_owned(), Ok(())),
-                ("b".to_owned(), Err("broken".to_owned()))
+                ("b".to_owned(), Err(Refused::new("broken")))
             ]
         );
         health.remove_health_check("b");

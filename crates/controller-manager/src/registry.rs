@@ -13,7 +13,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use cloud_provider::{CloudProvider, ProviderRegistry, RegistryError};
+use cloud_provider::{CloudProvider, ProviderRegistry, Refused, RegistryError};
 use futures::future::BoxFuture;
 use leadermigration::{CatalogError, ControllerCatalog, ControllerName, RunnableController};
 
@@ -62,11 +62,11 @@ impl fmt::Display for Capability {
 type Run = Arc<dyn Fn(ControllerContext) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// A settings check: `Err(reason)` when the settings turn the controller off.
-pub type SettingsCheck = fn(&ControllerSettings) -> Result<(), String>;
+pub type SettingsCheck = fn(&ControllerSettings) -> Result<(), Refused>;
 
 /// A check of a controller's flags together: `Err(problem)` stops the manager's start when the controller
 /// is enabled (and its provider chosen).
-pub type FlagsCheck = fn(&FlagValues) -> Result<(), String>;
+pub type FlagsCheck = fn(&FlagValues) -> Result<(), Refused>;
 
 /// One controller: how it is named, when it runs, and how.
 #[derive(Clone)]
@@ -213,7 +213,9 @@ impl ControllerDefinition {
 
     /// The first problem [`ControllerDefinition::validated_by`]'s checks find in `flags`.
     pub fn flags_problem(&self, flags: &FlagValues) -> Option<String> {
-        self.flags_checks.iter().find_map(|check| check(flags).err())
+        self.flags_checks
+            .iter()
+            .find_map(|check| check(flags).err().map(|r| r.to_string()))
     }
 
     /// The provider it belongs to, if any.
@@ -236,7 +238,7 @@ impl ControllerDefinition {
             .iter()
             .find_map(|check| check(settings).err())
         {
-            return Some(reason);
+            return Some(reason.to_string());
         }
         self.requires
             .iter()
@@ -248,7 +250,7 @@ impl ControllerDefinition {
     pub fn settings_skip_reason(&self, settings: &ControllerSettings) -> Option<String> {
         self.settings_checks
             .iter()
-            .find_map(|check| check(settings).err())
+            .find_map(|check| check(settings).err().map(|r| r.to_string()))
     }
 
     /// What it needs beyond its settings, in words (`instances`, `--cloud-provider=aws`), for `plan`.

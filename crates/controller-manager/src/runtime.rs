@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::events::EventType;
 use crate::plan::{PlannedController, plan_controllers};
 use async_trait::async_trait;
+use cloud_provider::Refused;
 use cloud_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -35,6 +36,7 @@ use crate::transport::Fence;
 
 /// Why the manager stopped or could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManagerError {
     /// A client could not be built from the configuration.
     #[error("cannot build a Kubernetes client: {0}")]
@@ -167,7 +169,7 @@ impl Manager {
         let stopping = shutdown.clone();
         self.health.add_readiness_check("shutdown", move || {
             if stopping.is_cancelled() {
-                Err("shutting down".to_owned())
+                Err("shutting down".into())
             } else {
                 Ok(())
             }
@@ -312,7 +314,8 @@ impl Runner {
                 Err(error) => {
                     tracing::error!(%error, "the cloud provider failed to start leading; retrying");
                     let message = format!("the cloud provider failed to start leading: {error}");
-                    self.health.add_health_check(CHECK, move || Err(message.clone()));
+                    self.health
+                        .add_health_check(CHECK, move || Err(message.clone().into()));
                 }
             }
             tokio::select! {
@@ -369,7 +372,7 @@ impl Runner {
         self.health
             .add_readiness_check(&readiness, move || match &*lock(&check) {
                 Some(started) if started.iter().all(|s| *s.borrow()) => Ok(()),
-                _ => Err("controllers are still starting".to_owned()),
+                _ => Err("controllers are still starting".into()),
             });
         let mut tasks = Vec::new();
         let mut started: Vec<watch::Receiver<bool>> = Vec::new();
@@ -423,14 +426,15 @@ impl Runner {
             let stuck_after = self.settings.stuck_after();
             self.health.add_health_check(name.as_str(), move || {
                 if let Some(why) = check.get() {
-                    return Err(why.clone());
+                    return Err(why.clone().into());
                 }
                 match queue.longest_running() {
                     Some(running) if running > stuck_after => Err(format!(
                         "stuck: one unit of work has been running for {}s (more than {}s)",
                         running.as_secs(),
                         stuck_after.as_secs()
-                    )),
+                    )
+                    .into()),
                     _ => Ok(()),
                 }
             });
@@ -553,14 +557,16 @@ impl ScopeRunner for Runner {
         };
         let own = state.clone();
         let own_check = check.clone();
-        self.health.add_health_check(&name, move || own_check(&own));
+        self.health
+            .add_health_check(&name, move || own_check(&own).map_err(Refused::from));
         // Upstream's name for the same check (`leaderElection`), over every lock of this process, so existing
         // probes keep working.
         let mut electors = lock(&self.electors);
         electors.insert(lease_name.to_owned(), Arc::new(move || check(&state)));
         let all: Vec<ElectorCheck> = electors.values().cloned().collect();
-        self.health
-            .add_health_check("leaderElection", move || all.iter().try_for_each(|check| check()));
+        self.health.add_health_check("leaderElection", move || {
+            all.iter().try_for_each(|check| check()).map_err(Refused::from)
+        });
     }
 }
 

@@ -33,6 +33,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a controller cannot act as its service account.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServiceAccountError {
     /// The account could not be read or made.
     #[error(

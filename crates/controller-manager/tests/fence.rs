@@ -95,7 +95,7 @@ async fn failing(health: &Health, check: &str) -> String {
     loop {
         let verdict = health.health();
         if let Some((_, Err(why))) = verdict.checks.iter().find(|(name, _)| name == check) {
-            return why.clone();
+            return why.to_string();
         }
         assert!(Instant::now() < deadline, "{check} never failed: {verdict:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -149,6 +149,7 @@ pub struct CatalogEntry {
 
 /// Why a controller cannot be added to a catalog.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CatalogError {
     /// The name or one of its aliases already names another controller, or this one twice.
     #[error("controller name {name:?} is already registered (by {existing})")]

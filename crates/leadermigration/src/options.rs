@@ -12,6 +12,7 @@ use crate::controller_name::ControllerCatalog;
 
 /// Why the leader-migration flags cannot be applied.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MigrationOptionsError {
     /// The file named by `--leader-migration-config` cannot be read.
     #[error("--leader-migration-config: cannot read {path}: {source}")]

@@ -157,6 +157,7 @@ pub trait ScopeRunner: Send + Sync + 'static {
 
 /// Why the scopes stopped, other than a requested shutdown.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScopesError {
     /// The election settings cannot work.
     #[error(transparent)]
@@ -183,6 +184,7 @@ pub enum ScopesError {
 
 /// Why a scope's controllers were being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopCause {
     /// The process shuts down (SIGTERM).
     Shutdown,

@@ -21,6 +21,7 @@ pub struct LeaseTimings {
 
 /// Timings that cannot work; messages name the flags.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TimingsError {
     /// The Lease's duration field holds whole seconds in an int32.
     #[error(

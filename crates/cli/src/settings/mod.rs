@@ -757,7 +757,7 @@ pub(crate) mod tests {
                     .text()
                     .parse::<u32>()
                     .map(|_| ())
-                    .map_err(|_| format!("{:?} is not a whole number", value.text()))
+                    .map_err(|_| format!("{:?} is not a whole number", value.text()).into())
             }),
             ControllerFlag::bool("tagging-controller-enable-batching", "false", "Batching."),
         ];
@@ -856,7 +856,7 @@ pub(crate) mod tests {
             "Ranges.",
         )
         .checked(|value| match value.items().iter().find(|i| !i.contains('/')) {
-            Some(bad) => Err(format!("{bad:?} is not a CIDR")),
+            Some(bad) => Err(format!("{bad:?} is not a CIDR").into()),
             None => Ok(()),
         })];
         let mut registry = with_controller_flags();

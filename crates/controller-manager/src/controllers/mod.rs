@@ -80,12 +80,12 @@ fn builtin() -> Vec<ControllerDefinition> {
 }
 
 /// `--configure-cloud-routes` and a `--cluster-cidr` to configure them in.
-fn routes_configured(settings: &ControllerSettings) -> Result<(), String> {
+fn routes_configured(settings: &ControllerSettings) -> Result<(), cloud_provider::Refused> {
     if !settings.configure_cloud_routes {
-        Err("--configure-cloud-routes is false".to_owned())
+        Err("--configure-cloud-routes is false".into())
     } else if settings.cluster_cidrs.is_empty() {
         // Upstream exits at start-up here; skipping keeps the other controllers running.
-        Err("--cluster-cidr is not set (routes are configured for pod CIDRs inside it)".to_owned())
+        Err("--cluster-cidr is not set (routes are configured for pod CIDRs inside it)".into())
     } else {
         Ok(())
     }

@@ -296,7 +296,7 @@ impl CloudConfig {
                 other => Err(format!("{other:?} is not Managed or empty")),
             },
             "disablesecuritygroupingress" => {
-                self.disable_security_group_ingress = boolean(value)?;
+                self.disable_security_group_ingress = boolean(value).map_err(|e| e.to_string())?;
                 Ok(true)
             }
             "nodeipfamilies" => {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName, NetworkInterface, NetworkInterfaceStatus};
-use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
+use cloud_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2, Refused};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 pub use crate::ZONE_ID_LABEL;
@@ -50,14 +50,13 @@ pub enum NodeKey {
 }
 
 /// Whether this provider can interpret `provider_id`: an instance's or a Fargate node's; why not otherwise.
-pub fn check_provider_id(provider_id: &str) -> Result<(), String> {
+pub fn check_provider_id(provider_id: &str) -> Result<(), Refused> {
     if instance_id_of(provider_id).is_some() || fargate::ip_of(provider_id).is_some() {
         Ok(())
     } else {
-        Err(
-            "not an AWS instance's (aws:///<zone>/i-…, aws:////i-… or i-…) nor a Fargate node's (aws:///<zone>/…/fargate-<ip>)"
-                .to_owned(),
-        )
+        Err(Refused::new(
+            "not an AWS instance's (aws:///<zone>/i-…, aws:////i-… or i-…) nor a Fargate node's (aws:///<zone>/…/fargate-<ip>)",
+        ))
     }
 }
 
@@ -109,7 +108,10 @@ pub fn key_of(node: &Node) -> Result<NodeKey, String> {
         }
         return Err(format!(
             "provider ID {provider_id:?} cannot be interpreted: {}",
-            check_provider_id(provider_id).err().unwrap_or_default()
+            check_provider_id(provider_id)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
         ));
     }
     // A node named for its instance (`i-….<region>.compute.internal`, the resource-name scheme) is looked up

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use cloud_provider::{
-    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Routes,
+    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Refused, Routes,
 };
 use tokio::sync::Mutex;
 
@@ -136,7 +136,7 @@ impl CloudProvider for AwsProvider {
         Ok(())
     }
 
-    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), Refused> {
         instances::check_provider_id(provider_id)
     }
 

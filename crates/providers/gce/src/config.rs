@@ -177,11 +177,11 @@ impl CloudConfig {
             }
             "node-instance-prefix" => one(&mut self.node_instance_prefix),
             "regional" => {
-                self.regional = boolean(value)?;
+                self.regional = boolean(value).map_err(|e| e.to_string())?;
                 Ok(true)
             }
             "multizone" => {
-                self.multizone = boolean(value)?;
+                self.multizone = boolean(value).map_err(|e| e.to_string())?;
                 Ok(true)
             }
             "api-endpoint" => {

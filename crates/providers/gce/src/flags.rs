@@ -11,8 +11,8 @@
 //! Values are comma-separated CIDRs, each read as its network (`10.1.2.3/8` is `10.0.0.0/8`), sorted,
 //! without repeats. A repeated flag adds to the list (upstream refuses a second use).
 
-use cloud_provider::Cidr;
 use cloud_provider::flags::{Flag, FlagValue};
+use cloud_provider::{Cidr, Refused};
 
 /// L3/L4 source ranges.
 pub const LB_SOURCE_RANGES: &str = "cloud-provider-gce-lb-src-cidrs";
@@ -39,8 +39,8 @@ pub const FLAGS: &[Flag] = &[
     .checked(check),
 ];
 
-fn check(value: &FlagValue) -> Result<(), String> {
-    source_ranges(value.items()).map(drop)
+fn check(value: &FlagValue) -> Result<(), Refused> {
+    source_ranges(value.items()).map(drop).map_err(Refused::from)
 }
 
 /// The ranges `items` name: networks, sorted as text, without repeats; at least one.

@@ -14,7 +14,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use cloud_provider::{
-    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Routes,
+    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Refused, Routes,
 };
 use google_cloud_compute_v1::model;
 use google_cloud_gax::error::Error as GaxError;
@@ -216,10 +216,10 @@ impl CloudProvider for GceProvider {
         PROVIDER_NAME
     }
 
-    fn check_provider_id(&self, provider_id: &str) -> Result<(), String> {
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), Refused> {
         instances::parse_provider_id(provider_id)
             .map(drop)
-            .ok_or_else(|| "not of the form gce://<project>/<zone>/<instance>".to_owned())
+            .ok_or_else(|| Refused::new("not of the form gce://<project>/<zone>/<instance>"))
     }
 
     /// Takes the provider's flags ([`flags`]): checked already, a flag the binary does not declare keeps

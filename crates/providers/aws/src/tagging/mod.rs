@@ -131,49 +131,52 @@ pub fn parse_tags(items: &[String]) -> Result<BTreeMap<String, String>, String> 
     Ok(tags)
 }
 
-fn check_tags(value: &FlagValue) -> Result<(), String> {
-    parse_tags(value.items()).map(|_| ())
+fn check_tags(value: &FlagValue) -> Result<(), cloud_provider::Refused> {
+    parse_tags(value.items())
+        .map(|_| ())
+        .map_err(cloud_provider::Refused::from)
 }
 
-fn check_resources(value: &FlagValue) -> Result<(), String> {
+fn check_resources(value: &FlagValue) -> Result<(), cloud_provider::Refused> {
     match value.items().iter().find(|r| r.as_str() != INSTANCE) {
         Some(other) => Err(format!(
             "{other} is not a supported resource. Current supported resources [{INSTANCE}]"
-        )),
+        )
+        .into()),
         None => Ok(()),
     }
 }
 
-fn not_negative(value: &FlagValue) -> Result<(), String> {
+fn not_negative(value: &FlagValue) -> Result<(), cloud_provider::Refused> {
     match value.text().trim().parse::<f64>() {
         Ok(rate) if rate >= 0.0 && rate.is_finite() => Ok(()),
-        _ => Err(format!("{:?} must be a number, not less than zero", value.text())),
+        _ => Err(format!("{:?} must be a number, not less than zero", value.text()).into()),
     }
 }
 
-fn whole_not_negative(value: &FlagValue) -> Result<(), String> {
+fn whole_not_negative(value: &FlagValue) -> Result<(), cloud_provider::Refused> {
     value
         .text()
         .trim()
         .parse::<u32>()
         .map(|_| ())
-        .map_err(|_| format!("{:?} must be a whole number, not less than zero", value.text()))
+        .map_err(|_| format!("{:?} must be a whole number, not less than zero", value.text()).into())
 }
 
-fn positive(value: &FlagValue) -> Result<(), String> {
+fn positive(value: &FlagValue) -> Result<(), cloud_provider::Refused> {
     match value.text().trim().parse::<u32>() {
         Ok(n) if n > 0 => Ok(()),
-        _ => Err(format!("{:?} must be a positive number", value.text())),
+        _ => Err(format!("{:?} must be a positive number", value.text()).into()),
     }
 }
 
 /// Upstream's `Validate`, for an enabled controller.
-pub fn required(flags: &FlagValues) -> Result<(), String> {
+pub fn required(flags: &FlagValues) -> Result<(), cloud_provider::Refused> {
     if flags.items("tags").is_empty() {
-        return Err("--tags must not be empty and must be a form of key=value".to_owned());
+        return Err("--tags must not be empty and must be a form of key=value".into());
     }
     if flags.items("resources").is_empty() {
-        return Err("--resources must not be empty".to_owned());
+        return Err("--resources must not be empty".into());
     }
     Ok(())
 }
@@ -228,7 +231,9 @@ mod tests {
             BTreeMap::from([("k".to_owned(), "v=w".to_owned())])
         );
         assert_eq!(
-            check_resources(&FlagValue::List(items(&["instance", "volume"]))).unwrap_err(),
+            check_resources(&FlagValue::List(items(&["instance", "volume"])))
+                .unwrap_err()
+                .reason(),
             "volume is not a supported resource. Current supported resources [instance]"
         );
         assert!(not_negative(&FlagValue::Value("-1".into())).is_err());
@@ -241,10 +246,14 @@ mod tests {
         assert!(
             required(&flags)
                 .unwrap_err()
+                .reason()
                 .starts_with("--tags must not be empty")
         );
         flags.insert("tags", FlagValue::List(items(&["a=b"])));
-        assert_eq!(required(&flags).unwrap_err(), "--resources must not be empty");
+        assert_eq!(
+            required(&flags).unwrap_err().reason(),
+            "--resources must not be empty"
+        );
         flags.insert("resources", FlagValue::List(items(&["instance"])));
         assert_eq!(required(&flags), Ok(()));
     }

@@ -462,7 +462,7 @@ mod tests {
         flags.insert("enable-multi-networking", FlagValue::Bool(true));
         assert_eq!(
             no_gke_features(&flags).unwrap_err(),
-            "--enable-multi-networking is not implemented here; run without it"
+            "--enable-multi-networking is not implemented here; run without it".into()
         );
     }
 

@@ -42,6 +42,7 @@
 //!   allocator's networks (the cloud allocator takes each node's from Compute).
 //! - An unparsable `--service-cluster-ip-range` stops the start (upstream warns and ignores it).
 
+use cloud_provider::Refused;
 use controller_manager::{
     CachedNode, ControllerContext, ControllerDefinition, ControllerFlag, ControllerSettings, FlagValue,
     FlagValues, event_reference,
@@ -121,22 +122,24 @@ pub const FLAGS: &[ControllerFlag] = &[
     ),
 ];
 
-fn check_service_ranges(value: &FlagValue) -> Result<(), String> {
-    Stack::of_service_ranges(value.text()).map(drop)
+fn check_service_ranges(value: &FlagValue) -> Result<(), Refused> {
+    Stack::of_service_ranges(value.text())
+        .map(drop)
+        .map_err(Refused::from)
 }
 
-fn check_mask(value: &FlagValue) -> Result<(), String> {
+fn check_mask(value: &FlagValue) -> Result<(), Refused> {
     match value.text().trim().parse::<u8>() {
         Ok(size) if size <= 128 => Ok(()),
-        _ => Err(format!("{:?} is not a mask size", value.text())),
+        _ => Err(format!("{:?} is not a mask size", value.text()).into()),
     }
 }
 
 /// GKE's features this controller does not implement are off.
-pub fn no_gke_features(flags: &FlagValues) -> Result<(), String> {
+pub fn no_gke_features(flags: &FlagValues) -> Result<(), Refused> {
     for flag in ["enable-multi-subnet-cluster", "enable-multi-networking"] {
         if flags.is_true(flag) {
-            return Err(format!("--{flag} is not implemented here; run without it"));
+            return Err(format!("--{flag} is not implemented here; run without it").into());
         }
     }
     Ok(())
@@ -144,18 +147,16 @@ pub fn no_gke_features(flags: &FlagValues) -> Result<(), String> {
 
 /// `--allocate-node-cidrs` and `--cidr-allocator-type=CloudAllocator`, or `RangeAllocator` with a
 /// `--cluster-cidr` its mask sizes fit.
-pub fn allocator_configured(settings: &ControllerSettings) -> Result<(), String> {
+pub fn allocator_configured(settings: &ControllerSettings) -> Result<(), Refused> {
     if !settings.allocate_node_cidrs {
-        return Err(
-            "--allocate-node-cidrs is false (upstream: the AllocateNodeCIDRs is not enabled)".to_owned(),
-        );
+        return Err("--allocate-node-cidrs is false (upstream: the AllocateNodeCIDRs is not enabled)".into());
     }
     match settings.cidr_allocator_type.as_str() {
         CLOUD_ALLOCATOR => Ok(()),
-        RANGE_ALLOCATOR => range_sets(settings).map(drop),
+        RANGE_ALLOCATOR => range_sets(settings).map(drop).map_err(Refused::from),
         other => Err(format!(
             "--cidr-allocator-type is {other:?}; this controller implements {CLOUD_ALLOCATOR} and {RANGE_ALLOCATOR}"
-        )),
+        ).into()),
     }
 }
 
@@ -219,6 +220,7 @@ mod tests {
         assert!(
             allocator_configured(&settings)
                 .unwrap_err()
+                .reason()
                 .contains("--allocate-node-cidrs is false")
         );
         settings.allocate_node_cidrs = true;
@@ -229,6 +231,7 @@ mod tests {
         assert!(
             allocator_configured(&settings)
                 .unwrap_err()
+                .reason()
                 .contains("--cluster-cidr is empty")
         );
         settings.cluster_cidrs = Cidr::parse_list("10.64.0.0/14,fd00:10::/56").unwrap();
@@ -241,6 +244,7 @@ mod tests {
         assert!(
             allocator_configured(&settings)
                 .unwrap_err()
+                .reason()
                 .contains("single-stack")
         );
         settings.cluster_cidrs = Cidr::parse_list("10.64.0.0/14").unwrap();
@@ -250,12 +254,14 @@ mod tests {
         assert!(
             allocator_configured(&settings)
                 .unwrap_err()
+                .reason()
                 .contains("does not fit")
         );
         settings.cidr_allocator_type = "IPAMFromCluster".to_owned();
         assert!(
             allocator_configured(&settings)
                 .unwrap_err()
+                .reason()
                 .contains("\"IPAMFromCluster\"")
         );
         settings.cidr_allocator_type = CLOUD_ALLOCATOR.to_owned();
