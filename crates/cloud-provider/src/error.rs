@@ -79,7 +79,7 @@ mod tests {
 pub struct Refused(String);
 
 impl Refused {
-    /// Refused because of `reason` (e.g. "not of the form gce://<project>/<zone>/<instance>").
+    /// Refused because of `reason` (e.g. `not of the form gce://<project>/<zone>/<instance>`).
     pub fn new(reason: impl Into<String>) -> Refused {
         Refused(reason.into())
     }
