@@ -10,8 +10,8 @@ use leadermigration::LeaseTimings;
 use leadermigration::scopes::LossPolicy;
 use test_apiserver::{FaultAction, FaultSpec};
 
-use crate::contract::{ensure, eventually_within, fail, load_balancer};
-use crate::controllers::{Cluster, IDENTITY, REACT, cloud_load_balancers_when, create_service};
+use crate::contract::{ensure, fail, load_balancer};
+use crate::controllers::{Cluster, IDENTITY, cloud_load_balancers_when, create_service};
 use crate::{FIXTURE_FAILED, Failure, Fixture};
 
 /// The manager's Lease.
@@ -55,22 +55,14 @@ pub async fn no_cloud_write_lands_after_the_lock_is_lost(fixture: &dyn Fixture) 
     fixture.set_latency(HOLD).await?;
     let asked = tokio::time::Instant::now();
     create_service(&cluster, "second").await?;
-    eventually_within(
-        REACT,
-        "the manager's ensure of the second service, in flight",
-        || async {
-            let in_flight = cluster
-                .calls_of(&["ensure_load_balancer"])
-                .iter()
-                .any(|c| c.started >= asked && c.ended.is_none());
-            Ok(if in_flight {
-                Ok(())
-            } else {
-                Err("not yet".to_owned())
-            })
-        },
-    )
-    .await?;
+    cluster
+        .until_called(
+            "the manager's ensure of the second service, in flight",
+            "ensure_load_balancer",
+            asked,
+            |c| c.ended.is_none(),
+        )
+        .await?;
     let cut = tokio::time::Instant::now();
     cluster.server.add_fault(FaultSpec {
         user_agent: Some("cloud-controller-manager".into()),

@@ -206,6 +206,25 @@ impl<'f> Cluster<'f> {
             .map_err(|e| kube_failed(&format!("set node {name} Ready={status}"), e))
     }
 
+    /// Waits until a call of `method` began at or after `since` that `wanted` accepts (see [`Call`]).
+    pub(crate) async fn until_called(
+        &self,
+        what: &str,
+        method: &str,
+        since: tokio::time::Instant,
+        wanted: impl Fn(&Call) -> bool,
+    ) -> Result<(), Failure> {
+        eventually_within(REACT, what, || async {
+            let calls = self.calls_of(&[method]);
+            Ok(if calls.iter().any(|c| c.started >= since && wanted(c)) {
+                Ok(())
+            } else {
+                Err(format!("{} calls of {method}, none so", calls.len()))
+            })
+        })
+        .await
+    }
+
     /// The calls made so far of method `method` (any of `methods`), in order.
     pub(crate) fn calls_of(&self, methods: &[&str]) -> Vec<Call> {
         self.calls

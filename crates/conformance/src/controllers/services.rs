@@ -115,19 +115,14 @@ pub async fn a_service_load_balancer_through_its_life(fixture: &dyn Fixture) -> 
     running.stop().await?;
     let restarted = tokio::time::Instant::now();
     let running = cluster.run(None).await?;
-    eventually_within(REACT, "the new manager's ensure of the service", || async {
-        let ensured = cluster
-            .calls_of(&["ensure_load_balancer"])
-            .iter()
-            .filter(|c| c.started >= restarted && c.ended.is_some())
-            .count();
-        Ok(if ensured > 0 {
-            Ok(())
-        } else {
-            Err("not yet".to_owned())
-        })
-    })
-    .await?;
+    cluster
+        .until_called(
+            "the new manager's ensure of the service",
+            "ensure_load_balancer",
+            restarted,
+            |c| c.ended.is_some(),
+        )
+        .await?;
     let all = fixture.load_balancers().await?;
     ensure(all.len() == 1, || {
         format!("after a new process ensured the one service, the cloud holds {all:?}: one was not adopted")
