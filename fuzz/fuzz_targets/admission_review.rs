@@ -4,11 +4,11 @@
 
 use std::sync::{Arc, OnceLock};
 
-use controller_manager::Metrics;
-use controller_manager::webhooks::{WebhookContext, WebhookDefinition, Webhooks};
 use kube::core::admission::AdmissionResponse;
+use kube_ccm_fake::{FakeCloudConfig, FakeProvider};
+use kube_ccm_runtime::Metrics;
+use kube_ccm_runtime::webhooks::{WebhookContext, WebhookDefinition, Webhooks};
 use libfuzzer_sys::fuzz_target;
-use provider_fake::{FakeCloudConfig, FakeProvider};
 
 fn webhooks() -> &'static Webhooks {
     static WEBHOOKS: OnceLock<Webhooks> = OnceLock::new();
@@ -18,7 +18,7 @@ fn webhooks() -> &'static Webhooks {
         });
         let context = WebhookContext {
             provider: Arc::new(FakeProvider::new(FakeCloudConfig::default())),
-            caches: Arc::new(cloud_provider::NoCaches),
+            caches: Arc::new(kube_ccm_provider::NoCaches),
         };
         Webhooks::select(&[allow], &["*".to_owned()], context, Arc::new(Metrics::new()))
             .expect("one webhook, selected")

@@ -2,8 +2,8 @@
 //! really ignored) or refused with one error naming the cloud-config, never a panic.
 #![no_main]
 
+use kube_ccm_aws::CloudConfig;
 use libfuzzer_sys::fuzz_target;
-use provider_aws::CloudConfig;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

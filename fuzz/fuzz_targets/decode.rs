@@ -1,7 +1,7 @@
 //! Any bytes: the decoder and validator return a result and never panic; errors always name the file.
 #![no_main]
 
-use leadermigration::{ControllerCatalog, MigrationConfig};
+use kube_ccm_leadermigration::{ControllerCatalog, MigrationConfig};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! Any text as `--feature-gates`: parsed (with warnings) or refused with one error naming the flag.
 #![no_main]
 
-use cloud_controller_manager::fuzzing::feature_gates;
+use kube_ccm_cli::fuzzing::feature_gates;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

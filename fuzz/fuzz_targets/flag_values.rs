@@ -1,8 +1,8 @@
 //! Any text as `--cluster-cidr` and as `--controllers`: parsed or refused, never a panic.
 #![no_main]
 
-use controller_manager::Cidr;
-use leadermigration::{ControllerCatalog, ControllerSelection};
+use kube_ccm_leadermigration::{ControllerCatalog, ControllerSelection};
+use kube_ccm_runtime::Cidr;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

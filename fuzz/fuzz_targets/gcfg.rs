@@ -2,7 +2,7 @@
 //! the line.
 #![no_main]
 
-use cloud_provider::gcfg;
+use kube_ccm_provider::gcfg;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

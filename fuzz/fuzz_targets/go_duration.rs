@@ -2,7 +2,7 @@
 //! refused naming the value.
 #![no_main]
 
-use cloud_controller_manager::GoDuration;
+use kube_ccm_cli::GoDuration;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

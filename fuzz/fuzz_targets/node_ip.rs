@@ -2,8 +2,8 @@
 //! addresses it keeps are among the cloud's, or the error names the annotation's value.
 #![no_main]
 
-use controller_manager::fuzzing::node_addresses;
 use k8s_openapi::api::core::v1::NodeAddress;
+use kube_ccm_runtime::fuzzing::node_addresses;
 use libfuzzer_sys::fuzz_target;
 
 fn address(type_: &str, address: &str) -> NodeAddress {

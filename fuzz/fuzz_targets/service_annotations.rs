@@ -10,15 +10,15 @@ fuzz_target!(|data: &[u8]| {
     let Ok(service) = serde_json::from_slice::<Service>(data) else {
         return;
     };
-    let _ = cloud_provider::service::requested_source_ranges(&service);
-    let _ = cloud_provider::service::load_balancer_source_ranges(&service);
-    let _ = cloud_provider::service::health_check_path_port(&service);
-    let _ = cloud_provider::service::needs_health_check(&service);
-    let _ = cloud_provider::service::wants_default_load_balancer(&service);
-    let _ = provider_aws::load_balancer::kind(&service);
-    let _ = provider_aws::load_balancer::annotated_subnets(&service);
-    let _ = provider_aws::load_balancer::classic::wanted(&service);
-    let _ = provider_aws::load_balancer::network::wanted(&service, None);
-    let _ = provider_gce::load_balancer::external::plan(&service, "cluster");
-    let _ = provider_gce::load_balancer::internal::plan(&service, "cluster");
+    let _ = kube_ccm_provider::service::requested_source_ranges(&service);
+    let _ = kube_ccm_provider::service::load_balancer_source_ranges(&service);
+    let _ = kube_ccm_provider::service::health_check_path_port(&service);
+    let _ = kube_ccm_provider::service::needs_health_check(&service);
+    let _ = kube_ccm_provider::service::wants_default_load_balancer(&service);
+    let _ = kube_ccm_aws::load_balancer::kind(&service);
+    let _ = kube_ccm_aws::load_balancer::annotated_subnets(&service);
+    let _ = kube_ccm_aws::load_balancer::classic::wanted(&service);
+    let _ = kube_ccm_aws::load_balancer::network::wanted(&service, None);
+    let _ = kube_ccm_gce::load_balancer::external::plan(&service, "cluster");
+    let _ = kube_ccm_gce::load_balancer::internal::plan(&service, "cluster");
 });

@@ -2,7 +2,7 @@
 //! them) and `--tls-min-version`: accepted or refused with one error naming its flag.
 #![no_main]
 
-use cloud_controller_manager::fuzzing::tls_flags;
+use kube_ccm_cli::fuzzing::tls_flags;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -294,7 +294,7 @@ fn add_member(workspace_toml: &str, member: &str) -> Result<String> {
 mod tests {
     use super::*;
 
-    const WORKSPACE: &str = "[workspace]\nmembers = [\n    \"crates/cli\",\n    \"crates/providers/fake\",\n    \"crates/providers/aws\",\n    \"xtask\",\n]\n\n[workspace.package]\nversion = \"0.1.0\"\nedition = \"2024\"\nrust-version = \"1.89\"\nlicense = \"Apache-2.0\"\npublish = false\n\n[workspace.dependencies]\nkube-ccm = { path = \"crates/kube-ccm\", version = \"0.1.0\" }\ncontroller-manager = { package = \"kube-ccm-runtime\", path = \"crates/controller-manager\", version = \"0.1.0\" }\nkube-ccm-conformance = { path = \"crates/conformance\", version = \"0.1.0\" }\nprovider-aws = { package = \"kube-ccm-aws\", path = \"crates/providers/aws\", version = \"0.1.0\" }\ntest-apiserver = { path = \"crates/testing/test-apiserver\" }\nasync-trait = \"0.1\"\nk8s-openapi = { version = \"0.29\" }\nserde = { version = \"1\", features = [\"derive\"] }\nserde_json = \"1\"\nkube = { version = \"5\", default-features = false, features = [\"client\"] }\ntempfile = \"3\"\ntokio = { version = \"1\", features = [\"macros\"] }\n";
+    const WORKSPACE: &str = "[workspace]\nmembers = [\n    \"crates/kube-ccm-cli\",\n    \"crates/providers/kube-ccm-fake\",\n    \"crates/providers/kube-ccm-aws\",\n    \"xtask\",\n]\n\n[workspace.package]\nversion = \"0.1.0\"\nedition = \"2024\"\nrust-version = \"1.89\"\nlicense = \"Apache-2.0\"\npublish = false\n\n[workspace.dependencies]\nkube-ccm = { path = \"crates/kube-ccm\", version = \"0.1.0\" }\ncontroller-manager = { package = \"kube-ccm-runtime\", path = \"crates/kube-ccm-runtime\", version = \"0.1.0\" }\nkube-ccm-conformance = { path = \"crates/kube-ccm-conformance\", version = \"0.1.0\" }\nprovider-aws = { package = \"kube-ccm-aws\", path = \"crates/providers/kube-ccm-aws\", version = \"0.1.0\" }\ntest-apiserver = { path = \"crates/testing/kube-ccm-test-apiserver\" }\nasync-trait = \"0.1\"\nk8s-openapi = { version = \"0.29\" }\nserde = { version = \"1\", features = [\"derive\"] }\nserde_json = \"1\"\nkube = { version = \"5\", default-features = false, features = [\"client\"] }\ntempfile = \"3\"\ntokio = { version = \"1\", features = [\"macros\"] }\n";
 
     #[test]
     fn names_are_checked_and_filled_in_three_forms() {
@@ -312,7 +312,9 @@ mod tests {
     fn a_member_is_added_after_the_last_provider_once() {
         let updated = add_member(WORKSPACE, "crates/providers/acme").unwrap();
         assert!(
-            updated.contains("    \"crates/providers/aws\",\n    \"crates/providers/acme\",\n    \"xtask\","),
+            updated.contains(
+                "    \"crates/providers/kube-ccm-aws\",\n    \"crates/providers/acme\",\n    \"xtask\","
+            ),
             "{updated}"
         );
         assert!(add_member(&updated, "crates/providers/acme").is_err());
@@ -326,10 +328,10 @@ mod tests {
             "kube-ccm = { version = \"0.1.0\", features = [\"earliest\"] }",
             "[patch.crates-io]",
             "kube-ccm = { path = \"/repo/crates/kube-ccm\" }",
-            "kube-ccm-runtime = { path = \"/repo/crates/controller-manager\" }",
+            "kube-ccm-runtime = { path = \"/repo/crates/kube-ccm-runtime\" }",
             // The conformance kit, a dev-dependency, by version as the framework is.
             "kube-ccm-conformance = \"0.1.0\"",
-            "kube-ccm-conformance = { path = \"/repo/crates/conformance\" }",
+            "kube-ccm-conformance = { path = \"/repo/crates/kube-ccm-conformance\" }",
             "[workspace]",
         ] {
             assert!(standalone.lines().any(|l| l == line), "{line} in:\n{standalone}");

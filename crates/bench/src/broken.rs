@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cloud_provider::{CallContext, CloudError, CloudProvider, InstancesV2, LoadBalancer, Routes};
-use controller_manager::Registry;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::{Api, Patch, PatchParams};
-use provider_fake::{CloudRequest, FakeCloudClient, FakeCloudConfig, FakeProvider};
+use kube_ccm_fake::{CloudRequest, FakeCloudClient, FakeCloudConfig, FakeProvider};
+use kube_ccm_provider::{CallContext, CloudError, CloudProvider, InstancesV2, LoadBalancer, Routes};
+use kube_ccm_runtime::Registry;
 
 /// The ways this binary is broken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,7 +214,7 @@ impl CloudProvider for BrokenProvider {
         self.inner.owns_provider_id(provider_id)
     }
 
-    fn check_provider_id(&self, provider_id: &str) -> Result<(), cloud_provider::Refused> {
+    fn check_provider_id(&self, provider_id: &str) -> Result<(), kube_ccm_provider::Refused> {
         self.inner.check_provider_id(provider_id)
     }
 
@@ -278,7 +278,7 @@ fn main() -> ExitCode {
         }
     };
     let mut registry = Registry::new();
-    let registered = registry.register_provider(provider_fake::PROVIDER_NAME, move |config| async move {
+    let registered = registry.register_provider(kube_ccm_fake::PROVIDER_NAME, move |config| async move {
         let config = match config {
             Some(bytes) => FakeCloudConfig::parse(&bytes)?,
             None => FakeCloudConfig::default(),

@@ -23,7 +23,7 @@ use ccm_audit::audit;
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams};
-use provider_fake::{AdminRequest, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
+use kube_ccm_fake::{AdminRequest, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;

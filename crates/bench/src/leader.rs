@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ccm_audit::audit;
 use harness::{Admin, Environment, Replica, Side, Timings, Workload, wait_for_holders};
-use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
+use kube_ccm_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

@@ -23,7 +23,7 @@ use harness::initialized;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
-use provider_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
+use kube_ccm_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
 use serde_json::json;
 
 mod services;
@@ -97,7 +97,7 @@ fn kubelet_node(name: &str, index: u32) -> Result<Node> {
         "spec": {
             "podCIDR": format!("10.{}.{}.0/24", 64 + index / 256 % 64, index % 256),
             "podCIDRs": [format!("10.{}.{}.0/24", 64 + index / 256 % 64, index % 256)],
-            "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+            "taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
         },
         "status": {
             "capacity": {"cpu": "8", "memory": "32857812Ki", "pods": "110", "ephemeral-storage": "101430960Ki"},

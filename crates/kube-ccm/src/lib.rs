@@ -49,10 +49,10 @@
 //! - [`main`] (`kube-ccm-cli`): the command line the binary runs.
 //! - Features `aws`, `gce`, `fake`: the bundled providers, as [`aws`], [`gce`] and [`fake`].
 
-pub use cloud_controller_manager::main;
-pub use controller_manager::{RegistrationError, Registry};
+pub use kube_ccm_cli::main;
+pub use kube_ccm_runtime::{RegistrationError, Registry};
 
-pub use cloud_provider::{
+pub use kube_ccm_provider::{
     CallContext, CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer, Route,
     Routes, Zone, Zones,
 };
@@ -60,12 +60,12 @@ pub use cloud_provider::{
 /// `#[async_trait]`, as the traits are declared with it.
 pub use async_trait::async_trait;
 
-/// The traits a cloud provider implements, their types and errors (`kube-ccm-provider`).
-pub use cloud_provider as provider;
-/// The controllers, their registry and the manager that runs them (`kube-ccm-runtime`).
-pub use controller_manager as runtime;
 /// Leader Migration: configuration, validation, filter and elector (`kube-ccm-leadermigration`).
-pub use leadermigration;
+pub use kube_ccm_leadermigration as leadermigration;
+/// The traits a cloud provider implements, their types and errors (`kube-ccm-provider`).
+pub use kube_ccm_provider as provider;
+/// The controllers, their registry and the manager that runs them (`kube-ccm-runtime`).
+pub use kube_ccm_runtime as runtime;
 
 /// The Kubernetes API types this framework's signatures use.
 pub use k8s_openapi;
@@ -76,19 +76,19 @@ pub use kube;
 /// controllers and flags each brings; without those features, nothing.
 pub fn register_bundled(registry: &mut Registry) -> Result<(), RegistrationError> {
     #[cfg(feature = "fake")]
-    registry.register_provider(provider_fake::PROVIDER_NAME, provider_fake::factory)?;
+    registry.register_provider(kube_ccm_fake::PROVIDER_NAME, kube_ccm_fake::factory)?;
     #[cfg(feature = "aws")]
     {
-        registry.register_provider(provider_aws::PROVIDER_NAME, provider_aws::factory)?;
-        for controller in provider_aws::controllers() {
+        registry.register_provider(kube_ccm_aws::PROVIDER_NAME, kube_ccm_aws::factory)?;
+        for controller in kube_ccm_aws::controllers() {
             registry.register_controller(controller)?;
         }
     }
     #[cfg(feature = "gce")]
     {
-        registry.register_provider(provider_gce::PROVIDER_NAME, provider_gce::factory)?;
-        registry.register_provider_flags(provider_gce::PROVIDER_NAME, provider_gce::flags::FLAGS)?;
-        for controller in provider_gce::controllers() {
+        registry.register_provider(kube_ccm_gce::PROVIDER_NAME, kube_ccm_gce::factory)?;
+        registry.register_provider_flags(kube_ccm_gce::PROVIDER_NAME, kube_ccm_gce::flags::FLAGS)?;
+        for controller in kube_ccm_gce::controllers() {
             registry.register_controller(controller)?;
         }
     }
@@ -99,10 +99,10 @@ pub fn register_bundled(registry: &mut Registry) -> Result<(), RegistrationError
 
 /// The AWS provider (`kube-ccm-aws`).
 #[cfg(feature = "aws")]
-pub use provider_aws as aws;
+pub use kube_ccm_aws as aws;
 /// The fake cloud, for tests (`kube-ccm-fake`).
 #[cfg(feature = "fake")]
-pub use provider_fake as fake;
+pub use kube_ccm_fake as fake;
 /// The GCE provider (`kube-ccm-gce`).
 #[cfg(feature = "gce")]
-pub use provider_gce as gce;
+pub use kube_ccm_gce as gce;

@@ -225,7 +225,7 @@ mod tests {
     use super::*;
 
     const TREE: &str = "\
-0cloud-controller-manager v0.1.0 (/repo/crates/cli)|Apache-2.0
+0cloud-controller-manager v0.1.0 (/repo/crates/kube-ccm-cli)|Apache-2.0
 1anyhow v1.0.100|MIT OR Apache-2.0
 1tokio v1.48.0|MIT
 2bytes v1.10.1|MIT

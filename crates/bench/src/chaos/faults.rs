@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use harness::Admin;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
-use provider_fake::{AdminRequest, CloudRequest, CloudResponse, FakeCloudClient, InstanceState, Knobs};
+use kube_ccm_fake::{AdminRequest, CloudRequest, CloudResponse, FakeCloudClient, InstanceState, Knobs};
 use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::json;

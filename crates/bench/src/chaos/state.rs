@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Result, bail};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams};
-use provider_fake::{AdminRequest, CloudResponse, FakeCloudClient};
+use kube_ccm_fake::{AdminRequest, CloudResponse, FakeCloudClient};
 
 use super::faults::cloud_call;
 

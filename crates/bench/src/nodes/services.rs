@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
-use provider_fake::{AdminRequest, CloudRequest, CloudResponse, FakeCloudServer};
+use kube_ccm_fake::{AdminRequest, CloudRequest, CloudResponse, FakeCloudServer};
 use serde_json::json;
 
 use super::{Burst, Contender, Server, count_requests};

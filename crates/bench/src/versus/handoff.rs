@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use harness::{Environment, LeaseWatch, Replica, Side, Timings, wait_for_holders};
-use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
+use kube_ccm_fake::{FakeCloud, FakeCloudServer, Knobs};
 use serde_json::json;
 
 use crate::nodes::Server;

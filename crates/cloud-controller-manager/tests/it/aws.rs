@@ -10,7 +10,7 @@ use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
 use kube::api::PostParams;
-use test_apiserver::TestApiServer;
+use kube_ccm_test_apiserver::TestApiServer;
 
 struct Manager(Child);
 
@@ -99,7 +99,7 @@ async fn the_aws_provider_initialises_a_node_serves_a_load_balancer_and_deletes_
     let nodes: Api<Node> = Api::all(server.client());
     let node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": dns},
-        "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+        "spec": {"taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
         "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
     }))
     .unwrap();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
 use kube::api::PostParams;
-use test_apiserver::TestApiServer;
+use kube_ccm_test_apiserver::TestApiServer;
 
 const POLICY: &str = include_str!("../../../../deploy/overlays/aws/iam-policy.json");
 
@@ -271,7 +271,7 @@ async fn the_shipped_iam_policy_is_enough_when_moto_enforces_it() {
         "spec": {
             "podCIDR": "10.244.7.0/24",
             "podCIDRs": ["10.244.7.0/24"],
-            "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+            "taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
         },
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }))

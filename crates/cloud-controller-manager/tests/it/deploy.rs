@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use ccm_audit::audit;
 use control_plane::{ApiServer, Backend, RequestRecord, UserInfo};
-use controller_manager::ControllerRegistry;
 use harness::{Environment, Replica, Side, Timings, Workload, has_ingress, initialized, wait_for_holders};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use leadermigration::MigrationConfig;
-use provider_fake::{AdminRequest, CloudRequest, FakeInstance, InstanceState};
+use kube_ccm_fake::{AdminRequest, CloudRequest, FakeInstance, InstanceState};
+use kube_ccm_leadermigration::MigrationConfig;
+use kube_ccm_runtime::ControllerRegistry;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -206,7 +206,7 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
             .map(|t| &t["key"])
             .collect();
         for taint in [
-            cloud_provider::names::TAINT_UNINITIALIZED,
+            kube_ccm_provider::names::TAINT_UNINITIALIZED,
             "node-role.kubernetes.io/control-plane",
             "node.kubernetes.io/not-ready",
         ] {
@@ -720,8 +720,8 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more(backend: Backend
         )))
         .await;
     let odd: Node = serde_json::from_value(json!({
-        "metadata": {"name": "node-odd", "annotations": {cloud_provider::names::ANNOTATION_PROVIDED_NODE_IP: "192.0.2.1"}},
-        "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+        "metadata": {"name": "node-odd", "annotations": {kube_ccm_provider::names::ANNOTATION_PROVIDED_NODE_IP: "192.0.2.1"}},
+        "spec": {"taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
     }))
     .unwrap();
     nodes.create(&Default::default(), &odd).await.unwrap();
@@ -766,7 +766,10 @@ async fn the_shipped_rbac_is_enough_for_a_migration_and_no_more(backend: Backend
                 .unwrap()
                 .spec
                 .and_then(|s| s.taints)
-                .is_some_and(|t| t.iter().any(|t| t.key == cloud_provider::names::TAINT_SHUTDOWN));
+                .is_some_and(|t| {
+                    t.iter()
+                        .any(|t| t.key == kube_ccm_provider::names::TAINT_SHUTDOWN)
+                });
             let cleaned = services.get_opt("web-0").await.unwrap().is_none();
             gone && tainted && cleaned
         },

@@ -10,7 +10,7 @@ use compute_double::ComputeDouble;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
-use test_apiserver::TestApiServer;
+use kube_ccm_test_apiserver::TestApiServer;
 
 const PROJECT: &str = "test-project";
 const ZONE: &str = "us-central1-a";
@@ -115,7 +115,7 @@ async fn the_gce_provider_initialises_a_node_routes_it_serves_a_load_balancer_an
         "spec": {
             "podCIDR": "10.64.1.0/24",
             "podCIDRs": ["10.64.1.0/24"],
-            "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+            "taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
         },
         "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
     }))

@@ -16,7 +16,7 @@ use harness::{
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams};
-use leadermigration::user_agent::UserAgent;
+use kube_ccm_leadermigration::user_agent::UserAgent;
 
 const WAIT: Duration = Duration::from_secs(90);
 

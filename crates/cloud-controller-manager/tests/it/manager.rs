@@ -11,9 +11,9 @@ use bytes::Bytes;
 use control_plane::{ApiServer, Backend, Credentials, UserInfo};
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::core::v1::Node;
+use kube_ccm_test_apiserver::TestApiServer;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
-use test_apiserver::TestApiServer;
 
 use crate::support::{binary, curl, free_port, stderr};
 
@@ -98,7 +98,7 @@ impl Drop for Manager {
 pub(crate) async fn add_uninitialized_node(server: &TestApiServer) {
     let node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "n1"},
-        "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+        "spec": {"taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }))
     .unwrap();

@@ -8,7 +8,7 @@ use ccm_audit::{AuditReport, audit};
 use control_plane::{ApiServer, Backend};
 use harness::{Admin, Environment, Replica, Side, Timings, Workload, has_ingress, wait_for_holders};
 use k8s_openapi::api::core::v1::{Node, Service};
-use provider_fake::{FakeCloud, FakeCloudServer, Knobs};
+use kube_ccm_fake::{FakeCloud, FakeCloudServer, Knobs};
 use tokio_util::sync::CancellationToken;
 
 const KCM: &str = "kube-controller-manager";
@@ -34,11 +34,11 @@ impl Plane {
     pub(crate) async fn start_secure(backend: Backend) -> Plane {
         let server = match backend {
             Backend::Test => ApiServer::Test(
-                test_apiserver::TestApiServer::start_with(test_apiserver::Config {
+                kube_ccm_test_apiserver::TestApiServer::start_with(kube_ccm_test_apiserver::Config {
                     admin: true,
                     rbac: true,
                     tls: true,
-                    ..test_apiserver::Config::default()
+                    ..kube_ccm_test_apiserver::Config::default()
                 })
                 .await
                 .unwrap(),

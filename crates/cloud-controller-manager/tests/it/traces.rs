@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
+use kube_ccm_test_apiserver::TestApiServer;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use test_apiserver::TestApiServer;
 use tokio::time::Instant;
 
 use crate::manager::{Manager, WAIT, add_uninitialized_node};

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use ccm_audit::{LeaseWrite, RequestEntry};
-use test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};
+use kube_ccm_test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};
 
 use crate::binaries::{KubeBinaries, Unavailable};
 use crate::kube_apiserver::{KubeApiServer, KubeConfig};
@@ -13,7 +13,7 @@ use crate::process::StartError;
 /// Which API server a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// The test API server (`crates/testing/test-apiserver`).
+    /// The test API server (`crates/testing/kube-ccm-test-apiserver`).
     Test,
     /// A real kube-apiserver on etcd.
     Kube,
@@ -34,7 +34,7 @@ impl Backend {
 pub enum Error {
     /// The test API server did not start.
     #[error("the test API server did not start: {0}")]
-    Test(#[from] test_apiserver::StartError),
+    Test(#[from] kube_ccm_test_apiserver::StartError),
     /// The real components are missing.
     #[error(transparent)]
     Unavailable(#[from] Unavailable),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use ccm_audit::kube::{AUDIT_POLICY, AuditedRequest};
 use ccm_audit::{LeaseWrite, RequestEntry};
-use test_apiserver::{LeaseRecord, RequestRecord};
+use kube_ccm_test_apiserver::{LeaseRecord, RequestRecord};
 
 use crate::binaries::KubeBinaries;
 use crate::pki::Credentials;
@@ -25,7 +25,7 @@ use crate::process::{
     Process, START_TIMEOUT, StartError, free_port, rss_mib, wait_for_etcd, wait_for_readyz,
 };
 use crate::records::{format_us, record};
-use test_apiserver::UserInfo;
+use kube_ccm_test_apiserver::UserInfo;
 
 /// The front proxy's client certificate name that kube-apiserver trusts for request headers.
 pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";

@@ -20,6 +20,6 @@ mod records;
 pub use backend::{ApiServer, Backend, Error};
 pub use binaries::{KubeBinaries, Unavailable};
 pub use kube_apiserver::{FRONT_PROXY_CLIENT, KubeApiServer, KubeConfig, LEAN_AUDIT_POLICY};
+pub use kube_ccm_test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};
 pub use pki::{CertifiedKey, Credentials};
 pub use process::StartError;
-pub use test_apiserver::{LeaseRecord, RequestRecord, TestApiServer, UserInfo};

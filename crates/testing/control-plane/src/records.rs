@@ -2,7 +2,7 @@
 //! record the same way.
 
 use ccm_audit::kube::AuditedRequest;
-use test_apiserver::RequestRecord;
+use kube_ccm_test_apiserver::RequestRecord;
 
 pub(crate) fn record(seq: u64, audited: AuditedRequest) -> RequestRecord {
     let event = audited.event;

@@ -113,10 +113,10 @@ pub fn refused_as_invalid(requests: &[RequestEntry]) -> Vec<&RequestEntry> {
 /// caller's `User-Agent` and the time it was applied, against the lock tenures exactly as a Kubernetes
 /// write is (path `cloud:<call>/<object>`, verb `cloud`).
 pub async fn cloud_writes(cloud_url: &str) -> Result<Vec<RequestEntry>> {
-    let client = provider_fake::FakeCloudClient::new(cloud_url);
-    let request = provider_fake::CloudRequest::Admin(provider_fake::AdminRequest::Writes { from: 0 });
+    let client = kube_ccm_fake::FakeCloudClient::new(cloud_url);
+    let request = kube_ccm_fake::CloudRequest::Admin(kube_ccm_fake::AdminRequest::Writes { from: 0 });
     match client.call(&request).await {
-        provider_fake::CloudResponse::Writes { writes } => Ok(writes
+        kube_ccm_fake::CloudResponse::Writes { writes } => Ok(writes
             .into_iter()
             .map(|write| RequestEntry {
                 time_us: write.time_us,

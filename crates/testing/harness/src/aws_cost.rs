@@ -96,7 +96,7 @@ pub async fn measure(run: &CostRun, client: kube::Client) -> Result<Costs> {
     create_all(&nodes, &names, |name| {
         serde_json::json!({
             "metadata": {"name": name},
-            "spec": {"taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+            "spec": {"taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
         })
     })

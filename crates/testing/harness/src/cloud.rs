@@ -20,7 +20,7 @@ use crate::aws::{self, RecordingProxy};
 #[derive(Clone)]
 pub enum Cloud {
     /// The fake cloud at a URL.
-    Fake(provider_fake::FakeCloudClient),
+    Fake(kube_ccm_fake::FakeCloudClient),
     /// AWS: moto behind a recording proxy.
     Aws(Arc<AwsCloud>),
     /// GCE: the Compute double.
@@ -82,7 +82,7 @@ impl CloudWrites {
 impl Cloud {
     /// The fake cloud at `url`.
     pub fn fake(url: &str) -> Cloud {
-        Cloud::Fake(provider_fake::FakeCloudClient::new(url))
+        Cloud::Fake(kube_ccm_fake::FakeCloudClient::new(url))
     }
 
     /// `--cloud-provider`.
@@ -127,7 +127,7 @@ impl Cloud {
     pub async fn add_instance(&self, index: u32) -> Result<String> {
         match self {
             Cloud::Fake(client) => {
-                use provider_fake::{AdminRequest, CloudRequest, CloudResponse, FakeInstance};
+                use kube_ccm_fake::{AdminRequest, CloudRequest, CloudResponse, FakeInstance};
                 let name = format!("node-{index}");
                 let request =
                     CloudRequest::Admin(AdminRequest::PutInstance(FakeInstance::running(&name, index)));
@@ -177,7 +177,7 @@ impl Cloud {
     pub async fn inventory(&self) -> Result<Inventory> {
         match self {
             Cloud::Fake(client) => {
-                use provider_fake::{AdminRequest, CloudRequest, CloudResponse};
+                use kube_ccm_fake::{AdminRequest, CloudRequest, CloudResponse};
                 match client.call(&CloudRequest::Admin(AdminRequest::Snapshot)).await {
                     CloudResponse::Snapshot {
                         instances,

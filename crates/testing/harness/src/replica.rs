@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ccm_audit::Governance;
-use controller_manager::ControllerRegistry;
-use leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig};
+use kube_ccm_leadermigration::{CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig};
+use kube_ccm_runtime::ControllerRegistry;
 
 use crate::Cloud;
 
@@ -289,7 +289,7 @@ impl Replica {
         let child = command
             .args(args)
             .envs(environment.cloud_environment.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "info,leadermigration=debug")
+            .env("RUST_LOG", "info,kube_ccm_leadermigration=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)

@@ -15,7 +15,7 @@ pub fn initialized(node: &k8s_openapi::api::core::v1::Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_none_or(|t| {
             t.iter()
-                .all(|t| t.key != cloud_provider::names::TAINT_UNINITIALIZED)
+                .all(|t| t.key != kube_ccm_provider::names::TAINT_UNINITIALIZED)
         })
 }
 
@@ -74,7 +74,7 @@ impl Workload {
             "spec": {
                 "podCIDR": format!("10.244.{}.0/24", index % 256),
                 "podCIDRs": [format!("10.244.{}.0/24", index % 256)],
-                "taints": [{"key": cloud_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+                "taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
             },
             "status": {
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],

@@ -1,6 +1,6 @@
 package main
 
-// The "fake" provider: this repository's fake cloud (crates/providers/fake), spoken to over its HTTP
+// The "fake" provider: this repository's fake cloud (crates/providers/kube-ccm-fake), spoken to over its HTTP
 // protocol, one POST /cloud per call with a JSON body {"call": "..."} and an answer {"answer": "..."}.
 // Every request names its caller in its User-Agent as the Rust manager's do,
 // "<component>/<version> (<os>/<arch>) <identity>/<controller>", so the cloud's log of changes is judged

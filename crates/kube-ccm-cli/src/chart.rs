@@ -1,0 +1,531 @@
+//! Tenure charts: who held which Lease when, drawn as SVG on a time axis (`demo --report`, `leader-migration
+//! status --report`). Pure: the callers gather the tenures; this only lays them out.
+//!
+//! One band per Lease, one row per process that held it, one bar per tenure coloured by the holder's
+//! component; hand-off gaps are hatched and labelled; events (a replica joining, stopped, killed) are
+//! vertical lines; footer lines carry the verdict. Every bar, gap and mark has a `<title>` or label and a
+//! `data-*` description (times as `data-start-us`, `data-end-us`, `data-at-us`: microseconds since the
+//! chart's start), so the picture can be checked by its content.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// One continuous hold of a Lease by one process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    pub lease: String,
+    /// The holder as people know it (a replica's name, or its identity).
+    pub holder: String,
+    /// The holder's component, when known (`kube-controller-manager`, `cloud-controller-manager`).
+    pub component: Option<String>,
+    pub start_us: i64,
+    /// `None`: still held at the chart's end.
+    pub end_us: Option<i64>,
+}
+
+/// A change of holder: from the previous holder's last write to the acquisition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    pub lease: String,
+    pub to: String,
+    pub at_us: i64,
+    pub gap_ms: f64,
+    /// The previous holder released the Lease (otherwise it expired).
+    pub released: bool,
+}
+
+/// Something that happened to the processes at one moment (a replica joined, was stopped or killed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub at_us: i64,
+    pub label: String,
+}
+
+/// Whether a footer line is good or bad news.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Good,
+    Bad,
+    Plain,
+}
+
+/// Everything drawn.
+#[derive(Debug, Clone, Default)]
+pub struct Chart {
+    pub title: String,
+    /// The time axis: from, to (microseconds since the epoch).
+    pub start_us: i64,
+    pub end_us: i64,
+    /// Leases in the order drawn; a Lease of a bar not listed is drawn after these.
+    pub leases: Vec<String>,
+    pub bars: Vec<Bar>,
+    pub gaps: Vec<Gap>,
+    pub marks: Vec<Mark>,
+    pub footer: Vec<(Tone, String)>,
+    /// Label times by the clock (UTC) instead of seconds since the start: for a chart of a live cluster,
+    /// whose start is an arbitrary moment.
+    pub clock: bool,
+}
+
+const WIDTH: f64 = 1100.0;
+const LABEL_WIDTH: f64 = 300.0;
+const RIGHT: f64 = 30.0;
+const ROW: f64 = 22.0;
+const BAND_HEADER: f64 = 24.0;
+const TOP: f64 = 96.0;
+const LINE: f64 = 18.0;
+
+/// The colour of a component's bars.
+fn colour(component: Option<&str>) -> &'static str {
+    match component {
+        Some(kube_ccm_leadermigration::KUBE_CONTROLLER_MANAGER) => "#3b6fb6",
+        Some(kube_ccm_leadermigration::CLOUD_CONTROLLER_MANAGER) => "#e07b24",
+        _ => "#888888",
+    }
+}
+
+/// Text for XML content and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // XML 1.0 allows no other control characters (an identity comes from an Event's note).
+            c if c.is_control() && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The temporary file a report is written to before it is renamed to `path`.
+fn partial(path: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("--report {}: not a file name", path.display()))?;
+    Ok(path.with_file_name(format!(".{}.partial", name.to_string_lossy())))
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut (long identities in the row labels).
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// Seconds since the chart's start, for labels.
+fn seconds(chart: &Chart, at_us: i64) -> String {
+    if chart.clock {
+        return jiff::Timestamp::from_microsecond(at_us).map_or_else(
+            |_| at_us.to_string(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
+    }
+    format!("{:.2} s", (at_us - chart.start_us) as f64 / 1e6)
+}
+
+/// A tick spacing (seconds) giving at most about ten ticks over `span` seconds.
+fn tick_step(span: f64) -> f64 {
+    let rough = (span / 10.0).max(1e-3);
+    let magnitude = 10f64.powf(rough.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|step| *step >= rough)
+        .unwrap_or(10.0 * magnitude)
+}
+
+impl Chart {
+    /// The Leases in drawing order, each with its holders in order of first acquisition.
+    fn bands(&self) -> Vec<(String, Vec<String>)> {
+        let mut order: Vec<String> = self.leases.clone();
+        for bar in &self.bars {
+            if !order.contains(&bar.lease) {
+                order.push(bar.lease.clone());
+            }
+        }
+        let mut holders: BTreeMap<&str, Vec<(i64, String)>> = BTreeMap::new();
+        for bar in &self.bars {
+            let rows = holders.entry(&bar.lease).or_default();
+            match rows.iter_mut().find(|(_, h)| *h == bar.holder) {
+                Some((first, _)) => *first = (*first).min(bar.start_us),
+                None => rows.push((bar.start_us, bar.holder.clone())),
+            }
+        }
+        order
+            .into_iter()
+            .map(|lease| {
+                let mut rows = holders.remove(lease.as_str()).unwrap_or_default();
+                rows.sort();
+                (lease, rows.into_iter().map(|(_, h)| h).collect())
+            })
+            .collect()
+    }
+
+    fn x(&self, at_us: i64) -> f64 {
+        let end_us = self.end_us.max(self.start_us + 1);
+        let span = (end_us - self.start_us) as f64;
+        let at = (at_us.clamp(self.start_us, end_us) - self.start_us) as f64;
+        LABEL_WIDTH + at / span * (WIDTH - LABEL_WIDTH - RIGHT)
+    }
+
+    /// The chart as a standalone SVG document.
+    pub fn to_svg(&self) -> String {
+        let bands = self.bands();
+        let rows: usize = bands.iter().map(|(_, holders)| holders.len().max(1)).sum();
+        let plot_height = bands.len() as f64 * BAND_HEADER + rows as f64 * ROW;
+        let footer_top = TOP + plot_height + 40.0;
+        let height = footer_top + (self.footer.len() as f64 + 1.0) * LINE + 10.0;
+        let mut svg = String::new();
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
+        );
+        svg.push_str(
+            r##"<defs><pattern id="gap" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#c0392b" opacity="0.5"/></pattern></defs>
+<rect width="100%" height="100%" fill="white"/>
+"##,
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="10" y="22" font-size="16" font-weight="bold">{}</text>"#,
+            escape(&self.title)
+        );
+        self.legend(&mut svg);
+        self.axis(&mut svg, TOP + plot_height);
+
+        let mut y = TOP;
+        let mut rows_at: BTreeMap<(String, String), f64> = BTreeMap::new();
+        for (lease, holders) in &bands {
+            let _ = writeln!(
+                svg,
+                r##"<text x="10" y="{:.1}" font-weight="bold" data-lease="{}">Lease {}</text><line x1="10" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#cccccc"/>"##,
+                y + 16.0,
+                escape(lease),
+                escape(lease),
+                WIDTH - RIGHT,
+                y + BAND_HEADER - 2.0,
+                y + BAND_HEADER - 2.0
+            );
+            y += BAND_HEADER;
+            if holders.is_empty() {
+                let _ = writeln!(
+                    svg,
+                    r##"<text x="{LABEL_WIDTH}" y="{:.1}" fill="#888888">never held</text>"##,
+                    y + 15.0
+                );
+                y += ROW;
+            }
+            for holder in holders {
+                let _ = writeln!(
+                    svg,
+                    r#"<text x="24" y="{:.1}">{}<title>{}</title></text>"#,
+                    y + 15.0,
+                    escape(&shorten(holder, 40)),
+                    escape(holder)
+                );
+                rows_at.insert((lease.clone(), holder.clone()), y);
+                y += ROW;
+            }
+        }
+        for bar in &self.bars {
+            let Some(top) = rows_at.get(&(bar.lease.clone(), bar.holder.clone())) else {
+                continue;
+            };
+            let (x1, x2) = (self.x(bar.start_us), self.x(bar.end_us.unwrap_or(self.end_us)));
+            let until = bar
+                .end_us
+                .map_or_else(|| "still held".to_owned(), |end| seconds(self, end));
+            let _ = writeln!(
+                svg,
+                r#"<rect class="tenure" x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"{} data-lease="{}" data-holder="{}" data-component="{}" data-start-us="{}" data-end-us="{}"><title>{} held {} from {} to {}</title></rect>"#,
+                top + 3.0,
+                (x2 - x1).max(1.5),
+                ROW - 6.0,
+                colour(bar.component.as_deref()),
+                if bar.end_us.is_none() {
+                    r#" fill-opacity="0.7""#
+                } else {
+                    ""
+                },
+                escape(&bar.lease),
+                escape(&bar.holder),
+                escape(bar.component.as_deref().unwrap_or("unknown")),
+                bar.start_us - self.start_us,
+                bar.end_us
+                    .map_or_else(|| "open".to_owned(), |end| (end - self.start_us).to_string()),
+                escape(&bar.holder),
+                escape(&bar.lease),
+                seconds(self, bar.start_us),
+                until
+            );
+        }
+        for gap in &self.gaps {
+            let Some(top) = rows_at.get(&(gap.lease.clone(), gap.to.clone())) else {
+                continue;
+            };
+            let from = gap.at_us - (gap.gap_ms * 1000.0) as i64;
+            let (x1, x2) = (self.x(from), self.x(gap.at_us));
+            let how = if gap.released { "released" } else { "expired" };
+            let _ = writeln!(
+                svg,
+                r##"<rect class="gap" x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="url(#gap)" stroke="#c0392b" stroke-width="0.5" data-lease="{}" data-to="{}" data-gap-ms="{:.1}" data-how="{how}"><title>{} hand-off to {}: {:.1} ms ({how})</title></rect><text x="{:.1}" y="{:.1}" font-size="10" fill="#c0392b">{}</text>"##,
+                top + 1.0,
+                (x2 - x1).max(1.0),
+                ROW - 2.0,
+                escape(&gap.lease),
+                escape(&gap.to),
+                gap.gap_ms,
+                escape(&gap.lease),
+                escape(&gap.to),
+                gap.gap_ms,
+                x2 + 2.0,
+                top + ROW - 1.0,
+                if gap.gap_ms >= 1000.0 {
+                    format!("{:.1} s", gap.gap_ms / 1000.0)
+                } else {
+                    format!("{:.0} ms", gap.gap_ms)
+                }
+            );
+        }
+        for (index, mark) in self.marks.iter().enumerate() {
+            let x = self.x(mark.at_us);
+            let label_y = 58.0 + (index % 3) as f64 * 12.0;
+            // Labels near the right edge run leftwards, so they stay inside the picture.
+            let near_right = x > WIDTH - RIGHT - 160.0;
+            let anchor = if near_right { "end" } else { "start" };
+            let _ = writeln!(
+                svg,
+                r##"<g class="mark" data-label="{}" data-at-us="{}"><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="#555555" stroke-dasharray="3,3"/><text x="{:.1}" y="{label_y:.1}" font-size="10" fill="#555555" text-anchor="{anchor}">{}</text></g>"##,
+                escape(&mark.label),
+                mark.at_us - self.start_us,
+                label_y + 3.0,
+                TOP + plot_height,
+                if near_right { x - 2.0 } else { x + 2.0 },
+                escape(&mark.label)
+            );
+        }
+        for (index, (tone, line)) in self.footer.iter().enumerate() {
+            let fill = match tone {
+                Tone::Good => "#1e7e34",
+                Tone::Bad => "#c0392b",
+                Tone::Plain => "#222222",
+            };
+            let weight = if index == 0 { "bold" } else { "normal" };
+            let _ = writeln!(
+                svg,
+                r#"<text class="footer" x="10" y="{:.1}" fill="{fill}" font-weight="{weight}">{}</text>"#,
+                footer_top + index as f64 * LINE,
+                escape(line)
+            );
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// Checks, before any work, that a report can be written to `path`: a file name in an existing directory
+    /// where this process may create files (tried with the temporary file [`Chart::write`] uses).
+    pub fn check_destination(path: &Path) -> anyhow::Result<()> {
+        let directory = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        if !directory.is_dir() {
+            anyhow::bail!(
+                "--report {}: the directory {} does not exist",
+                path.display(),
+                directory.display()
+            );
+        }
+        if path.is_dir() {
+            anyhow::bail!("--report {}: a directory, not a file", path.display());
+        }
+        let temporary = partial(path)?;
+        std::fs::write(&temporary, b"")
+            .and_then(|()| std::fs::remove_file(&temporary))
+            .map_err(|error| anyhow::anyhow!("--report {}: cannot write there: {error}", path.display()))
+    }
+
+    /// Writes the SVG to `path` whole or not at all (a temporary file beside it, then a rename).
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let temporary = partial(path)?;
+        std::fs::write(&temporary, self.to_svg())
+            .and_then(|()| std::fs::rename(&temporary, path))
+            .map_err(|error| {
+                let _ = std::fs::remove_file(&temporary);
+                anyhow::anyhow!("--report {}: {error}", path.display())
+            })
+    }
+
+    fn legend(&self, svg: &mut String) {
+        let mut x = 10.0;
+        for (component, label) in [
+            (
+                Some(kube_ccm_leadermigration::KUBE_CONTROLLER_MANAGER),
+                "kube-controller-manager",
+            ),
+            (
+                Some(kube_ccm_leadermigration::CLOUD_CONTROLLER_MANAGER),
+                "cloud-controller-manager",
+            ),
+            (None, "other or unknown"),
+        ] {
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{x}" y="32" width="12" height="12" fill="{}"/><text x="{}" y="42">{label}</text>"#,
+                colour(component),
+                x + 16.0
+            );
+            x += 200.0;
+        }
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{x}" y="32" width="12" height="12" fill="url(#gap)"/><text x="{}" y="42">hand-off gap (last write of the old holder → acquisition)</text>"#,
+            x + 16.0
+        );
+    }
+
+    fn axis(&self, svg: &mut String, bottom: f64) {
+        let span = (self.end_us - self.start_us).max(1) as f64 / 1e6;
+        let step = tick_step(span);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{LABEL_WIDTH}" x2="{}" y1="{bottom:.1}" y2="{bottom:.1}" stroke="#222222"/>"##,
+            WIDTH - RIGHT
+        );
+        let mut tick = 0.0;
+        while tick <= span + 1e-9 {
+            let x = self.x(self.start_us + (tick * 1e6) as i64);
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#eeeeee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
+                bottom + 4.0,
+                bottom + 16.0,
+                match (self.clock, step < 1.0) {
+                    (true, _) => jiff::Timestamp::from_microsecond(self.start_us + (tick * 1e6) as i64)
+                        .map_or_else(|_| String::new(), |t| t.strftime("%H:%M:%S").to_string()),
+                    (false, true) => format!("{tick:.1} s"),
+                    (false, false) => format!("{tick:.0} s"),
+                }
+            );
+            tick += step;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chart() -> Chart {
+        Chart {
+            title: "a <migration> & more".to_owned(),
+            start_us: 0,
+            end_us: 10_000_000,
+            leases: vec!["kube-controller-manager".to_owned(), "migration".to_owned()],
+            bars: vec![
+                Bar {
+                    lease: "migration".to_owned(),
+                    holder: "kcm-1".to_owned(),
+                    component: Some("kube-controller-manager".to_owned()),
+                    start_us: 0,
+                    end_us: Some(4_000_000),
+                },
+                Bar {
+                    lease: "migration".to_owned(),
+                    holder: "ccm-1".to_owned(),
+                    component: Some("cloud-controller-manager".to_owned()),
+                    start_us: 4_002_000,
+                    end_us: None,
+                },
+            ],
+            gaps: vec![Gap {
+                lease: "migration".to_owned(),
+                to: "ccm-1".to_owned(),
+                at_us: 4_002_000,
+                gap_ms: 2.0,
+                released: true,
+            }],
+            marks: vec![Mark {
+                at_us: 3_900_000,
+                label: "kcm-1 stopped (SIGTERM)".to_owned(),
+            }],
+            footer: vec![(Tone::Good, "verdict: ok".to_owned())],
+            clock: false,
+        }
+    }
+
+    #[test]
+    fn every_tenure_gap_and_mark_is_drawn_with_its_description() {
+        let svg = chart().to_svg();
+        assert!(svg.starts_with("<svg "), "{svg}");
+        assert!(svg.trim_end().ends_with("</svg>"), "{svg}");
+        assert_eq!(svg.matches(r#"class="tenure""#).count(), 2, "{svg}");
+        assert!(svg.contains(r#"data-holder="kcm-1" data-component="kube-controller-manager" data-start-us="0" data-end-us="4000000""#), "{svg}");
+        assert!(svg.contains(r#"data-holder="ccm-1" data-component="cloud-controller-manager" data-start-us="4002000" data-end-us="open""#), "{svg}");
+        assert!(
+            svg.contains(r#"data-to="ccm-1" data-gap-ms="2.0" data-how="released""#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"data-label="kcm-1 stopped (SIGTERM)" data-at-us="3900000""#),
+            "{svg}"
+        );
+        assert!(svg.contains(">verdict: ok</text>"), "{svg}");
+        // A Lease nobody held is still a band, and says so.
+        assert!(
+            svg.contains(r#"data-lease="kube-controller-manager">Lease kube-controller-manager"#),
+            "{svg}"
+        );
+        assert!(svg.contains("never held"), "{svg}");
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        let svg = chart().to_svg();
+        assert!(svg.contains("a &lt;migration&gt; &amp; more"), "{svg}");
+        assert!(!svg.contains("<migration>"), "{svg}");
+    }
+
+    #[test]
+    fn long_holder_names_are_shortened_in_the_labels_only() {
+        assert_eq!(shorten("kcm-1", 40), "kcm-1");
+        let long = "control-plane-1_0f8e9a8c-1d2e-4c6b-9a57-3a1f2b7c9d10";
+        let short = shorten(long, 40);
+        assert_eq!(short.chars().count(), 40);
+        assert!(short.ends_with('…'));
+        let mut chart = chart();
+        chart.bars[0].holder = long.to_owned();
+        let svg = chart.to_svg();
+        assert!(svg.contains(&format!(r#"data-holder="{long}""#)), "{svg}");
+        assert!(svg.contains(&format!(">{short}<title>{long}</title>")), "{svg}");
+    }
+
+    #[test]
+    fn bars_sit_on_the_time_axis() {
+        let chart = chart();
+        assert_eq!(chart.x(0), LABEL_WIDTH);
+        assert_eq!(chart.x(10_000_000), WIDTH - RIGHT);
+        assert_eq!(chart.x(20_000_000), WIDTH - RIGHT, "clamped to the axis");
+        let half = chart.x(5_000_000);
+        assert!((half - (LABEL_WIDTH + (WIDTH - LABEL_WIDTH - RIGHT) / 2.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(tick_step(10.0), 1.0);
+        assert_eq!(tick_step(35.0), 5.0);
+        assert_eq!(tick_step(120.0), 20.0);
+        assert!((tick_step(0.5) - 0.05).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,652 @@
+//! Metrics, with upstream's names where upstream has them.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use kube_ccm_provider::{CallObserver, CloudError};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::workqueue::{QueueCollector, QueueFamilies, Queues, WorkQueue};
+
+/// `{name}`: a Lease.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LeaseLabels {
+    pub(crate) name: String,
+}
+
+/// `{name, manager}`: a controller in a manager.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ControllerLabels {
+    pub(crate) name: String,
+    pub(crate) manager: String,
+}
+
+/// `{controller, result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReconcileLabels {
+    pub(crate) controller: String,
+    pub(crate) result: String,
+}
+
+/// `{controller}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ControllerOnly {
+    pub(crate) controller: String,
+}
+
+/// `{request}`: a cloud API request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CloudLabels {
+    pub(crate) request: String,
+}
+
+/// `{request, error}`: a failed cloud API request and how it failed (`throttled`, `timeout`, `cancelled`,
+/// `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CloudErrorLabels {
+    pub(crate) request: String,
+    pub(crate) error: String,
+}
+
+/// `{code, webhook}`: upstream's `cloud_provider_webhook_request_*`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WebhookLabels {
+    pub(crate) code: String,
+    pub(crate) webhook: String,
+}
+
+/// `{code, host, method}`: client-go's `rest_client_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RestLabels {
+    pub(crate) code: String,
+    pub(crate) host: String,
+    pub(crate) method: String,
+}
+
+/// `{verb, host}`: client-go's `rest_client_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RestDurationLabels {
+    pub(crate) verb: String,
+    pub(crate) host: String,
+}
+
+/// `{name, stage}`: component-base's `kubernetes_feature_enabled`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FeatureLabels {
+    pub(crate) name: String,
+    pub(crate) stage: String,
+}
+
+/// What a binary is, as component-base's `kubernetes_build_info` labels it.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfo {
+    /// Major version.
+    pub major: String,
+    /// Minor version.
+    pub minor: String,
+    /// `vX.Y.Z`.
+    pub git_version: String,
+    /// The commit it was built from (empty when not known).
+    pub git_commit: String,
+    /// `clean` or `dirty` (empty when not known).
+    pub git_tree_state: String,
+    /// When (RFC 3339; empty when not known).
+    pub build_date: String,
+    /// The compiler's version (upstream: Go's).
+    pub go_version: String,
+    /// The compiler.
+    pub compiler: String,
+    /// `os/arch`, as Go names them.
+    pub platform: String,
+}
+
+/// client-go's buckets for its request and rate-limiter latencies.
+const CLIENT_GO_BUCKETS: [f64; 12] = [0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0];
+
+/// Every metric of the manager, and the registry that exposes them.
+pub struct Metrics {
+    registry: Registry,
+    pub(crate) leader_election_master_status: Family<LeaseLabels, Gauge>,
+    pub(crate) running_managed_controllers: Family<ControllerLabels, Gauge>,
+    pub(crate) reconciles: Family<ReconcileLabels, Counter>,
+    pub(crate) reconcile_duration: Family<ControllerOnly, Histogram>,
+    pub(crate) leader_holder_changes: Family<LeaseLabels, Counter>,
+    pub(crate) leader_lost: Family<LeaseLabels, Counter>,
+    pub(crate) cloud: Arc<CloudMetrics>,
+    queue_families: QueueFamilies,
+    queues: Queues,
+    pub(crate) rest_client_requests: Family<RestLabels, Counter>,
+    pub(crate) rest_client_request_duration: Family<RestDurationLabels, Histogram>,
+    pub(crate) rest_client_rate_limiter_duration: Family<RestDurationLabels, Histogram>,
+    pub(crate) taint_removal_delay: Histogram,
+    pub(crate) uninitialized_nodes: Gauge,
+    pub(crate) uninterpretable_provider_ids: Gauge,
+    pub(crate) oldest_uninitialized_node_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) initial_node_sync_delay: Histogram,
+    pub(crate) load_balancer_syncs: Counter,
+    pub(crate) nodesync_errors: Counter,
+    pub(crate) nodesync_latency: Histogram,
+    pub(crate) update_load_balancer_host_latency: Histogram,
+    pub(crate) route_syncs: Counter,
+    pub(crate) webhook_requests: Family<WebhookLabels, Counter>,
+    pub(crate) webhook_request_duration: Family<WebhookLabels, Histogram>,
+    build_info: Family<BuildInfo, Gauge>,
+    feature_enabled: Family<FeatureLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// All families, registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let leader_election_master_status = Family::<LeaseLabels, Gauge>::default();
+        registry.register(
+            "leader_election_master_status",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease",
+            leader_election_master_status.clone(),
+        );
+        let running_managed_controllers = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "running_managed_controllers",
+            "Indicates where instances of a controller are currently running",
+            running_managed_controllers.clone(),
+        );
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "controller_reconciles",
+            "Reconciliations by controller and result",
+            reconciles.clone(),
+        );
+        let reconcile_duration = Family::<ControllerOnly, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        registry.register(
+            "controller_reconcile_duration_seconds",
+            "Time to reconcile one object, by controller",
+            reconcile_duration.clone(),
+        );
+        let leader_holder_changes = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "leader_election_holder_changes",
+            "Changes of a Lease's holder this process observed (hand-offs, whoever the holders were), by Lease",
+            leader_holder_changes.clone(),
+        );
+        let leader_lost = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "leader_election_lost",
+            "Times this process stopped leading a Lease it held (lost or released), by Lease",
+            leader_lost.clone(),
+        );
+        let cloud = Arc::new(CloudMetrics::default());
+        registry.register_collector(Box::new(CloudCollector(cloud.clone())));
+        let queue_families = QueueFamilies::new();
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            queue_families.adds.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            queue_families.retries.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            queue_families.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            queue_families.work_duration.clone(),
+        );
+        let queues = Queues::default();
+        registry.register_collector(Box::new(QueueCollector(queues.clone())));
+        // Upstream: 1 s × 4^n, 6 buckets.
+        let taint_removal_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
+        registry.register(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "[ALPHA] Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node",
+            taint_removal_delay.clone(),
+        );
+        let uninitialized_nodes = Gauge::default();
+        registry.register(
+            "node_controller_uninitialized_nodes",
+            "Nodes that still carry the cloud provider's uninitialized taint, as the running cloud-node-controller sees them (0 where it does not run)",
+            uninitialized_nodes.clone(),
+        );
+        let uninterpretable_provider_ids = Gauge::default();
+        registry.register(
+            "node_lifecycle_uninterpretable_provider_ids",
+            "Not-ready nodes whose provider ID the cloud provider cannot interpret, in the cloud-node-lifecycle-controller's last round: never looked up, so never deleted or tainted (0 where it does not run)",
+            uninterpretable_provider_ids.clone(),
+        );
+        let oldest_uninitialized_node_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "node_controller_oldest_uninitialized_node_age_seconds",
+            "Age of the oldest node that still carries the cloud provider's uninitialized taint (0 when there is none, or where the cloud-node-controller does not run)",
+            oldest_uninitialized_node_age.clone(),
+        );
+        let initial_node_sync_delay = Histogram::new(exponential_buckets(1.0, 4.0, 6));
+        registry.register(
+            "node_controller_initial_node_sync_delay_seconds",
+            "[ALPHA] Number of seconds after node creation when NodeController finished the initial synchronization of a single node",
+            initial_node_sync_delay.clone(),
+        );
+        let load_balancer_syncs = Counter::default();
+        registry.register(
+            "service_controller_loadbalancer_sync",
+            "[ALPHA] A metric counting the amount of times any load balancer has been configured, as an effect of service/node changes on the cluster",
+            load_balancer_syncs.clone(),
+        );
+        let nodesync_errors = Counter::default();
+        registry.register(
+            "service_controller_nodesync_error",
+            "[ALPHA] A metric counting the amount of times any load balancer has been configured and errored, as an effect of node changes on the cluster",
+            nodesync_errors.clone(),
+        );
+        // Upstream: 1 s × 2^n, 15 buckets.
+        let nodesync_latency = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        registry.register(
+            "service_controller_nodesync_latency_seconds",
+            "[ALPHA] A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates",
+            nodesync_latency.clone(),
+        );
+        let update_load_balancer_host_latency = Histogram::new(exponential_buckets(1.0, 2.0, 15));
+        registry.register(
+            "service_controller_update_loadbalancer_host_latency_seconds",
+            "[ALPHA] A metric measuring the latency for updating each load balancer hosts",
+            update_load_balancer_host_latency.clone(),
+        );
+        let route_syncs = Counter::default();
+        registry.register(
+            "route_controller_route_sync",
+            "[ALPHA] A metric counting the amount of times routes have been synced with the cloud provider",
+            route_syncs.clone(),
+        );
+        let webhook_requests = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "cloud_provider_webhook_request",
+            "[ALPHA] Number of HTTP requests partitioned by status code.",
+            webhook_requests.clone(),
+        );
+        let webhook_request_duration = Family::<WebhookLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.25, 0.5, 0.7, 1.0, 1.5, 3.0, 5.0, 10.0])
+        });
+        registry.register(
+            "cloud_provider_webhook_request_duration_seconds",
+            "[ALPHA] Request latency in seconds. Broken down by status code.",
+            webhook_request_duration.clone(),
+        );
+        let build_info = Family::<BuildInfo, Gauge>::default();
+        registry.register(
+            "kubernetes_build_info",
+            "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+            build_info.clone(),
+        );
+        let feature_enabled = Family::<FeatureLabels, Gauge>::default();
+        registry.register(
+            "kubernetes_feature_enabled",
+            "[BETA] This metric records the data about the stage and enablement of a k8s feature.",
+            feature_enabled.clone(),
+        );
+        let rest_client_requests = Family::<RestLabels, Counter>::default();
+        registry.register(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host",
+            rest_client_requests.clone(),
+        );
+        let rest_client_request_duration =
+            Family::<RestDurationLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(CLIENT_GO_BUCKETS)
+            });
+        registry.register(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host",
+            rest_client_request_duration.clone(),
+        );
+        let rest_client_rate_limiter_duration =
+            Family::<RestDurationLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(CLIENT_GO_BUCKETS)
+            });
+        registry.register(
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds. Broken down by verb, and host",
+            rest_client_rate_limiter_duration.clone(),
+        );
+        registry.register_collector(Box::new(crate::process_metrics::ProcessCollector));
+        Metrics {
+            registry,
+            rest_client_requests,
+            rest_client_request_duration,
+            rest_client_rate_limiter_duration,
+            leader_election_master_status,
+            running_managed_controllers,
+            reconciles,
+            reconcile_duration,
+            leader_holder_changes,
+            leader_lost,
+            cloud,
+            queue_families,
+            queues,
+            taint_removal_delay,
+            uninitialized_nodes,
+            uninterpretable_provider_ids,
+            oldest_uninitialized_node_age,
+            initial_node_sync_delay,
+            load_balancer_syncs,
+            nodesync_errors,
+            nodesync_latency,
+            update_load_balancer_host_latency,
+            route_syncs,
+            webhook_requests,
+            webhook_request_duration,
+            build_info,
+            feature_enabled,
+        }
+    }
+
+    /// An admission request to `webhook` answered with `status` after `elapsed`.
+    pub(crate) fn webhook_request(&self, webhook: &str, status: u16, elapsed: Duration) {
+        let labels = WebhookLabels {
+            code: status.to_string(),
+            webhook: webhook.to_owned(),
+        };
+        self.webhook_requests.get_or_create(&labels).inc();
+        self.webhook_request_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// `kubernetes_build_info`: 1, labelled with what this binary is.
+    pub fn set_build_info(&self, info: &BuildInfo) {
+        self.build_info.clear();
+        self.build_info.get_or_create(info).set(1);
+    }
+
+    /// `kubernetes_feature_enabled` of a feature gate (`stage`: `ALPHA`, `BETA`, `` for GA, `DEPRECATED`).
+    pub fn set_feature(&self, name: &str, stage: &str, enabled: bool) {
+        self.feature_enabled
+            .get_or_create(&FeatureLabels {
+                name: name.to_owned(),
+                stage: stage.to_owned(),
+            })
+            .set(i64::from(enabled));
+    }
+
+    /// Every metric, in OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    /// One API request answered with `code` (`<error>` when none came), as client-go counts it.
+    pub(crate) fn api_request(&self, host: &str, method: &str, code: &str, seconds: f64) {
+        self.rest_client_requests
+            .get_or_create(&RestLabels {
+                code: code.to_owned(),
+                host: host.to_owned(),
+                method: method.to_owned(),
+            })
+            .inc();
+        self.rest_client_request_duration
+            .get_or_create(&RestDurationLabels {
+                verb: method.to_owned(),
+                host: host.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// One request's wait for the client's rate limiter (`--kube-api-qps`, `--kube-api-burst`).
+    pub(crate) fn rate_limited(&self, host: &str, method: &str, seconds: f64) {
+        self.rest_client_rate_limiter_duration
+            .get_or_create(&RestDurationLabels {
+                verb: method.to_owned(),
+                host: host.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    pub(crate) fn reconciled(&self, controller: &str, ok: bool, seconds: f64) {
+        let result = if ok { "success" } else { "error" };
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: controller.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+        self.reconcile_duration
+            .get_or_create(&ControllerOnly {
+                controller: controller.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// The work queue of controller `name` (made on first use, kept across the controller's restarts).
+    pub(crate) fn work_queue(&self, name: &str) -> Arc<WorkQueue> {
+        let mut queues = self
+            .queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        queues
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(WorkQueue::new(name, &self.queue_families)))
+            .clone()
+    }
+
+    /// Names the provider in the cloud families (`cloudprovider_<provider>_…`); the first name set stays.
+    pub(crate) fn set_provider(&self, provider: &str) {
+        let name: String = provider
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let _ = self.cloud.provider.set(name);
+    }
+}
+
+/// How a cloud request failed, for `cloudprovider_<provider>_api_request_errors_total{error}`; `None` for
+/// the answers that are not failures (an instance that does not exist, a feature the provider lacks, a load
+/// balancer implemented elsewhere).
+pub(crate) fn error_kind(error: &CloudError) -> Option<&'static str> {
+    match error {
+        CloudError::InstanceNotFound | CloudError::NotImplemented | CloudError::ImplementedElsewhere => None,
+        CloudError::Retry { .. } => Some("throttled"),
+        CloudError::Timeout => Some("timeout"),
+        CloudError::Cancelled => Some("cancelled"),
+        // A kind added later counts as a failure until it is sorted here.
+        _ => Some("error"),
+    }
+}
+
+/// A batch call's outcome: its first failure, if any answer failed (see [`error_kind`]).
+pub(crate) fn batch_outcome<T>(answers: &[Result<T, CloudError>]) -> Result<(), &CloudError> {
+    match answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().err())
+        .find(|error| error_kind(error).is_some())
+    {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The cloud families, named after the provider (`cloudprovider_aws_api_request_duration_seconds`, as the
+/// in-tree providers name theirs): every call of the framework to the provider, under the trait method's
+/// name, and every request a provider reports with `CallContext::observe`.
+pub(crate) struct CloudMetrics {
+    provider: OnceLock<String>,
+    duration: Family<CloudLabels, Histogram>,
+    errors: Family<CloudErrorLabels, Counter>,
+}
+
+impl Default for CloudMetrics {
+    fn default() -> Self {
+        CloudMetrics {
+            provider: OnceLock::new(),
+            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
+            errors: Family::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for CloudMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudMetrics")
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallObserver for CloudMetrics {
+    fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
+        let labels = CloudLabels {
+            request: request.to_owned(),
+        };
+        self.duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Some(error) = outcome.err().and_then(error_kind) {
+            self.errors
+                .get_or_create(&CloudErrorLabels {
+                    request: labels.request,
+                    error: error.to_owned(),
+                })
+                .inc();
+        }
+    }
+}
+
+/// Encodes [`CloudMetrics`] under the provider's name, once it is known.
+#[derive(Debug)]
+struct CloudCollector(Arc<CloudMetrics>);
+
+impl Collector for CloudCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(provider) = self.0.provider.get() else {
+            return Ok(());
+        };
+        let duration = &self.0.duration;
+        duration.encode(encoder.encode_descriptor(
+            &format!("cloudprovider_{provider}_api_request_duration_seconds"),
+            "Latency of a cloud API request, by request (the framework's calls by trait method, the provider's own requests as its API names them)",
+            None,
+            duration.metric_type(),
+        )?)?;
+        let errors = &self.0.errors;
+        errors.encode(encoder.encode_descriptor(
+            &format!("cloudprovider_{provider}_api_request_errors"),
+            "Failed cloud API requests, by request and how they failed: throttled, timeout, cancelled or error",
+            None,
+            errors.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_names_are_exposed() {
+        let metrics = Metrics::new();
+        metrics
+            .leader_election_master_status
+            .get_or_create(&LeaseLabels {
+                name: "cloud-controller-manager".into(),
+            })
+            .set(1);
+        metrics
+            .running_managed_controllers
+            .get_or_create(&ControllerLabels {
+                name: "service-lb-controller".into(),
+                manager: "cloud-controller-manager".into(),
+            })
+            .set(1);
+        metrics.reconciled("cloud-node-controller", true, 0.01);
+        metrics.api_request("10.0.0.1:6443", "PATCH", "409", 0.02);
+        metrics.api_request("10.0.0.1:6443", "GET", "<error>", 0.3);
+        metrics.set_provider("my-cloud");
+        let throttled = CloudError::Retry {
+            after: Duration::from_secs(1),
+            message: "RequestLimitExceeded".into(),
+        };
+        metrics
+            .cloud
+            .observe("DescribeInstances", Duration::from_millis(20), Err(&throttled));
+        metrics
+            .cloud
+            .observe("DescribeInstances", Duration::from_millis(20), Ok(()));
+        metrics.cloud.observe(
+            "get_load_balancer",
+            Duration::from_millis(5),
+            Err(&CloudError::InstanceNotFound),
+        );
+        metrics.work_queue("cloud-node-controller").add("node-1");
+        let text = metrics.encode();
+        for needle in [
+            "leader_election_master_status{name=\"cloud-controller-manager\"} 1",
+            "running_managed_controllers{name=\"service-lb-controller\",manager=\"cloud-controller-manager\"} 1",
+            "controller_reconciles_total{controller=\"cloud-node-controller\",result=\"success\"} 1",
+            "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+            "service_controller_loadbalancer_sync_total 0",
+            "route_controller_route_sync_total 0",
+            "rest_client_requests_total{code=\"409\",host=\"10.0.0.1:6443\",method=\"PATCH\"} 1",
+            "rest_client_requests_total{code=\"<error>\",host=\"10.0.0.1:6443\",method=\"GET\"} 1",
+            "rest_client_request_duration_seconds_bucket{le=\"0.025\",verb=\"PATCH\",host=\"10.0.0.1:6443\"} 1",
+            "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"DescribeInstances\"} 2",
+            "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"get_load_balancer\"} 1",
+            "cloudprovider_my_cloud_api_request_errors_total{request=\"DescribeInstances\",error=\"throttled\"} 1",
+            "workqueue_adds_total{name=\"cloud-node-controller\"} 1",
+            "workqueue_depth{name=\"cloud-node-controller\"} 1",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from\n{text}");
+        }
+        assert!(
+            !text.contains("request=\"get_load_balancer\",error="),
+            "an instance that does not exist is an answer, not an error:\n{text}"
+        );
+        let classic = metrics.encode_text();
+        for needle in [
+            "# HELP controller_reconciles_total Reconciliations by controller and result.\n# TYPE controller_reconciles_total counter\n",
+            "# TYPE leader_election_master_status gauge\n",
+            "# TYPE cloudprovider_my_cloud_api_request_errors_total counter\n",
+        ] {
+            assert!(classic.contains(needle), "{needle} missing from\n{classic}");
+        }
+        assert!(!classic.contains("# EOF") && text.ends_with("# EOF\n"));
+        if std::path::Path::new("/proc/self/stat").exists() {
+            for family in [
+                "# TYPE process_cpu_seconds counter",
+                "process_cpu_seconds_total ",
+                "process_resident_memory_bytes ",
+                "process_virtual_memory_bytes ",
+                "process_start_time_seconds ",
+                "process_open_fds ",
+                "process_max_fds ",
+            ] {
+                assert!(text.contains(family), "{family} missing from\n{text}");
+            }
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! The cloud controllers end to end: the real manager against the test API server, with the fake cloud.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube_ccm_fake::{
+    AdminRequest, CloudRequest, CloudResponse, FakeCloudConfig, FakeInstance, InstanceState,
+};
+use kube_ccm_provider::names::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
+use serde_json::json;
+
+use support::*;
+
+async fn nodes_are_initialized_from_the_cloud_in_two_writes(backend: Backend) {
+    let mut instance = FakeInstance::running("n1", 1);
+    instance.instance_type = "fake.large".into();
+    instance.zone = "zone-b".into();
+    instance
+        .addresses
+        .push(kube_ccm_fake::FakeInstance::running("x", 9).addresses[0].clone());
+    instance.addresses[2].type_ = "ExternalIP".into();
+    instance.addresses.retain(|a| a.type_ != "Hostname");
+    instance.labels = [
+        ("team".to_owned(), "cloud".to_owned()),
+        ("node.kubernetes.io/reserved".to_owned(), "no".to_owned()),
+    ]
+    .into();
+    let cluster = Cluster::start(backend, vec![instance, FakeInstance::running("n2", 2)]).await;
+    let nodes = cluster.nodes();
+    let keep = json!({"key": "example.com/keep", "effect": "NoSchedule"});
+    nodes
+        .create(
+            &PostParams::default(),
+            &node(
+                "n1",
+                json!({
+                    "metadata": {"annotations": {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"}},
+                    "spec": {"taints": [uninitialized(), keep]},
+                    "status": {"addresses": [{"type": "Hostname", "address": "n1"}]},
+                }),
+            ),
+        )
+        .await
+        .unwrap();
+    // n2's kubelet was given an IP the cloud does not have.
+    nodes
+        .create(&PostParams::default(), &node("n2", json!({"metadata": {"annotations": {"alpha.kubernetes.io/provided-node-ip": "10.9.9.9"}}, "spec": {"taints": [uninitialized()]}})))
+        .await
+        .unwrap();
+    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+
+    eventually("n1 to lose the uninitialized taint", || async {
+        !taint_keys(&nodes, "n1")
+            .await
+            .contains(&TAINT_UNINITIALIZED.to_owned())
+    })
+    .await;
+    let n1 = nodes.get("n1").await.unwrap();
+    assert_eq!(
+        n1.spec.as_ref().unwrap().provider_id.as_deref(),
+        Some("fake://n1")
+    );
+    assert_eq!(
+        taint_keys(&nodes, "n1").await,
+        ["example.com/keep"],
+        "other taints stay"
+    );
+    let labels = n1.metadata.labels.unwrap();
+    for (key, value) in [
+        ("node.kubernetes.io/instance-type", "fake.large"),
+        ("beta.kubernetes.io/instance-type", "fake.large"),
+        ("topology.kubernetes.io/zone", "zone-b"),
+        ("failure-domain.beta.kubernetes.io/zone", "zone-b"),
+        ("topology.kubernetes.io/region", "fake-region-1"),
+        ("failure-domain.beta.kubernetes.io/region", "fake-region-1"),
+        ("team", "cloud"),
+    ] {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "{key}");
+    }
+    assert!(
+        !labels.contains_key("node.kubernetes.io/reserved"),
+        "additional labels under kubernetes.io are dropped"
+    );
+    let addresses: Vec<(String, String)> = n1
+        .status
+        .unwrap()
+        .addresses
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect();
+    assert_eq!(
+        addresses,
+        [
+            ("InternalIP".into(), "10.0.0.1".into()),
+            ("ExternalIP".into(), "10.0.0.9".into()),
+            ("Hostname".into(), "n1".into())
+        ],
+        "the provided IP first, the kubelet's hostname kept"
+    );
+    let n1_writes: Vec<_> = cluster
+        .writes_by("cloud-node-controller")
+        .into_iter()
+        .filter(|w| w.name.as_deref() == Some("n1"))
+        .collect();
+    assert_eq!(
+        n1_writes.len(),
+        2,
+        "addresses, then everything else with the taint removed last"
+    );
+    for write in &n1_writes {
+        assert!(
+            write.query.split('&').any(|q| q == "fieldValidation=Ignore"),
+            "the API server is spared validating fields nobody reads the warnings of: {}?{}",
+            write.path,
+            write.query
+        );
+    }
+
+    eventually("an event explaining why n2 stays tainted", || async {
+        !events(&cluster, "ProvidedNodeIPNotFound").await.is_empty()
+    })
+    .await;
+    assert!(
+        taint_keys(&nodes, "n2")
+            .await
+            .contains(&TAINT_UNINITIALIZED.to_owned())
+    );
+    running.stop().await;
+}
+
+async fn a_node_without_a_provider_id_stays_tainted_with_an_event(backend: Backend) {
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance {
+            provider_id: Some(String::new()),
+            ..FakeInstance::running("n1", 1)
+        }],
+    )
+    .await;
+    let nodes = cluster.nodes();
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("n1", json!({"spec": {"taints": [uninitialized()]}})),
+        )
+        .await
+        .unwrap();
+    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+    eventually("a ProviderIDMissing event", || async {
+        !events(&cluster, "ProviderIDMissing").await.is_empty()
+    })
+    .await;
+    let event = &events(&cluster, "ProviderIDMissing").await[0];
+    assert!(
+        event
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("does not set a provider ID for node n1"),
+        "{event:?}"
+    );
+    assert_eq!(
+        event.reporting_component.as_deref(),
+        Some("cloud-node-controller")
+    );
+    assert!(
+        taint_keys(&nodes, "n1")
+            .await
+            .contains(&TAINT_UNINITIALIZED.to_owned())
+    );
+    running.stop().await;
+}
+
+async fn lifecycle_deletes_gone_nodes_and_taints_shut_down_ones(backend: Backend) {
+    let cluster = Cluster::start(
+        backend,
+        vec![
+            FakeInstance::running("gone", 1),
+            FakeInstance::running("stopped", 2),
+            FakeInstance::running("back", 3),
+        ],
+    )
+    .await;
+    cluster
+        .admin(AdminRequest::SetInstanceState {
+            name: "gone".into(),
+            state: InstanceState::Terminated,
+        })
+        .await;
+    cluster
+        .admin(AdminRequest::SetInstanceState {
+            name: "stopped".into(),
+            state: InstanceState::Stopped,
+        })
+        .await;
+    let nodes = cluster.nodes();
+    nodes
+        .create(&PostParams::default(), &node("gone", ready("Unknown")))
+        .await
+        .unwrap();
+    nodes
+        .create(&PostParams::default(), &node("stopped", ready("False")))
+        .await
+        .unwrap();
+    let mut back = node("back", ready("True"));
+    back.spec = Some(
+        serde_json::from_value(json!({"taints": [{"key": TAINT_SHUTDOWN, "effect": "NoSchedule"}]})).unwrap(),
+    );
+    nodes.create(&PostParams::default(), &back).await.unwrap();
+    // Provider IDs the provider cannot interpret: the fake cloud would answer "no such instance" for them
+    // (it has none), so without the framework's check they would be deleted with `gone`.
+    for (name, id) in [("blank-id", "fake://"), ("slashes-id", "fake:///")] {
+        let mut odd = node(name, ready("Unknown"));
+        odd.spec = Some(serde_json::from_value(json!({"providerID": id})).unwrap());
+        nodes.create(&PostParams::default(), &odd).await.unwrap();
+    }
+    let manager = manager(&cluster, cluster.cloud_config(), settings());
+    let metrics = manager.metrics();
+    let running = start(manager);
+
+    eventually("the node of the terminated instance to be deleted", || async {
+        nodes.get_opt("gone").await.unwrap().is_none()
+    })
+    .await;
+    events_when(&cluster, "DeletingNode", |e| !e.is_empty()).await;
+    let refused = events_when(&cluster, "ProviderIDNotInterpretable", |e| e.len() >= 2).await;
+    for name in ["blank-id", "slashes-id"] {
+        assert!(
+            nodes.get_opt(name).await.unwrap().is_some(),
+            "{name}: a node whose provider ID cannot be interpreted is never deleted"
+        );
+        assert!(
+            refused
+                .iter()
+                .any(|e| e.involved_object.name.as_deref() == Some(name)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.reporting_component.as_deref() == Some("cloud-node-lifecycle-controller")),
+            "{name}: a Warning Event says why: {refused:?}"
+        );
+    }
+    assert!(
+        metrics
+            .exposition("text/plain")
+            .1
+            .contains("node_lifecycle_uninterpretable_provider_ids 2"),
+        "the gauge counts them"
+    );
+    eventually("the shutdown taint on the stopped node", || async {
+        taint_keys(&nodes, "stopped")
+            .await
+            .contains(&TAINT_SHUTDOWN.to_owned())
+    })
+    .await;
+    eventually("the shutdown taint off the ready node", || async {
+        taint_keys(&nodes, "back").await.is_empty()
+    })
+    .await;
+
+    // The stopped instance starts again and its node becomes Ready: the taint goes.
+    cluster
+        .admin(AdminRequest::SetInstanceState {
+            name: "stopped".into(),
+            state: InstanceState::Running,
+        })
+        .await;
+    nodes
+        .patch_status("stopped", &PatchParams::default(), &Patch::Merge(ready("True")))
+        .await
+        .unwrap();
+    eventually("the shutdown taint off the restarted node", || async {
+        !taint_keys(&nodes, "stopped")
+            .await
+            .contains(&TAINT_SHUTDOWN.to_owned())
+    })
+    .await;
+    assert!(
+        nodes.get_opt("stopped").await.unwrap().is_some(),
+        "a stopped instance keeps its node"
+    );
+    running.stop().await;
+}
+
+async fn load_balancers_follow_services_and_nodes_across_a_restart(backend: Backend) {
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
+    )
+    .await;
+    let nodes = cluster.nodes();
+    nodes
+        .create(&PostParams::default(), &node("n1", json!({})))
+        .await
+        .unwrap();
+    nodes
+        .create(&PostParams::default(), &node("n2", json!({})))
+        .await
+        .unwrap();
+    let services = cluster.services();
+    let lb: Service = serde_json::from_value(
+        json!({"metadata": {"name": "web"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    services.create(&PostParams::default(), &lb).await.unwrap();
+    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+
+    let ingress = || async {
+        services
+            .get("web")
+            .await
+            .ok()
+            .and_then(|s| s.status)
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .and_then(|i| i.first().and_then(|i| i.ip.clone()))
+    };
+    eventually("an ingress IP on the service", || async {
+        ingress().await.is_some()
+    })
+    .await;
+    assert!(ingress().await.unwrap().starts_with("203.0."));
+    let web = services.get("web").await.unwrap();
+    assert_eq!(
+        web.metadata.finalizers.unwrap(),
+        ["service.kubernetes.io/load-balancer-cleanup"]
+    );
+    assert_eq!(
+        load_balancer_nodes(&cluster.snapshot().await),
+        [vec!["n1".to_owned(), "n2".to_owned()]]
+    );
+    events_when(&cluster, "EnsuredLoadBalancer", |e| !e.is_empty()).await;
+
+    // A node leaves the load balancers: the cloud load balancer is updated.
+    let exclude =
+        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
+    nodes
+        .patch("n2", &PatchParams::default(), &Patch::Merge(exclude))
+        .await
+        .unwrap();
+    eventually("the load balancer to drop n2", || async {
+        load_balancer_nodes(&cluster.snapshot().await) == [vec!["n1".to_owned()]]
+    })
+    .await;
+    events_when(&cluster, "UpdatedLoadBalancer", |e| !e.is_empty()).await;
+
+    // The controller goes away; the service is deleted meanwhile; the finalizer keeps it until cleanup.
+    running.stop().await;
+    services.delete("web", &DeleteParams::default()).await.unwrap();
+    assert!(
+        services
+            .get("web")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    assert_eq!(
+        load_balancer_nodes(&cluster.snapshot().await).len(),
+        1,
+        "nobody deleted the cloud load balancer yet"
+    );
+    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+    eventually("the service to be gone", || async {
+        services.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        load_balancer_nodes(&cluster.snapshot().await).is_empty(),
+        "the cloud load balancer is gone too"
+    );
+
+    // Changing the type away from LoadBalancer also cleans up, without deleting the service.
+    let other: Service = serde_json::from_value(
+        json!({"metadata": {"name": "other"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 81}]}}),
+    )
+    .unwrap();
+    services.create(&PostParams::default(), &other).await.unwrap();
+    eventually("a load balancer for the second service", || async {
+        load_balancer_nodes(&cluster.snapshot().await).len() == 1
+    })
+    .await;
+    services
+        .patch(
+            "other",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the finalizer to go", || async {
+        services
+            .get("other")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .is_empty()
+    })
+    .await;
+    assert!(load_balancer_nodes(&cluster.snapshot().await).is_empty());
+    assert!(
+        services
+            .get("other")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .load_balancer
+            .unwrap()
+            .ingress
+            .unwrap_or_default()
+            .is_empty()
+    );
+    running.stop().await;
+}
+
+async fn routes_for_pod_cidrs_and_the_network_unavailable_condition(backend: Backend) {
+    // Nodes need instances, or the lifecycle controller deletes them (they are not Ready).
+    let cluster = Cluster::start(
+        backend,
+        vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
+    )
+    .await;
+    let nodes = cluster.nodes();
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("n1", json!({"spec": {"podCIDRs": ["10.244.1.0/24"]}})),
+        )
+        .await
+        .unwrap();
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("n2", json!({"spec": {"podCIDRs": ["10.244.2.0/24"]}})),
+        )
+        .await
+        .unwrap();
+    // A route of a node that is gone (inside the cluster CIDR) and one this controller does not own.
+    for (name, node, cidr) in [
+        ("stale", "old", "10.244.9.0/24"),
+        ("foreign", "vpn", "192.168.0.0/24"),
+    ] {
+        cluster
+            .cloud
+            .cloud()
+            .handle(CloudRequest::CreateRoute {
+                name: name.into(),
+                target_node: node.into(),
+                destination_cidr: cidr.into(),
+                target_node_addresses: Vec::new(),
+            })
+            .await;
+    }
+    let running = start(manager(&cluster, cluster.cloud_config(), settings()));
+    let cidrs = || async {
+        match cluster.snapshot().await {
+            CloudResponse::Snapshot { routes, .. } => {
+                let mut cidrs: Vec<String> = routes.into_iter().map(|r| r.destination_cidr).collect();
+                cidrs.sort();
+                cidrs
+            }
+            _ => unreachable!(),
+        }
+    };
+    eventually("routes for both nodes and the stale one gone", || async {
+        cidrs().await == ["10.244.1.0/24", "10.244.2.0/24", "192.168.0.0/24"]
+    })
+    .await;
+    let condition = |node: Node| {
+        node.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "NetworkUnavailable")
+            .map(|c| (c.status, c.reason.unwrap_or_default()))
+    };
+    eventually("NetworkUnavailable=False on both nodes", || async {
+        let n1 = condition(nodes.get("n1").await.unwrap());
+        let n2 = condition(nodes.get("n2").await.unwrap());
+        n1 == Some(("False".into(), "RouteCreated".into())) && n2 == n1
+    })
+    .await;
+    running.stop().await;
+}
+
+async fn missing_capabilities_and_settings_skip_controllers_with_a_reason(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance::running("n1", 1)]).await;
+    let config = FakeCloudConfig {
+        load_balancers: false,
+        ..cluster.cloud_config()
+    };
+    let mut no_cidr = settings();
+    no_cidr.cluster_cidrs.clear();
+    let manager = manager(&cluster, config, no_cidr);
+    let planned = manager.plan();
+    let reason = |name: &str| {
+        planned
+            .iter()
+            .find(|p| p.controller.as_str() == name)
+            .unwrap()
+            .skipped
+            .clone()
+    };
+    assert_eq!(
+        reason("service-lb-controller").as_deref(),
+        Some("the cloud provider does not support load balancers")
+    );
+    assert!(
+        reason("node-route-controller")
+            .unwrap()
+            .starts_with("--cluster-cidr is not set")
+    );
+    assert_eq!(reason("cloud-node-controller"), None);
+
+    let services = cluster.services();
+    let lb: Service = serde_json::from_value(
+        json!({"metadata": {"name": "web"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    services.create(&PostParams::default(), &lb).await.unwrap();
+    let nodes = cluster.nodes();
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("n1", json!({"spec": {"taints": [uninitialized()]}})),
+        )
+        .await
+        .unwrap();
+    let running = start(manager);
+    // The node controller working shows the manager is up; the skipped controller never acted.
+    eventually("n1 initialized", || async {
+        taint_keys(&nodes, "n1").await.is_empty()
+    })
+    .await;
+    assert!(
+        cluster
+            .server
+            .requests()
+            .iter()
+            .all(|r| !r.user_agent.ends_with("/service-lb-controller"))
+    );
+    assert!(services.get("web").await.unwrap().metadata.finalizers.is_none());
+    running.stop().await;
+}
+
+control_plane::on_both_backends!(
+    nodes_are_initialized_from_the_cloud_in_two_writes,
+    a_node_without_a_provider_id_stays_tainted_with_an_event,
+    lifecycle_deletes_gone_nodes_and_taints_shut_down_ones,
+    load_balancers_follow_services_and_nodes_across_a_restart,
+    routes_for_pod_cidrs_and_the_network_unavailable_condition,
+    missing_capabilities_and_settings_skip_controllers_with_a_reason,
+);

@@ -1,0 +1,463 @@
+//! The provider: `CloudProvider` over a [`FakeCloud`], in-process or over HTTP.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
+use kube_ccm_provider::{
+    CallContext, CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, Route, Routes,
+};
+
+use crate::cloud::FakeCloud;
+use crate::config::FakeCloudConfig;
+use crate::model::{FakeAddress, FakeInstance, InstanceState, Knobs};
+use crate::protocol::{CloudRequest, CloudResponse, NodeRef};
+use crate::server::FakeCloudClient;
+
+/// The provider name (`--cloud-provider=fake`) and provider-ID scheme.
+pub const PROVIDER_NAME: &str = "fake";
+
+enum Backend {
+    Local(FakeCloud),
+    Remote(Box<FakeCloudClient>),
+}
+
+/// The fake cloud provider.
+pub struct FakeProvider {
+    backend: Backend,
+    config: FakeCloudConfig,
+}
+
+/// The registry factory: builds the provider from `--cloud-config` bytes.
+pub async fn factory(
+    config: Option<Vec<u8>>,
+) -> Result<Arc<dyn CloudProvider>, Box<dyn std::error::Error + Send + Sync>> {
+    let config = match config {
+        Some(bytes) => FakeCloudConfig::parse(&bytes)?,
+        None => FakeCloudConfig::default(),
+    };
+    Ok(Arc::new(FakeProvider::new(config)))
+}
+
+impl FakeProvider {
+    /// A provider for this configuration.
+    pub fn new(config: FakeCloudConfig) -> FakeProvider {
+        let backend = match &config.endpoint {
+            Some(url) => Backend::Remote(Box::new(FakeCloudClient::new(url))),
+            None => Backend::Local(FakeCloud::new(
+                config.instances.clone(),
+                Knobs {
+                    latency_ms: config.latency_ms,
+                    error_rate: config.error_rate,
+                    hang_rate: 0.0,
+                },
+            )),
+        };
+        FakeProvider { backend, config }
+    }
+
+    /// One call to the cloud, abandoned at the context's deadline or cancellation.
+    async fn call(&self, cx: &CallContext, request: CloudRequest) -> Result<CloudResponse, CloudError> {
+        let response = cx
+            .guard(async {
+                Ok(match &self.backend {
+                    Backend::Local(cloud) => cloud.handle_as(request, cx.caller()).await,
+                    Backend::Remote(client) => client.call_within(&request, cx).await,
+                })
+            })
+            .await?;
+        match response {
+            CloudResponse::Error {
+                message,
+                not_found: _,
+            } => Err(CloudError::provider(message)),
+            other => Ok(other),
+        }
+    }
+
+    /// The instance of each node, in order: found, absent, or an error (the cloud could not tell).
+    async fn describe(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Result<Vec<Result<Option<FakeInstance>, CloudError>>, CloudError> {
+        let count = nodes.len();
+        let nodes = nodes
+            .iter()
+            .map(|n| NodeRef {
+                name: n.metadata.name.clone().unwrap_or_default(),
+                provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            })
+            .collect();
+        match self.call(cx, CloudRequest::DescribeInstances { nodes }).await? {
+            CloudResponse::Instances { instances, unknown } if instances.len() == count => Ok(instances
+                .into_iter()
+                .enumerate()
+                .map(|(index, instance)| {
+                    if unknown.contains(&index) {
+                        Err(CloudError::provider("the cloud cannot reach the instance's zone"))
+                    } else {
+                        Ok(instance)
+                    }
+                })
+                .collect()),
+            CloudResponse::Instances { instances, .. } => Err(CloudError::provider(format!(
+                "{} answers for {count} nodes",
+                instances.len()
+            ))),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+}
+
+fn metadata(instance: &FakeInstance) -> InstanceMetadata {
+    InstanceMetadata {
+        provider_id: instance.provider_id(),
+        instance_type: instance.instance_type.clone(),
+        node_addresses: instance
+            .addresses
+            .iter()
+            .map(|a| NodeAddress {
+                type_: a.type_.clone(),
+                address: a.address.clone(),
+            })
+            .collect(),
+        zone: instance.zone.clone(),
+        region: instance.region.clone(),
+        additional_labels: instance.labels.clone().into_iter().collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn node_names(nodes: &[Arc<Node>]) -> Vec<String> {
+    nodes.iter().filter_map(|n| n.metadata.name.clone()).collect()
+}
+
+fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn status(ip: &str) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: Some(vec![LoadBalancerIngress {
+            ip: Some(ip.to_owned()),
+            ..LoadBalancerIngress::default()
+        }]),
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for FakeProvider {
+    async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        let mut answers = self.instance_exists_batch(cx, &[Arc::new(node.clone())]).await;
+        answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
+    }
+
+    async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        let mut answers = self.instance_shutdown_batch(cx, &[Arc::new(node.clone())]).await;
+        answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
+    }
+
+    async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError> {
+        let mut answers = self.instance_metadata_batch(cx, &[Arc::new(node.clone())]).await;
+        answers.pop().unwrap_or(Err(CloudError::InstanceNotFound))
+    }
+
+    async fn instance_exists_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        match self.describe(cx, nodes).await {
+            Ok(instances) => instances.into_iter().map(|i| i.map(|i| i.is_some())).collect(),
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+
+    async fn instance_shutdown_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<bool, CloudError>> {
+        match self.describe(cx, nodes).await {
+            Ok(instances) => instances
+                .into_iter()
+                .map(|i| {
+                    i?.map(|i| i.state == InstanceState::Stopped)
+                        .ok_or(CloudError::InstanceNotFound)
+                })
+                .collect(),
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<InstanceMetadata, CloudError>> {
+        match self.describe(cx, nodes).await {
+            Ok(instances) => instances
+                .into_iter()
+                .map(|i| i?.as_ref().map(metadata).ok_or(CloudError::InstanceNotFound))
+                .collect(),
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for FakeProvider {
+    async fn get_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, CloudError> {
+        let name = self.load_balancer_name(cluster_name, service);
+        match self.call(cx, CloudRequest::GetLoadBalancer { name }).await? {
+            CloudResponse::LoadBalancer { load_balancer } => Ok(load_balancer.map(|lb| status(&lb.ip))),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<LoadBalancerStatus, CloudError> {
+        let ports = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .map(|ports| ports.iter().map(|p| p.port).collect())
+            .unwrap_or_default();
+        let request = CloudRequest::EnsureLoadBalancer {
+            name: self.load_balancer_name(cluster_name, service),
+            service: service_key(service),
+            ports,
+            nodes: node_names(nodes),
+        };
+        match self.call(cx, request).await? {
+            CloudResponse::LoadBalancer {
+                load_balancer: Some(lb),
+            } => Ok(status(&lb.ip)),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<(), CloudError> {
+        let name = self.load_balancer_name(cluster_name, service);
+        self.call(
+            cx,
+            CloudRequest::UpdateLoadBalancer {
+                name,
+                nodes: node_names(nodes),
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<(), CloudError> {
+        let name = self.load_balancer_name(cluster_name, service);
+        self.call(cx, CloudRequest::DeleteLoadBalancer { name })
+            .await
+            .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Routes for FakeProvider {
+    async fn list_routes(&self, cx: &CallContext, _cluster_name: &str) -> Result<Vec<Route>, CloudError> {
+        match self.call(cx, CloudRequest::ListRoutes).await? {
+            CloudResponse::Routes { routes } => Ok(routes
+                .into_iter()
+                .map(|r| Route {
+                    name: r.name,
+                    blackhole: r.target_node.is_empty(),
+                    target_node: r.target_node,
+                    destination_cidr: r.destination_cidr,
+                    // The fake routes by node: addresses are recorded, not compared.
+                    enable_node_addresses: false,
+                    target_node_addresses: r
+                        .target_node_addresses
+                        .into_iter()
+                        .map(|a| NodeAddress {
+                            type_: a.type_,
+                            address: a.address,
+                        })
+                        .collect(),
+                })
+                .collect()),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn create_route(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> Result<(), CloudError> {
+        let name = format!("{cluster_name}-{name_hint}");
+        let request = CloudRequest::CreateRoute {
+            name,
+            target_node: route.target_node.clone(),
+            destination_cidr: route.destination_cidr.clone(),
+            target_node_addresses: route
+                .target_node_addresses
+                .iter()
+                .map(|a| FakeAddress {
+                    type_: a.type_.clone(),
+                    address: a.address.clone(),
+                })
+                .collect(),
+        };
+        self.call(cx, request).await.map(|_| ())
+    }
+
+    async fn delete_route(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        route: &Route,
+    ) -> Result<(), CloudError> {
+        self.call(
+            cx,
+            CloudRequest::DeleteRoute {
+                name: route.name.clone(),
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl CloudProvider for FakeProvider {
+    fn provider_name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.config.load_balancers.then_some(self as &dyn LoadBalancer)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        self.config.routes.then_some(self as &dyn Routes)
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        self.config.cluster_id.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::FakeCloudServer;
+
+    fn node(name: &str) -> Arc<Node> {
+        Arc::new(serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_shared_cloud_over_http_answers_like_the_local_one() {
+        let server = FakeCloudServer::start(
+            FakeCloud::new(vec![FakeInstance::running("n1", 1)], Knobs::default()),
+            ([127, 0, 0, 1], 0).into(),
+        )
+        .await
+        .unwrap();
+        let config = FakeCloudConfig {
+            endpoint: Some(server.url().to_owned()),
+            ..FakeCloudConfig::default()
+        };
+        let provider = FakeProvider::new(config);
+        let instances = provider.instances_v2().unwrap();
+        let cx = CallContext::with_timeout(std::time::Duration::from_secs(10));
+        let answers = instances
+            .instance_metadata_batch(&cx, &[node("n1"), node("n2")])
+            .await;
+        assert_eq!(answers[0].as_ref().unwrap().provider_id, "fake://n1");
+        assert!(matches!(answers[1], Err(CloudError::InstanceNotFound)));
+        server
+            .cloud()
+            .handle(CloudRequest::Admin(crate::AdminRequest::SetInstanceState {
+                name: "n1".into(),
+                state: InstanceState::Stopped,
+            }))
+            .await;
+        assert!(instances.instance_shutdown(&cx, &node("n1")).await.unwrap());
+        assert!(instances.instance_exists(&cx, &node("n1")).await.unwrap());
+        assert!(!instances.instance_exists(&cx, &node("n2")).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_zone_is_unknown_never_gone() {
+        let mut elsewhere = FakeInstance::running("n2", 2);
+        elsewhere.zone = "zone-b".into();
+        let cloud = FakeCloud::new(vec![FakeInstance::running("n1", 1), elsewhere], Knobs::default());
+        let provider = FakeProvider {
+            backend: Backend::Local(cloud.clone()),
+            config: FakeCloudConfig::default(),
+        };
+        let instances = provider.instances_v2().unwrap();
+        let cx = CallContext::with_timeout(std::time::Duration::from_secs(10));
+        let nodes = [node("n1"), node("n2"), node("gone")];
+        let zone = FakeInstance::running("n1", 1).zone;
+        cloud
+            .handle(CloudRequest::Admin(crate::AdminRequest::SetZoneReachable {
+                zone: zone.clone(),
+                reachable: false,
+            }))
+            .await;
+        let answers = instances.instance_exists_batch(&cx, &nodes).await;
+        // n1's zone cannot be reached; n2's can; an instance not found anywhere reachable might be in it.
+        assert!(answers[0].is_err(), "{answers:?}");
+        assert!(matches!(answers[1], Ok(true)), "{answers:?}");
+        assert!(answers[2].is_err(), "{answers:?}");
+        cloud
+            .handle(CloudRequest::Admin(crate::AdminRequest::SetZoneReachable {
+                zone,
+                reachable: true,
+            }))
+            .await;
+        let answers = instances.instance_exists_batch(&cx, &nodes).await;
+        let answers: Vec<bool> = answers.into_iter().map(Result::unwrap).collect();
+        assert_eq!(answers, [true, true, false]);
+    }
+
+    #[tokio::test]
+    async fn capabilities_follow_the_config() {
+        let provider = factory(Some(b"loadBalancers: false\n".to_vec())).await.unwrap();
+        assert!(provider.load_balancer().is_none());
+        assert!(provider.routes().is_some());
+        assert!(provider.instances_v2().is_some());
+        let error = factory(Some(b"bogus: 1\n".to_vec())).await.err().unwrap();
+        assert!(error.to_string().contains("unknown field `bogus`"), "{error}");
+    }
+}
