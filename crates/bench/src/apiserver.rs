@@ -112,7 +112,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     // Watch fan-out: every watcher must see every write.
     let fanout: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
     let epoch = Instant::now();
-    let latencies = Arc::new(std::sync::Mutex::new(Vec::with_capacity(
+    let latencies = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(
         args.watchers * args.events,
     )));
     let mut watchers = Vec::new();
@@ -131,10 +131,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                             .and_then(|d| d.get("sent_us").and_then(|s| s.parse().ok()))
                             .unwrap_or(0.0);
                         let now = epoch.elapsed().as_secs_f64() * 1e6;
-                        latencies
-                            .lock()
-                            .expect("not poisoned")
-                            .push((now - sent) / 1000.0);
+                        latencies.lock().push((now - sent) / 1000.0);
                         seen += 1;
                     }
                     Ok(Some(_)) => {}
@@ -170,7 +167,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         "delivered {delivered} of {}",
         args.watchers * args.events
     );
-    let latencies = latencies.lock().expect("not poisoned").clone();
+    let latencies = latencies.lock().clone();
 
     let result = json!({
         "objects": args.objects,

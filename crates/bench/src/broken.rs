@@ -12,8 +12,9 @@
 //! - `leak`: a load balancer is never deleted (its delete answers success), and every ensure also makes
 //!   a second load balancer for the same service (kept up to date with the first).
 
+use parking_lot::Mutex;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -153,8 +154,8 @@ impl LoadBalancer for BrokenProvider {
                 cloud.call_within(&second, cx).await;
             }
         }
-        if let Ok(mut last) = LAST_CALL.lock() {
-            *last = Some(LastCall {
+        {
+            *LAST_CALL.lock() = Some(LastCall {
                 caller: cx.caller().to_owned(),
                 endpoint: self.endpoint.clone(),
                 load_balancer,
@@ -237,7 +238,7 @@ impl CloudProvider for BrokenProvider {
 
 /// Writes as the controller of the last load-balancer call, for [`LATE`], after the manager returned.
 fn write_late() {
-    let Some(last) = LAST_CALL.lock().ok().and_then(|last| last.clone()) else {
+    let Some(last) = LAST_CALL.lock().clone() else {
         return;
     };
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {

@@ -18,10 +18,11 @@
 // The timeline and the verdict on stdout are what this command is for.
 #![allow(clippy::print_stdout)]
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -167,23 +168,17 @@ impl Names {
         let identity = replica.identity(timeout)?;
         self.0
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .insert(identity.clone(), (replica.name.clone(), replica.side));
         Ok(identity)
     }
 
     fn get(&self, identity: &str) -> Option<(String, Side)> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(identity)
-            .cloned()
+        self.0.lock().get(identity).cloned()
     }
 
     fn identity_of(&self, name: &str) -> Option<String> {
         self.0
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .find(|(_, (n, _))| n == name)
             .map(|(identity, _)| identity.clone())
@@ -194,7 +189,6 @@ impl Names {
         let identity = replica.reported_identity()?;
         self.0
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .insert(identity.clone(), (replica.name.clone(), replica.side));
         Some(identity)
     }

@@ -2,8 +2,9 @@
 //! promise the controllers rely on; the suite must fail the checks that guard it (and should pass the
 //! others). Run them against your own fixture with [`WithFault`] to see the suite judge your cloud.
 
+use parking_lot::Mutex;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -104,12 +105,12 @@ pub(crate) struct Calls(Mutex<Vec<Call>>);
 impl Calls {
     /// Every call so far.
     pub(crate) fn all(&self) -> Vec<Call> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0.lock().clone()
     }
 
     async fn note<T: Outcome>(&self, method: &'static str, call: impl Future<Output = T>) -> T {
         let index = {
-            let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut log = self.0.lock();
             log.push(Call {
                 method,
                 started: Instant::now(),
@@ -119,7 +120,7 @@ impl Calls {
             log.len() - 1
         };
         let answer = call.await;
-        let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut log = self.0.lock();
         log[index].ended = Some(Instant::now());
         log[index].failed = answer.failed();
         answer

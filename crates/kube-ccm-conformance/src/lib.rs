@@ -48,7 +48,7 @@ use k8s_openapi::api::core::v1::Node;
 pub use kube_ccm_provider::CloudProvider;
 /// The in-process Kubernetes API server the controllers checks run against: start one in a provider's own
 /// tests (`TestApiServer::start()`) to run its binary against, with no other dependency.
-pub use kube_ccm_test_apiserver;
+pub use kube_ccm_test_apiserver as test_apiserver;
 
 /// A fixture's own failure (the cloud could not be set up as asked), not the provider's.
 pub type FixtureError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,7 +1,8 @@
 //! The three suites against the fake provider over its HTTP cloud (as the binary runs it: `endpoint` in the
 //! cloud-config), with the negative controls: the same fixture with broken providers fails.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -41,7 +42,7 @@ impl FakeFixture {
 
     async fn knobs(&self, change: impl FnOnce(&mut Knobs)) -> Result<(), FixtureError> {
         let knobs = {
-            let mut knobs = self.knobs.lock().unwrap();
+            let mut knobs = self.knobs.lock();
             change(&mut knobs);
             *knobs
         };
@@ -73,7 +74,7 @@ impl Fixture for FakeFixture {
 
     async fn launch(&self, name: &str) -> Result<Node, FixtureError> {
         let index = {
-            let mut launched = self.launched.lock().unwrap();
+            let mut launched = self.launched.lock();
             *launched += 1;
             *launched
         };

@@ -249,7 +249,7 @@ impl CallContext {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use super::*;
 
@@ -264,13 +264,13 @@ pub(crate) mod tests {
 
         /// Renewed: valid for `valid` from now (`None`: lost).
         pub(crate) fn renew(&self, valid: Option<Duration>) {
-            *self.0.lock().unwrap() = valid.map(|valid| Instant::now() + valid);
+            *self.0.lock() = valid.map(|valid| Instant::now() + valid);
         }
     }
 
     impl LockValidity for TestLock {
         fn valid_until(&self) -> Option<Instant> {
-            *self.0.lock().unwrap()
+            *self.0.lock()
         }
     }
 
@@ -408,11 +408,11 @@ pub(crate) mod tests {
     #[tokio::test(start_paused = true)]
     async fn calls_are_reported_to_the_observer_with_their_outcome() {
         #[derive(Default)]
-        struct Seen(std::sync::Mutex<Vec<(String, Duration, Option<String>)>>);
+        struct Seen(parking_lot::Mutex<Vec<(String, Duration, Option<String>)>>);
         impl CallObserver for Seen {
             fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
                 let error = outcome.err().map(ToString::to_string);
-                self.0.lock().unwrap().push((request.to_owned(), elapsed, error));
+                self.0.lock().push((request.to_owned(), elapsed, error));
             }
         }
         let seen = Arc::new(Seen::default());
@@ -430,7 +430,7 @@ pub(crate) mod tests {
             message: "slow down".to_owned(),
         };
         narrowed.observe("DescribeInstances", Duration::from_millis(5), Err(&throttled));
-        let seen = seen.0.lock().unwrap();
+        let seen = seen.0.lock();
         assert_eq!(
             *seen,
             vec![

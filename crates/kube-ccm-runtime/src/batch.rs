@@ -72,7 +72,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
     use std::time::Duration;
 
     use super::*;
@@ -82,7 +82,7 @@ mod tests {
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let recorded = sizes.clone();
         let batcher = Batcher::spawn(100, 2, move |requests: Vec<u32>| {
-            recorded.lock().unwrap().push(requests.len());
+            recorded.lock().push(requests.len());
             async move {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 requests.into_iter().map(|r| r * 2).collect::<Vec<_>>()
@@ -94,7 +94,7 @@ mod tests {
         }))
         .await;
         assert!(answers.iter().enumerate().all(|(i, a)| *a == Some(i as u32 * 2)));
-        let sizes = sizes.lock().unwrap().clone();
+        let sizes = sizes.lock().clone();
         assert_eq!(sizes.iter().sum::<usize>(), 250);
         assert!(
             sizes.len() <= 4,

@@ -14,10 +14,11 @@
 //! between nodes that have the same), and conditions without messages or heartbeats. The kubelet's images,
 //! volumes, daemon endpoints and condition messages are not kept: no provider reads them.
 
+use parking_lot::Mutex;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{
     Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, ObjectReference, Taint,
@@ -44,7 +45,7 @@ where
     T: ?Sized + Hash + Eq,
     V: Borrow<T> + Into<Arc<T>>,
 {
-    let mut table = table.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut table = table.lock();
     if let Some(found) = table.get(value.borrow()) {
         return found.clone();
     }

@@ -6,9 +6,10 @@
 //! had not sent yet is discarded (see [`crate::transport`]), so a process that lost a lock cannot write
 //! for that lock's controllers even if its tasks are slow to stop or the network holds its bytes back.
 
+use parking_lot::Mutex;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
 use crate::service_accounts::{AccountToken, ServiceAccountError, ServiceAccounts};
+use crate::transport::TokenSource;
 use crate::transport::{Fence, WriteInFlight};
 
 /// Settings every client shares.
@@ -136,7 +138,11 @@ impl ClientFactory {
             .map(ToString::to_string)
             .unwrap_or_default();
         // Innermost: latency as client-go measures it, without the rate limiter's wait.
-        let transport = crate::transport::transport(&config, fence.clone(), token)?;
+        let transport = crate::transport::transport(
+            &config,
+            fence.clone(),
+            token.map(|token| token as Arc<dyn TokenSource>),
+        )?;
         Ok(
             kube::client::ClientBuilder::new(transport, config.default_namespace.clone())
                 .with_layer(&tower::util::option_layer(self.metrics.clone().map(|metrics| {
@@ -489,10 +495,7 @@ struct TokenBucket {
 impl TokenBucket {
     /// Takes a token, or says how long until one is there.
     fn take(&self) -> Result<(), Duration> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.state.lock();
         let now = Instant::now();
         let (tokens, last) = *state;
         let tokens = (tokens + now.duration_since(last).as_secs_f64() * self.qps).min(self.burst);
@@ -670,6 +673,45 @@ where
             );
         }
         Poll::Ready(output)
+    }
+}
+
+/// The `User-Agent` of the requests that set up the controllers' service accounts.
+const SERVICE_ACCOUNTS_AGENT: &str = "service-accounts";
+
+impl ClientFactory {
+    /// `--use-service-account-credentials`: controllers' clients ([`Self::controller_client`]) act as
+    /// their service accounts in `kube-system`, with tokens from the TokenRequest API asked for with this
+    /// factory's own credentials (see [`crate::service_accounts`]). Other clients (the elector, the
+    /// caches, serving) keep the manager's credentials, as upstream's.
+    pub fn with_service_account_credentials(mut self) -> Result<ClientFactory, ClientError> {
+        let root = self.client(SERVICE_ACCOUNTS_AGENT, None)?;
+        self.accounts = Some(Arc::new(ServiceAccounts::new(root)));
+        Ok(self)
+    }
+
+    /// Makes sure `account` can be acted as (with service-account credentials; nothing otherwise): the
+    /// account exists or was made, and a token was issued for it.
+    pub async fn prepare_account(&self, account: &str) -> Result<(), ClientError> {
+        if let Some(accounts) = &self.accounts {
+            accounts.token(account).await?;
+        }
+        Ok(())
+    }
+
+    /// The client of `controller`: as [`Self::client`], acting as service account `account` with
+    /// service-account credentials.
+    pub async fn controller_client(
+        &self,
+        controller: &str,
+        account: &str,
+        fence: Option<Fence>,
+    ) -> Result<kube::Client, ClientError> {
+        let token = match &self.accounts {
+            Some(accounts) => Some(accounts.token(account).await?),
+            None => None,
+        };
+        self.build(controller, fence, token)
     }
 }
 

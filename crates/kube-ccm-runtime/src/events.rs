@@ -33,9 +33,9 @@
 //! [`QUEUED_EVENTS`] waiting, further ones are dropped, as client-go's. They go through the controller's
 //! client, so its lock fences them as any other write: those still queued are refused once it stops.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -44,8 +44,6 @@ use kube::api::{Api, Patch, PostParams};
 use tokio::time::Instant;
 
 pub(crate) use kube::runtime::events::EventType;
-
-use crate::lock;
 
 /// The longest message recorded; longer ones are cut at a character boundary.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
@@ -410,7 +408,7 @@ impl EventRecorder {
         let field_path = about.field_path.as_deref().unwrap_or_default();
         let similar_key = Fingerprint::of(&(&subject, field_path, type_, reason));
         let spam_key = Fingerprint::of(&(&subject, type_));
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         // The aggregator: past ten different messages in the window, one combined Event.
         let similar = state.similar.get_or_insert_with(&similar_key, Similar::default);
         if similar

@@ -1,7 +1,8 @@
 //! Health and readiness, as named checks that parts of the manager add and remove.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kube_ccm_provider::Refused;
 
@@ -39,7 +40,6 @@ impl Verdict {
 fn run(checks: &Mutex<BTreeMap<String, Check>>) -> Verdict {
     let checks: Vec<(String, Check)> = checks
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .map(|(n, c)| (n.clone(), c.clone()))
         .collect();
@@ -59,18 +59,12 @@ impl Health {
         name: &str,
         check: impl Fn() -> Result<(), Refused> + Send + Sync + 'static,
     ) {
-        self.health
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_owned(), Arc::new(check));
+        self.health.lock().insert(name.to_owned(), Arc::new(check));
     }
 
     /// Removes a health check.
     pub fn remove_health_check(&self, name: &str) {
-        self.health
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name);
+        self.health.lock().remove(name);
     }
 
     /// A readiness check (`/readyz/<name>`).
@@ -79,18 +73,12 @@ impl Health {
         name: &str,
         check: impl Fn() -> Result<(), Refused> + Send + Sync + 'static,
     ) {
-        self.readiness
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_owned(), Arc::new(check));
+        self.readiness.lock().insert(name.to_owned(), Arc::new(check));
     }
 
     /// Removes a readiness check.
     pub fn remove_readiness_check(&self, name: &str) {
-        self.readiness
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name);
+        self.readiness.lock().remove(name);
     }
 
     /// Runs every health check.
@@ -104,7 +92,6 @@ impl Health {
         verdict.notes = self
             .notes
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
@@ -113,10 +100,7 @@ impl Health {
 
     /// A note for `/readyz?verbose` (e.g. why a controller is skipped); it never fails readiness.
     pub fn add_readiness_note(&self, name: &str, note: &str) {
-        self.notes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_owned(), note.to_owned());
+        self.notes.lock().insert(name.to_owned(), note.to_owned());
     }
 }
 

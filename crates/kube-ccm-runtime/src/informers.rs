@@ -19,8 +19,9 @@
 //! resync) rather than holding up the watch or anyone else. Deletions are announced after the cache has
 //! applied them, so a listener that reads the cache never finds the object there.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -80,12 +81,12 @@ impl<K> Cache<K> {
         self.read().is_empty()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<K>>> {
-        self.objects.read().unwrap_or_else(PoisonError::into_inner)
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<K>>> {
+        self.objects.read()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<K>>> {
-        self.objects.write().unwrap_or_else(PoisonError::into_inner)
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<K>>> {
+        self.objects.write()
     }
 }
 

@@ -212,8 +212,8 @@ impl InstancesV2 for FromInstances<'_> {
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::Mutex;
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
     use std::time::Duration;
 
     use k8s_openapi::api::core::v1::NodeAddress;
@@ -245,7 +245,7 @@ mod tests {
             _: &CallContext,
             node_name: &str,
         ) -> Result<Vec<NodeAddress>, CloudError> {
-            self.calls.lock().unwrap().push(format!("addresses({node_name})"));
+            self.calls.lock().push(format!("addresses({node_name})"));
             Ok(vec![NodeAddress {
                 type_: "Hostname".into(),
                 address: node_name.into(),
@@ -256,7 +256,7 @@ mod tests {
             _: &CallContext,
             id: &str,
         ) -> Result<Vec<NodeAddress>, CloudError> {
-            self.calls.lock().unwrap().push(format!("addresses-by-id({id})"));
+            self.calls.lock().push(format!("addresses-by-id({id})"));
             if id.is_empty() {
                 return Err(CloudError::provider("no ID"));
             }

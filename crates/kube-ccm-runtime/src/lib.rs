@@ -82,9 +82,3 @@ pub mod fuzzing {
         crate::controllers::node_addresses(current, cloud, provided_ips, initialization)
     }
 }
-
-/// Locks a mutex that guards plain data: a panic elsewhere while holding it leaves nothing half-done
-/// that a later reader could trip over, so poisoning is ignored.
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}

@@ -438,10 +438,7 @@ impl Metrics {
 
     /// The work queue of controller `name` (made on first use, kept across the controller's restarts).
     pub(crate) fn work_queue(&self, name: &str) -> Arc<WorkQueue> {
-        let mut queues = self
-            .queues
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut queues = self.queues.lock();
         queues
             .entry(name.to_owned())
             .or_insert_with(|| Arc::new(WorkQueue::new(name, &self.queue_families)))

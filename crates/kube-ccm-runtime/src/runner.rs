@@ -196,8 +196,8 @@ pub fn by_key<K: Send + Sync + 'static>(
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::Mutex;
     use std::collections::HashMap;
-    use std::sync::Mutex;
 
     use tokio::sync::Semaphore;
 
@@ -239,7 +239,7 @@ mod tests {
             let harness = self.clone();
             let objects = self.objects.clone();
             let runner = Runner::new(self.queue.clone(), move |key: &str| {
-                objects.lock().unwrap().get(key).cloned()
+                objects.lock().get(key).cloned()
             })
             .concurrency(concurrency)
             .feed(futures::stream::pending());
@@ -257,7 +257,7 @@ mod tests {
         }
 
         fn started(&self) -> Vec<String> {
-            self.started.lock().unwrap().clone()
+            self.started.lock().clone()
         }
 
         /// Lets the runner and its reconciles go as far as they can (time is paused: nothing is due
@@ -270,16 +270,16 @@ mod tests {
     }
 
     async fn reconcile(key: Arc<String>, harness: Arc<Harness>) -> Result<Action, Failed> {
-        harness.started.lock().unwrap().push(key.to_string());
+        harness.started.lock().push(key.to_string());
         {
-            let mut running = harness.running.lock().unwrap();
+            let mut running = harness.running.lock();
             *running += 1;
-            let mut most = harness.most.lock().unwrap();
+            let mut most = harness.most.lock();
             *most = (*most).max(*running);
         }
         harness.gate.acquire().await.expect("open").forget();
-        *harness.running.lock().unwrap() -= 1;
-        match harness.answers.lock().unwrap().get(key.as_str()) {
+        *harness.running.lock() -= 1;
+        match harness.answers.lock().get(key.as_str()) {
             Some(Ok(action)) => Ok(*action),
             Some(Err(_)) => Err(Failed),
             None => Ok(Action::await_change()),
@@ -287,7 +287,7 @@ mod tests {
     }
 
     fn error_policy(key: Arc<String>, _: &Failed, harness: Arc<Harness>) -> Action {
-        match harness.answers.lock().unwrap().get(key.as_str()) {
+        match harness.answers.lock().get(key.as_str()) {
             Some(Err(action)) => *action,
             _ => Action::await_change(),
         }
@@ -335,7 +335,7 @@ mod tests {
         harness.gate.add_permits(20);
         Harness::settle().await;
         assert_eq!(harness.started().len(), 10);
-        assert_eq!(*harness.most.lock().unwrap(), 3);
+        assert_eq!(*harness.most.lock(), 3);
         assert!(!harness.started().contains(&"gone".to_owned()));
         assert_eq!(
             harness.queue.depth(),
@@ -352,12 +352,10 @@ mod tests {
         harness
             .answers
             .lock()
-            .unwrap()
             .insert("ok".into(), Ok(Action::requeue(Duration::from_secs(30))));
         harness
             .answers
             .lock()
-            .unwrap()
             .insert("bad".into(), Err(Action::requeue(Duration::from_secs(5))));
         let task = harness.start(2).await;
         harness.gate.add_permits(100);
@@ -374,7 +372,7 @@ mod tests {
         assert_eq!(harness.started(), ["ok", "bad", "bad"]);
 
         // A change brings a requeued key forward; the earlier time wins.
-        harness.answers.lock().unwrap().clear();
+        harness.answers.lock().clear();
         harness.queue.add("ok");
         Harness::settle().await;
         assert_eq!(harness.started()[3..], ["ok"]);

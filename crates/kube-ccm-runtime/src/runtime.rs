@@ -29,7 +29,7 @@ use crate::context::ControllerContext;
 use crate::events::EventRecorder;
 use crate::health::Health;
 use crate::informers::Informers;
-use crate::lock;
+
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
 use crate::registry::ControllerRegistry;
 use crate::transport::Fence;
@@ -57,7 +57,7 @@ pub struct Manager {
     health: Arc<Health>,
     metrics: Arc<Metrics>,
     /// The shared caches (made on first use; started when first read), and what stops them.
-    informers: std::sync::Mutex<Option<Arc<Informers>>>,
+    informers: parking_lot::Mutex<Option<Arc<Informers>>>,
     stop_informers: CancellationToken,
 }
 
@@ -78,7 +78,7 @@ impl Manager {
             provider,
             health: Arc::new(Health::default()),
             metrics,
-            informers: std::sync::Mutex::default(),
+            informers: parking_lot::Mutex::default(),
             stop_informers: CancellationToken::new(),
         }
     }
@@ -90,7 +90,7 @@ impl Manager {
     }
 
     fn informers(&self) -> Result<Arc<Informers>, ManagerError> {
-        let mut informers = lock(&self.informers);
+        let mut informers = self.informers.lock();
         if let Some(informers) = informers.as_ref() {
             return Ok(informers.clone());
         }
@@ -201,7 +201,7 @@ impl Manager {
                 .leader_election
                 .as_ref()
                 .map_or_else(String::new, |e| e.namespace.clone()),
-            electors: std::sync::Mutex::default(),
+            electors: parking_lot::Mutex::default(),
             component: self.config.component.clone(),
             clients: clients.clone(),
             controllers: self.controllers.clone(),
@@ -275,7 +275,7 @@ struct Runner {
     /// Namespace of the Leases (for their Events).
     lease_namespace: String,
     /// Each lock's elector health check (the latest elector per Lease), for `leaderElection`.
-    electors: std::sync::Mutex<BTreeMap<String, ElectorCheck>>,
+    electors: parking_lot::Mutex<BTreeMap<String, ElectorCheck>>,
     component: String,
     clients: ClientFactory,
     controllers: ControllerRegistry,
@@ -367,10 +367,10 @@ impl Runner {
         // Not ready from before the first controller starts (one may act at once, e.g. initialise a
         // node) until every one has: none of the scope's until all of them are registered.
         let readiness = format!("controllers-started-{scope}");
-        let registered: Arc<std::sync::Mutex<Option<Vec<watch::Receiver<bool>>>>> = Arc::default();
+        let registered: Arc<parking_lot::Mutex<Option<Vec<watch::Receiver<bool>>>>> = Arc::default();
         let check = registered.clone();
         self.health
-            .add_readiness_check(&readiness, move || match &*lock(&check) {
+            .add_readiness_check(&readiness, move || match &*check.lock() {
                 Some(started) if started.iter().all(|s| *s.borrow()) => Ok(()),
                 _ => Err("controllers are still starting".into()),
             });
@@ -452,7 +452,7 @@ impl Runner {
             tasks.push((name, labels, AbortOnDropHandle::new(task)));
             started.push(started_receiver);
         }
-        *lock(&registered) = Some(started);
+        *registered.lock() = Some(started);
         stop.cancelled().await;
         for (name, labels, task) in tasks {
             self.health.remove_health_check(name.as_str());
@@ -561,7 +561,7 @@ impl ScopeRunner for Runner {
             .add_health_check(&name, move || own_check(&own).map_err(Refused::from));
         // Upstream's name for the same check (`leaderElection`), over every lock of this process, so existing
         // probes keep working.
-        let mut electors = lock(&self.electors);
+        let mut electors = self.electors.lock();
         electors.insert(lease_name.to_owned(), Arc::new(move || check(&state)));
         let all: Vec<ElectorCheck> = electors.values().cloned().collect();
         self.health.add_health_check("leaderElection", move || {

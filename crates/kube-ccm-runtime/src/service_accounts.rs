@@ -9,8 +9,9 @@
 //! carries no credentials of the manager's (no client certificate, no token): only the account's token,
 //! read afresh for every request, so a renewal needs no new client.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -19,8 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::client::{ClientError, ClientFactory};
-use crate::transport::Fence;
+use crate::transport::TokenSource;
 
 /// The namespace of the controllers' accounts (upstream's).
 pub const NAMESPACE: &str = "kube-system";
@@ -57,45 +57,6 @@ pub enum ServiceAccountError {
     },
 }
 
-/// The `User-Agent` of the requests that set up the controllers' service accounts.
-const SERVICE_ACCOUNTS_AGENT: &str = "service-accounts";
-
-impl ClientFactory {
-    /// `--use-service-account-credentials`: controllers' clients ([`Self::controller_client`]) act as
-    /// their service accounts in `kube-system`, with tokens from the TokenRequest API asked for with this
-    /// factory's own credentials (see [`crate::service_accounts`]). Other clients (the elector, the
-    /// caches, serving) keep the manager's credentials, as upstream's.
-    pub fn with_service_account_credentials(mut self) -> Result<ClientFactory, ClientError> {
-        let root = self.client(SERVICE_ACCOUNTS_AGENT, None)?;
-        self.accounts = Some(Arc::new(ServiceAccounts::new(root)));
-        Ok(self)
-    }
-
-    /// Makes sure `account` can be acted as (with service-account credentials; nothing otherwise): the
-    /// account exists or was made, and a token was issued for it.
-    pub async fn prepare_account(&self, account: &str) -> Result<(), ClientError> {
-        if let Some(accounts) = &self.accounts {
-            accounts.token(account).await?;
-        }
-        Ok(())
-    }
-
-    /// The client of `controller`: as [`Self::client`], acting as service account `account` with
-    /// service-account credentials.
-    pub async fn controller_client(
-        &self,
-        controller: &str,
-        account: &str,
-        fence: Option<Fence>,
-    ) -> Result<kube::Client, ClientError> {
-        let token = match &self.accounts {
-            Some(accounts) => Some(accounts.token(account).await?),
-            None => None,
-        };
-        self.build(controller, fence, token)
-    }
-}
-
 /// The tokens of the controllers' accounts, each renewed in the background while this lives.
 pub struct ServiceAccounts {
     /// A client with the manager's own credentials.
@@ -106,16 +67,19 @@ pub struct ServiceAccounts {
 /// One account's current token.
 pub struct AccountToken {
     value: RwLock<Arc<str>>,
-    renewal: std::sync::Mutex<Option<AbortOnDropHandle<()>>>,
+    renewal: parking_lot::Mutex<Option<AbortOnDropHandle<()>>>,
 }
 
 impl AccountToken {
     /// The token to send now.
     pub fn current(&self) -> Arc<str> {
-        self.value
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.value.read().clone()
+    }
+}
+
+impl TokenSource for AccountToken {
+    fn current(&self) -> Arc<str> {
+        AccountToken::current(self)
     }
 }
 
@@ -139,7 +103,7 @@ impl ServiceAccounts {
         let (value, renew_in) = request_token(&self.root, account).await?;
         let token = Arc::new(AccountToken {
             value: RwLock::new(value),
-            renewal: std::sync::Mutex::default(),
+            renewal: parking_lot::Mutex::default(),
         });
         let renewal = tokio::spawn(renew(
             self.root.clone(),
@@ -147,7 +111,7 @@ impl ServiceAccounts {
             Arc::downgrade(&token),
             renew_in,
         ));
-        *crate::lock(&token.renewal) = Some(AbortOnDropHandle::new(renewal));
+        *token.renewal.lock() = Some(AbortOnDropHandle::new(renewal));
         tokens.insert(account.to_owned(), token.clone());
         tracing::info!(
             account = %format!("{NAMESPACE}/{account}"),
@@ -259,10 +223,7 @@ where
         };
         match ask().await {
             Ok((value, next)) => {
-                *token
-                    .value
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+                *token.value.write() = value;
                 renew_in = next;
                 retry = Duration::from_secs(1);
                 tracing::debug!("renewed a service account's token");
@@ -286,7 +247,7 @@ fn describe(error: &kube::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use super::*;
 
@@ -306,15 +267,15 @@ mod tests {
         });
         let token = Arc::new(AccountToken {
             value: RwLock::new(Arc::from("first")),
-            renewal: std::sync::Mutex::default(),
+            renewal: parking_lot::Mutex::default(),
         });
         let life = LIFETIME.mul_f64(1.0 - RENEW_WHEN_LEFT);
         let asking = script.clone();
         let ask = move || {
             let script = asking.clone();
             async move {
-                crate::lock(&script.asked_at).push(script.start.elapsed());
-                let answer = crate::lock(&script.answers).remove(0);
+                script.asked_at.lock().push(script.start.elapsed());
+                let answer = script.answers.lock().remove(0);
                 answer
                     .map(|value| (Arc::from(value), life))
                     .map_err(|message| ServiceAccountError::Token {
@@ -332,7 +293,7 @@ mod tests {
             "third",
             "the old token served while renewal was retried"
         );
-        let asked = crate::lock(&script.asked_at).clone();
+        let asked = script.asked_at.lock().clone();
         assert_eq!(
             asked,
             [

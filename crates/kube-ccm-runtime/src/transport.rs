@@ -166,13 +166,20 @@ impl kube_ccm_provider::LockValidity for Fence {
     }
 }
 
+/// Where a transport's bearer token comes from, read afresh for every request so that a renewed token
+/// needs no new client.
+pub(crate) trait TokenSource: Send + Sync {
+    /// The token to send now.
+    fn current(&self) -> Arc<str>;
+}
+
 /// The stack for `config`; with a fence, its connections carry bytes only while the fence's lock is valid.
 /// With `token`, every request carries that service account's current token (and `config` none of its
 /// own credentials).
 pub(crate) fn transport(
     config: &kube::Config,
     fence: Option<Fence>,
-    token: Option<Arc<crate::service_accounts::AccountToken>>,
+    token: Option<Arc<dyn TokenSource>>,
 ) -> Result<Transport, kube::Error> {
     if let Some(proxy) = &config.proxy_url {
         return Err(kube::Error::ProxyProtocolUnsupported {

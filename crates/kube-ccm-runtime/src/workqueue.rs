@@ -14,9 +14,10 @@
 //! queue's `name` (the controller's canonical name). Periodic passes (routes, node lifecycle) are work
 //! without a queue: they report work durations and in-progress time only.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -189,7 +190,7 @@ impl WorkQueue {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// `key` is scheduled now (a change, a trigger). A key already waiting is not added again, but comes due
@@ -460,13 +461,7 @@ pub(crate) struct QueueCollector(pub(crate) Queues);
 
 impl Collector for QueueCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let queues: Vec<Arc<WorkQueue>> = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let queues: Vec<Arc<WorkQueue>> = self.0.lock().values().cloned().collect();
         let gauges: Vec<(&QueueLabels, (i64, f64, f64))> =
             queues.iter().map(|q| (&q.labels, q.gauges())).collect();
         let mut family = |name: &str, help: &str, value: &dyn Fn(&(i64, f64, f64)) -> f64| {
@@ -538,7 +533,6 @@ mod tests {
             let queues: Queues = Arc::default();
             queues
                 .lock()
-                .unwrap()
                 .insert("service-lb-controller".into(), queue.clone());
             registry.register_collector(Box::new(QueueCollector(queues)));
             let mut text = String::new();

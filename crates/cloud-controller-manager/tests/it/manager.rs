@@ -1,10 +1,11 @@
 //! The manager command as an operator runs it: settings errors, HTTPS serving of health and metrics,
 //! trace export.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -835,7 +836,7 @@ async fn collector() -> (SocketAddr, Received) {
                         async move {
                             let path = request.uri().path().to_owned();
                             let body = request.into_body().collect().await?.to_bytes().to_vec();
-                            record.lock().unwrap().push((path, body));
+                            record.lock().push((path, body));
                             Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::new())))
                         }
                     });
@@ -866,7 +867,7 @@ async fn traces_go_to_the_otlp_endpoint_when_one_is_set() {
     add_uninitialized_node(&server).await;
     let deadline = Instant::now() + WAIT;
     loop {
-        let exported = received.lock().unwrap().iter().any(|(path, body)| {
+        let exported = received.lock().iter().any(|(path, body)| {
             // Our `reconcile` span, with its controller attribute.
             path == "/v1/traces"
                 && contains(body, b"reconcile")
@@ -879,7 +880,7 @@ async fn traces_go_to_the_otlp_endpoint_when_one_is_set() {
         assert!(
             Instant::now() < deadline,
             "no reconcile span exported; received {} request(s)\n{}",
-            received.lock().unwrap().len(),
+            received.lock().len(),
             manager.log()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -2,8 +2,9 @@
 //! one `reconcile` span per sync, naming the controller, the object and the Lease, with the cloud calls and
 //! the API requests of that sync beneath it.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -47,7 +48,7 @@ async fn receiver(received: Received) -> u16 {
                                 .into_iter()
                                 .flat_map(|r| r.scope_spans)
                                 .flat_map(|s| s.spans);
-                            received.lock().unwrap().extend(spans);
+                            received.lock().extend(spans);
                             let answer = ExportTraceServiceResponse::default().encode_to_vec();
                             hyper::Response::builder()
                                 .header("content-type", "application/x-protobuf")
@@ -153,7 +154,7 @@ async fn each_reconcile_is_a_span_with_its_cloud_calls_and_api_requests_beneath(
 
     let deadline = Instant::now() + WAIT;
     let (service_sync, node_sync) = loop {
-        let spans = received.lock().unwrap().clone();
+        let spans = received.lock().clone();
         let service_sync = find_tree(&spans, "service-lb-controller", "ensure_load_balancer", "PATCH");
         let node_sync = spans
             .iter()

@@ -19,8 +19,9 @@
 //! answered 429. A token the API server accepted in the last [`KNOWN_FOR`] is reviewed again outside
 //! that bound (a flood cannot lock a real scraper out), and so is an authenticated user's access.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -77,7 +78,7 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
     }
 
     fn get(&self, key: &K) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = self.entries.lock();
         entries
             .get(key)
             .filter(|(_, until)| Instant::now() < *until)
@@ -88,7 +89,7 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> Cache<K, V> {
         if ttl.is_zero() {
             return;
         }
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = self.entries.lock();
         if entries.len() >= CACHE_ENTRIES && !entries.contains_key(&key) {
             let now = Instant::now();
             entries.retain(|_, (_, until)| *until > now);
@@ -136,7 +137,7 @@ impl Bucket {
 
     /// Takes one, if there is one.
     fn take(&self) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         let (tokens, refilled) = *state;
         let now = Instant::now();
         let rate = f64::from(self.rate);

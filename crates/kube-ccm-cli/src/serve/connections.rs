@@ -2,11 +2,12 @@
 //! connection may buffer, and the connections open at once (below the descriptor limit; at the cap the
 //! oldest idle one makes room).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -94,7 +95,7 @@ pub(super) struct Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.table.lock().remove(&self.id);
+        self.table.open.lock().remove(&self.id);
     }
 }
 
@@ -108,14 +109,10 @@ impl Connections {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Connection>>> {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// A place for a new connection; at the cap, the oldest connection not serving a request is closed
     /// for it. `None` when every connection is serving one.
     pub(super) fn admit(table: &Arc<Connections>) -> Option<Admitted> {
-        let mut open = table.lock();
+        let mut open = table.open.lock();
         if open.len() >= table.limit {
             let oldest_idle = open
                 .iter()

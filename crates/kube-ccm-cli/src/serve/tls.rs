@@ -2,8 +2,9 @@
 //! `--tls-min-version` and `--tls-cipher-suites`, and the client certificates of users (`--client-ca-file`)
 //! and of front proxies (`--requestheader-client-ca-file`), each told apart after the handshake.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -334,7 +335,7 @@ impl ReloadingCertificate {
 
 impl ResolvesServerCert for ReloadingCertificate {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         if state.checked.elapsed() >= self.check_every {
             state.checked = Instant::now();
             let [cert, key] = &self.files;
@@ -522,7 +523,7 @@ impl ReloadingTls {
 
     /// The configuration in force, and its verifiers.
     pub(super) fn current(&self) -> (Arc<rustls::ServerConfig>, Arc<Verifiers>) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         if state.checked.elapsed() >= self.check_every {
             state.checked = Instant::now();
             self.reload(&mut state);

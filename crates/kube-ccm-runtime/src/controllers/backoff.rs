@@ -3,10 +3,9 @@
 //! 5 ms doubling to 1000 s, and 10 retries a second with a burst of 100). Beyond upstream, each delay gets up
 //! to 10% of random jitter, so keys that failed together do not retry together.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
-use crate::lock;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -71,7 +70,7 @@ impl Backoff {
     /// `key` failed (again): how long until it is tried again.
     pub fn failed(&self, key: &str) -> Duration {
         let failures = {
-            let mut table = lock(&self.failures);
+            let mut table = self.failures.lock();
             let count = table.entry(key.to_owned()).or_insert(0);
             *count = count.saturating_add(1);
             *count
@@ -81,19 +80,22 @@ impl Backoff {
             .checked_mul(2_u32.saturating_pow(failures.saturating_sub(1).min(31)))
             .unwrap_or(self.cap)
             .min(self.cap);
-        let bucket = self.bucket.as_ref().map_or(Duration::ZERO, |b| lock(b).reserve());
+        let bucket = self
+            .bucket
+            .as_ref()
+            .map_or(Duration::ZERO, |b| b.lock().reserve());
         exponential.max(bucket).mul_f64(1.0 + rand::random::<f64>() * 0.1)
     }
 
     /// `key` succeeded, or is gone: its next failure starts from the base again.
     pub fn forget(&self, key: &str) {
-        lock(&self.failures).remove(key);
+        self.failures.lock().remove(key);
     }
 
     /// How many keys have failures on record (for tests of the table's bounds).
     #[cfg(test)]
     pub(crate) fn tracked(&self) -> usize {
-        lock(&self.failures).len()
+        self.failures.lock().len()
     }
 }
 

@@ -17,8 +17,9 @@
 //! one period after the controller starts, not at once (a new leader would otherwise ask the cloud about
 //! every node the moment it takes over).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -74,7 +75,7 @@ struct NodeContext {
 
 impl NodeContext {
     fn initialized(&self) -> MutexGuard<'_, HashMap<String, u64>> {
-        self.initialized.lock().unwrap_or_else(PoisonError::into_inner)
+        self.initialized.lock()
     }
 
     /// Whether `node` is the stale, tainted version of a node this process has just initialised.

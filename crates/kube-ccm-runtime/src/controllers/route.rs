@@ -23,8 +23,9 @@
 //! A route whose target the provider names by provider ID (it contains `://`: the provider knows the
 //! instance, not the node's name) is the route of the node with that `spec.providerID`.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -207,10 +208,7 @@ async fn reconcile(
         }
     }
     for (node, cidr) in outside {
-        let first = warned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert((node.name().to_owned(), cidr.clone()));
+        let first = warned.lock().insert((node.name().to_owned(), cidr.clone()));
         if first {
             let note = format!(
                 "Not creating a route for pod CIDR {cidr} of node {}: it is outside every --cluster-cidr",

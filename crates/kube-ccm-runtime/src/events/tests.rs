@@ -97,7 +97,7 @@ async fn each_cache_forgets_its_oldest_keys_past_4096() {
         ));
     }
     {
-        let state = lock(&recorder.state);
+        let state = recorder.state.lock();
         assert_eq!(state.written.entries.len(), CACHE_ENTRIES);
         assert_eq!(state.similar.entries.len(), CACHE_ENTRIES);
         assert_eq!(state.spam.entries.len(), CACHE_ENTRIES);

@@ -11,8 +11,9 @@
 //! The batch's request is a shared future: whichever waiter polls it drives it, so a caller abandoning
 //! its look-up at its own deadline does not strand the others, and no task outlives the callers.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::Instance;
@@ -67,14 +68,10 @@ impl Describer {
             return Ok(Arc::default());
         }
         let batch = {
-            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut open = self.open.lock();
             match open.as_ref() {
-                Some(batch) if !*batch.closed.lock().unwrap_or_else(PoisonError::into_inner) => {
-                    batch
-                        .keys
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .extend(keys.iter().cloned());
+                Some(batch) if !*batch.closed.lock() => {
+                    batch.keys.lock().extend(keys.iter().cloned());
                     batch.clone()
                 }
                 _ => {
@@ -96,22 +93,19 @@ impl Describer {
         let closed = Arc::new(Mutex::new(false));
         let (open, wanted_in, closed_in) = (self.open.clone(), wanted.clone(), closed.clone());
         let last_closed = self.last_closed.clone();
-        let busy = last_closed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|at| at.elapsed() < BUSY_AFTER);
+        let busy = last_closed.lock().is_some_and(|at| at.elapsed() < BUSY_AFTER);
         let window = if busy { BUSY_WINDOW } else { WINDOW };
         let answer = async move {
             tokio::time::sleep(window).await;
             // Closed under the same lock callers join under: no key is added after this read.
             let keys = {
-                let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
-                *closed_in.lock().unwrap_or_else(PoisonError::into_inner) = true;
+                let mut open = open.lock();
+                *closed_in.lock() = true;
                 if open.as_ref().is_some_and(|b| Arc::ptr_eq(&b.closed, &closed_in)) {
                     *open = None;
                 }
-                *last_closed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-                std::mem::take(&mut *wanted_in.lock().unwrap_or_else(PoisonError::into_inner))
+                *last_closed.lock() = Some(Instant::now());
+                std::mem::take(&mut *wanted_in.lock())
             };
             send(keys).await.map(Arc::new)
         }
@@ -144,7 +138,7 @@ mod tests {
             async move {
                 describer
                     .describe(&keys, move |keys| async move {
-                        sent.lock().unwrap().push(keys.clone());
+                        sent.lock().push(keys.clone());
                         Ok(keys
                             .into_iter()
                             .map(|k| (k, Instance::builder().build()))
@@ -162,7 +156,7 @@ mod tests {
         let third = ask(vec![id(4)]).await;
         assert_eq!(third.len(), 1);
         assert_eq!(
-            *sent.lock().unwrap(),
+            *sent.lock(),
             [BTreeSet::from([id(1), id(2), id(3)]), BTreeSet::from([id(4)])]
         );
     }

@@ -4,8 +4,9 @@
 //! EC2 and ELB clients send through the fenced connector (`connector.rs`); the credential chain's
 //! own requests (STS, instance metadata) use the SDK's pooled client.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
@@ -41,10 +42,7 @@ pub struct RequestCounter {
 impl RequestCounter {
     /// The counts so far.
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.counts.lock().clone()
     }
 
     /// The sum of the counts.
@@ -72,13 +70,7 @@ impl Intercept for Counting {
             || "unknown".to_owned(),
             |m| format!("{}:{}", m.service(), m.name()),
         );
-        *self
-            .0
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(name)
-            .or_default() += 1;
+        *self.0.counts.lock().entry(name).or_default() += 1;
         Ok(())
     }
 }

@@ -4,8 +4,9 @@
 //! its provider ID names, as `nodeNameToInstanceID`. No watch of its own: the index follows the cache
 //! while this replica leads, and is empty (so callers fall back to EC2's names) otherwise.
 
+use parking_lot::RwLock;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -134,12 +135,12 @@ impl NodeIndex {
         });
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    fn write(&self) -> parking_lot::RwLockWriteGuard<'_, State> {
+        self.state.write()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, State> {
+        self.state.read()
     }
 
     /// The one node on `instance`; `None` when the index is not following the cache, or no node or
@@ -170,7 +171,7 @@ impl NodeIndex {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
     use std::time::Duration;
 
     use async_trait::async_trait;
@@ -199,7 +200,7 @@ mod tests {
             None
         }
         fn nodes(&self) -> Vec<Node> {
-            self.nodes.lock().unwrap().clone()
+            self.nodes.lock().clone()
         }
         fn node_events(&self) -> BoxStream<'static, CacheEvent<Node>> {
             let receiver = self.events.subscribe();

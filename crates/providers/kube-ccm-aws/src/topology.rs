@@ -11,8 +11,8 @@
 //! instance types the pattern matches (upstream asks once for every other type too, then remembers the
 //! type).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_ec2::error::ProvideErrorMetadata;
@@ -64,10 +64,7 @@ impl Topology {
     }
 
     fn known_none(&self, key: &str) -> bool {
-        let mut none = self
-            .none_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut none = self.none_until.lock();
         match none.get(key) {
             Some(until) if *until > Instant::now() => true,
             Some(_) => {
@@ -81,7 +78,6 @@ impl Topology {
     fn remember_none(&self, key: &str) {
         self.none_until
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key.to_owned(), Instant::now() + REMEMBER);
     }
 

@@ -1,7 +1,8 @@
 //! The cloud itself: instances, load balancers, routes, and the knobs.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{CloudWrite, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
@@ -39,12 +40,6 @@ impl FakeCloud {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Handles one anonymous call (see [`FakeCloud::handle_as`]).
     pub async fn handle(&self, request: CloudRequest) -> CloudResponse {
         self.handle_as(request, "").await
@@ -58,7 +53,7 @@ impl FakeCloud {
             return self.admin(admin);
         }
         let knobs = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             state.calls += 1;
             *state.calls_by_kind.entry(request.kind().to_owned()).or_insert(0) += 1;
             state.knobs
@@ -80,7 +75,7 @@ impl FakeCloud {
                 not_found: false,
             };
         }
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         // An ensure of a load balancer already as asked changes nothing: the cloud's declarative upsert,
         // answered without a change to log (so a provider need not read before it ensures).
         let unchanged = match &request {
@@ -206,7 +201,7 @@ impl FakeCloud {
     }
 
     fn admin(&self, request: AdminRequest) -> CloudResponse {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         match request {
             AdminRequest::PutInstance(instance) => {
                 state.instances.insert(instance.name.clone(), instance);

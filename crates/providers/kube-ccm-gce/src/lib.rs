@@ -10,7 +10,8 @@
 //! Compute errors map to the framework's: rate limits and quota (HTTP 429, `RESOURCE_EXHAUSTED`, 403
 //! `rateLimitExceeded`) to a retry after [`RATE_LIMITED_RETRY_AFTER`], after the client's own retries.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 use std::time::Duration;
 
 use google_cloud_compute_v1::model;
@@ -107,18 +108,12 @@ impl GceProvider {
 
     /// The cluster ID, read from the cluster once (with the leading client).
     pub(crate) async fn load_cluster_id(&self) -> Result<String, CloudError> {
-        if let Some(id) = self
-            .cluster_id
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-        {
+        if let Some(id) = self.cluster_id.read().clone() {
             return Ok(id);
         }
         let client = self
             .leading
             .read()
-            .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or_else(|| CloudError::provider("the cluster ID is read once this process leads"))?;
         let id = cluster_id(&client).await.map_err(|e| {
@@ -132,24 +127,18 @@ impl GceProvider {
     /// The ranges opened to Google's L3/L4 proxies and health checkers
     /// (`--cloud-provider-gce-lb-src-cidrs`).
     pub fn load_balancer_source_ranges(&self) -> Vec<String> {
-        self.lb_source_ranges
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.lb_source_ranges.read().clone()
     }
 
     /// The ranges of Google's L7 proxies and health checkers (`--cloud-provider-gce-l7lb-src-cidrs`), for
     /// ingress controllers built on this provider.
     pub fn l7_load_balancer_source_ranges(&self) -> Vec<String> {
-        self.l7_lb_source_ranges
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.l7_lb_source_ranges.read().clone()
     }
 
     /// Sets the cluster ID (as [`CloudProvider::start_leading`] does from the cluster), for tests and tools.
     pub fn set_cluster_id(&self, id: &str) {
-        *self.cluster_id.write().unwrap_or_else(PoisonError::into_inner) = Some(id.to_owned());
+        *self.cluster_id.write() = Some(id.to_owned());
     }
 }
 
@@ -232,7 +221,7 @@ impl CloudProvider for GceProvider {
             if let Some(value) = context.flags.get(flag) {
                 let parsed = flags::source_ranges(value.items())
                     .map_err(|problem| CloudError::provider(format!("--{flag}: {problem}")))?;
-                *ranges.write().unwrap_or_else(PoisonError::into_inner) = parsed;
+                *ranges.write() = parsed;
             }
         }
         Ok(())
@@ -241,7 +230,7 @@ impl CloudProvider for GceProvider {
     /// Reads (or makes) the cluster ID the load balancers' shared names carry. A failure is logged, not
     /// fatal: the nodes and routes need no cluster ID, and load balancers try again when they need it.
     async fn start_leading(&self, context: LeadingContext) -> Result<(), CloudError> {
-        *self.leading.write().unwrap_or_else(PoisonError::into_inner) = Some(context.client);
+        *self.leading.write() = Some(context.client);
         if let Err(error) = self.load_cluster_id().await {
             tracing::warn!(%error, "gce: the cluster ID is not read yet; load balancers will try again");
         }

@@ -17,13 +17,13 @@ const ZONE: &str = "us-central1-a";
 
 struct GceFixture {
     double: ComputeDouble,
-    launched: std::sync::Mutex<u32>,
+    launched: parking_lot::Mutex<u32>,
 }
 
 async fn gce() -> GceFixture {
     GceFixture {
         double: ComputeDouble::start().await.expect("the Compute double starts"),
-        launched: std::sync::Mutex::new(0),
+        launched: parking_lot::Mutex::new(0),
     }
 }
 
@@ -46,7 +46,7 @@ impl Fixture for GceFixture {
 
     async fn launch(&self, name: &str) -> Result<Node, FixtureError> {
         let n = {
-            let mut launched = self.launched.lock().unwrap();
+            let mut launched = self.launched.lock();
             *launched += 1;
             *launched
         };

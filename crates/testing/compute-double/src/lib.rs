@@ -32,8 +32,9 @@
 mod resources;
 mod server;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use google_cloud_compute_v1::model;
@@ -128,7 +129,7 @@ impl ComputeDouble {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// Adds (or replaces) an instance in `project`/`zone`; its `id`, `selfLink`, `zone`, `kind`, `status`

@@ -1,7 +1,8 @@
 //! HTTP: routes `/compute/v1/projects/{project}/…` to the state.
 
+use parking_lot::Mutex;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -52,7 +53,7 @@ async fn handle(
             .into_owned()
             .collect();
     let latency = {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = state.lock();
         state.log.push(format!("{} {path}", parts.method));
         state.latency
     };
@@ -63,7 +64,7 @@ async fn handle(
         return Ok(metadata(&state, &parts.headers, key));
     }
     let answer = {
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = state.lock();
         match state.fault(&parts.method, &path) {
             Some(error) => Err(error),
             None => route(&mut state, &parts.method, &path, &query, &body),
@@ -83,17 +84,13 @@ async fn handle(
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .writes
-            .push(crate::Write {
-                time_us: arrived_us,
-                method: parts.method.to_string(),
-                path: path.clone(),
-                user_agent,
-                status: status.as_u16(),
-            });
+        state.lock().writes.push(crate::Write {
+            time_us: arrived_us,
+            method: parts.method.to_string(),
+            path: path.clone(),
+            user_agent,
+            status: status.as_u16(),
+        });
     }
     let response = Response::builder()
         .status(status)
@@ -108,12 +105,7 @@ async fn handle(
 /// The metadata server's answer for `key`: its value as text; 403 without `Metadata-Flavor: Google`
 /// (as the real server refuses), 404 for a value not set.
 fn metadata(state: &Mutex<State>, headers: &http::HeaderMap, key: &str) -> Response<Full<Bytes>> {
-    let value = state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .metadata
-        .get(key)
-        .cloned();
+    let value = state.lock().metadata.get(key).cloned();
     let (status, text) = if headers.get("metadata-flavor").is_none_or(|v| v != "Google") {
         (
             StatusCode::FORBIDDEN,

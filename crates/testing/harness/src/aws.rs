@@ -2,8 +2,9 @@
 //! it), the provider's cloud-config for moto, and a recording proxy in front of moto that logs every
 //! request with its action, caller and answer, as an account's CloudTrail would.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use bytes::Bytes;
@@ -339,43 +340,42 @@ impl RecordingProxy {
     /// Answers `action` here with `answer` (given the request's form body) instead of forwarding it: for
     /// an API moto does not have, from a recorded answer. The request is recorded as any other.
     pub fn answer(&self, action: &str, answer: impl Fn(&str) -> (u16, String) + Send + Sync + 'static) {
-        self.lock().answers.insert(action.to_owned(), Arc::new(answer));
+        self.log
+            .lock()
+            .answers
+            .insert(action.to_owned(), Arc::new(answer));
     }
 
     /// Holds every request `latency` before answering or forwarding it (a slow cloud). A request whose
     /// connection closes meanwhile is dropped unforwarded, as a cloud drops one its client reset.
     pub fn set_latency(&self, latency: std::time::Duration) {
-        self.lock().latency = latency;
+        self.log.lock().latency = latency;
     }
 
     /// Answers every request 503 `Unavailable` (`true`: an outage) or as before (`false`).
     pub fn set_outage(&self, outage: bool) {
-        self.lock().outage = outage;
+        self.log.lock().outage = outage;
     }
 
     /// Forwards `action` to moto again (after [`RecordingProxy::answer`]).
     pub fn forward(&self, action: &str) {
-        self.lock().answers.remove(action);
+        self.log.lock().answers.remove(action);
     }
 
     /// Every request so far, in order of arrival.
     pub fn requests(&self) -> Vec<ProxiedRequest> {
-        self.lock().records.clone()
+        self.log.lock().records.clone()
     }
 
     /// The requests since the last take, counted by action.
     pub fn take_all(&self) -> BTreeMap<String, u64> {
-        let mut log = self.lock();
+        let mut log = self.log.lock();
         let mut counts = BTreeMap::new();
         for record in &log.records[log.taken..] {
             *counts.entry(record.action.clone()).or_default() += 1;
         }
         log.taken = log.records.len();
         counts
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -402,7 +402,7 @@ async fn forward(
         .unwrap_or_default()
         .to_owned();
     let (latency, outage) = {
-        let log = log.lock().unwrap_or_else(PoisonError::into_inner);
+        let log = log.lock();
         (log.latency, log.outage)
     };
     if !latency.is_zero() {
@@ -411,23 +411,16 @@ async fn forward(
     let canned: Option<Answer> = if outage {
         Some(Arc::new(|_: &str| unavailable()))
     } else {
-        log.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .answers
-            .get(&action)
-            .cloned()
+        log.lock().answers.get(&action).cloned()
     };
     if let Some(answer) = canned {
         let (status, text) = answer(&String::from_utf8_lossy(&body));
-        log.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .records
-            .push(ProxiedRequest {
-                time_us,
-                action,
-                user_agent,
-                status,
-            });
+        log.lock().records.push(ProxiedRequest {
+            time_us,
+            action,
+            user_agent,
+            status,
+        });
         return http::Response::builder()
             .status(status)
             .header(http::header::CONTENT_TYPE, "text/xml;charset=UTF-8")
@@ -442,15 +435,12 @@ async fn forward(
         .request(http::Request::from_parts(parts, Full::new(body)))
         .await;
     let status = answer.as_ref().map_or(502, |r| r.status().as_u16());
-    log.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .records
-        .push(ProxiedRequest {
-            time_us,
-            action,
-            user_agent,
-            status,
-        });
+    log.lock().records.push(ProxiedRequest {
+        time_us,
+        action,
+        user_agent,
+        status,
+    });
     let (parts, body) = answer.map_err(std::io::Error::other)?.into_parts();
     let body = body.collect().await.map_err(std::io::Error::other)?.to_bytes();
     Ok(http::Response::from_parts(parts, Full::new(body)))

@@ -2,8 +2,9 @@
 //! the times the electors wrote into them (`acquireTime`, `renewTime`), so a hand-off is checked without
 //! the API server's request records and without any replica's word.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -64,7 +65,7 @@ impl LeaseWatch {
                     _ => continue,
                 };
                 let observed = observe(&lease);
-                let mut seen = record.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut seen = record.lock();
                 // A re-list repeats the current state: keep changes only.
                 if seen.iter().rev().find(|s| s.name == observed.name) != Some(&observed) {
                     seen.push(observed);
@@ -79,10 +80,7 @@ impl LeaseWatch {
 
     /// Every state seen so far, in order.
     pub fn seen(&self) -> Vec<ObservedLease> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.seen.lock().clone()
     }
 
     /// Every change of holder seen so far. `client_go(identity)` says whether a holder's elector is

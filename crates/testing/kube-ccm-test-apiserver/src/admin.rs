@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::auth::UserInfo;
 use crate::faults::{FaultAction, FaultSpec};
 use crate::observe::Since;
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::wire::{Query, Reply};
 
 fn json_lines<T: Serialize>(records: impl Iterator<Item = T>) -> Reply {
@@ -92,22 +92,24 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
     match (request.method().clone(), segments.as_slice()) {
         (Method::GET, ["healthz"]) => Reply::bytes(200, Bytes::from_static(b"ok")),
         (Method::GET, ["requests"]) => {
-            let logs = lock(&state.logs);
+            let logs = state.logs.lock();
             kept_or_gone("requests", logs.requests_since(since))
         }
         (Method::GET, ["leases"]) => {
-            let logs = lock(&state.logs);
+            let logs = state.logs.lock();
             kept_or_gone("lease writes", logs.leases_since(since))
         }
         (Method::GET, ["counters"]) => {
-            let logs = lock(&state.logs);
+            let logs = state.logs.lock();
             let mut counters = json!(logs.counters);
             counters["dropped requests"] = json!(logs.dropped_requests);
             counters["dropped lease writes"] = json!(logs.dropped_leases);
             Reply::json(200, &counters)
         }
         (Method::GET, ["faults"]) => {
-            let faults: Vec<Value> = lock(&state.faults)
+            let faults: Vec<Value> = state
+                .faults
+                .lock()
                 .list()
                 .into_iter()
                 .map(|(id, spec)| json!({"id": id, "spec": spec}))
@@ -117,7 +119,7 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
         (Method::POST, ["faults"]) => match body::<FaultSpec>(request).await {
             Ok(spec) => {
                 let partition = (spec.action == FaultAction::Partition).then(|| spec.user_agent.clone());
-                let id = lock(&state.faults).add(spec);
+                let id = state.faults.lock().add(spec);
                 if let Some(pattern) = partition {
                     state.end_watches(pattern);
                 }
@@ -126,11 +128,11 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
             Err(reply) => reply,
         },
         (Method::DELETE, ["faults"]) => {
-            lock(&state.faults).clear();
+            state.faults.lock().clear();
             Reply::json(200, &json!({}))
         }
         (Method::DELETE, ["faults", id]) => match id.parse::<u64>() {
-            Ok(id) if lock(&state.faults).remove(id) => Reply::json(200, &json!({})),
+            Ok(id) if state.faults.lock().remove(id) => Reply::json(200, &json!({})),
             _ => error(404, "no such fault"),
         },
         (Method::POST, ["watches", "close"]) => match body::<CloseRequest>(request).await {
@@ -141,22 +143,22 @@ pub(crate) async fn handle(state: &Arc<State>, request: Request<Incoming>) -> Re
             Err(reply) => reply,
         },
         (Method::POST, ["compact"]) => {
-            lock(&state.store).compact();
+            state.store.lock().compact();
             Reply::json(200, &json!({}))
         }
         (Method::PUT, ["rbac"]) => match body::<RbacRequest>(request).await {
             Ok(rbac) => {
-                lock(&state.auth).rbac = rbac.enabled;
+                state.auth.lock().rbac = rbac.enabled;
                 Reply::json(200, &json!({"enabled": rbac.enabled}))
             }
             Err(reply) => reply,
         },
         (Method::POST, ["tokens"]) => match body::<UserInfo>(request).await {
-            Ok(user) => Reply::json(200, &json!({"token": lock(&state.auth).mint(user)})),
+            Ok(user) => Reply::json(200, &json!({"token": state.auth.lock().mint(user)})),
             Err(reply) => reply,
         },
         (Method::POST, ["serviceaccounts", namespace, name, "token"]) => {
-            let token = lock(&state.auth).mint(UserInfo::service_account(namespace, name));
+            let token = state.auth.lock().mint(UserInfo::service_account(namespace, name));
             Reply::json(200, &json!({"token": token}))
         }
         _ => error(

@@ -1,14 +1,15 @@
 //! A running server: start, clients and kubeconfigs for it, and what a test reads from it.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::UserInfo;
 use crate::faults::{FaultAction, FaultSpec};
 use crate::observe::{LeaseRecord, RequestRecord};
-use crate::state::{CloseWatches, Settings, State, lock};
+use crate::state::{CloseWatches, Settings, State};
 use crate::tls::TlsError;
 use crate::{auth, faults, observe, resources, server, store, tls};
 
@@ -150,7 +151,7 @@ impl TestApiServer {
                 (directory.path().join("kubeconfig"), Some(directory))
             }
         };
-        let admin_token = lock(&state.auth).admin_token.clone();
+        let admin_token = state.auth.lock().admin_token.clone();
         write_kubeconfig(
             &kubeconfig,
             &url,
@@ -184,7 +185,7 @@ impl TestApiServer {
 
     /// The administrator's bearer token (`system:masters`).
     pub fn admin_token(&self) -> String {
-        lock(&self.state.auth).admin_token.clone()
+        self.state.auth.lock().admin_token.clone()
     }
 
     /// A client authenticated as the administrator.
@@ -239,33 +240,33 @@ impl TestApiServer {
 
     /// A new bearer token for `user`.
     pub fn mint_token(&self, user: UserInfo) -> String {
-        lock(&self.state.auth).mint(user)
+        self.state.auth.lock().mint(user)
     }
 
     /// Turns RBAC enforcement on or off.
     pub fn set_rbac(&self, enabled: bool) {
-        lock(&self.state.auth).rbac = enabled;
+        self.state.auth.lock().rbac = enabled;
     }
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        lock(&self.state.logs).requests.iter().cloned().collect()
+        self.state.logs.lock().requests.iter().cloned().collect()
     }
 
     /// Every Lease write so far.
     pub fn leases(&self) -> Vec<LeaseRecord> {
-        lock(&self.state.logs).leases.iter().cloned().collect()
+        self.state.logs.lock().leases.iter().cloned().collect()
     }
 
     /// Request counts by `"<verb> <resource>"`.
     pub fn counters(&self) -> std::collections::BTreeMap<String, u64> {
-        lock(&self.state.logs).counters.clone()
+        self.state.logs.lock().counters.clone()
     }
 
     /// Adds a fault; returns its id.
     pub fn add_fault(&self, spec: FaultSpec) -> u64 {
         let partition = (spec.action == FaultAction::Partition).then(|| spec.user_agent.clone());
-        let id = lock(&self.state.faults).add(spec);
+        let id = self.state.faults.lock().add(spec);
         if let Some(pattern) = partition {
             self.state.end_watches(pattern);
         }
@@ -274,7 +275,7 @@ impl TestApiServer {
 
     /// Removes every fault.
     pub fn clear_faults(&self) {
-        lock(&self.state.faults).clear();
+        self.state.faults.lock().clear();
     }
 
     /// Ends open watches of clients whose `User-Agent` contains `pattern` (all when None).
@@ -284,7 +285,7 @@ impl TestApiServer {
 
     /// Forgets watch history: watches from any earlier resourceVersion get 410 Expired.
     pub fn compact(&self) {
-        lock(&self.state.store).compact();
+        self.state.store.lock().compact();
     }
 
     /// Number of stored objects of a type (`group`, `plural`), e.g. `("", "nodes")`.
@@ -293,7 +294,7 @@ impl TestApiServer {
             .iter()
             .position(|r| r.group == group && r.plural == plural)
             .expect("a stored type");
-        lock(&self.state.store).count(id)
+        self.state.store.lock().count(id)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::auth::{Attributes, Review, authorize};
 use crate::observe::{RequestRecord, format_us};
 use crate::request::{ApiRequest, parse_target, verb};
 use crate::selectors::FieldSelector;
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::ApiError;
 use crate::wire::{Body, Query, Reply};
 use crate::{admin, discovery, verbs};
@@ -113,7 +113,7 @@ async fn entry(
         },
     };
 
-    let verdict = lock(&state.faults).verdict(&user_agent, rand::random::<f64>);
+    let verdict = state.faults.lock().verdict(&user_agent, rand::random::<f64>);
     if verdict.hang {
         // A partition: the client's request never reaches the server (nor its record); it hangs until the
         // client drops it.
@@ -156,7 +156,7 @@ impl Pending {
         record.time = format_us(now, 6);
         record.status = status;
         record.latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        lock(&self.state.logs).record_request(record);
+        self.state.logs.lock().record_request(record);
     }
 }
 
@@ -179,7 +179,9 @@ async fn handle(
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let user = lock(&state.auth)
+    let user = state
+        .auth
+        .lock()
         .authenticate(authorization.as_deref())
         .map_err(|()| ApiError::unauthorized())?;
     record.user = user.as_ref().map(|u| u.name.clone());
@@ -237,7 +239,7 @@ async fn handle(
             return Err(ApiError::method_not_allowed(method.as_str(), &path));
         }
         if let Some(user) = &user {
-            let store = lock(&state.store);
+            let store = state.store.lock();
             authorize(
                 &store,
                 user,
@@ -281,7 +283,7 @@ async fn handle(
         record.verb = Some("create".to_owned());
         record.resource = Some(format!("{plural}.{group}"));
         if let Some(user) = &user {
-            let store = lock(&state.store);
+            let store = state.store.lock();
             authorize(
                 &store,
                 user,
@@ -300,8 +302,8 @@ async fn handle(
         let body: Value = serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request(format!("the body is not JSON: {error}")))?;
         let answer = {
-            let auth = lock(&state.auth);
-            let store = lock(&state.store);
+            let auth = state.auth.lock();
+            let store = state.store.lock();
             crate::auth::review(&auth, &store, kind, &body, user.as_ref()).map_err(ApiError::bad_request)?
         };
         return Ok(Reply::json(201, &answer));
@@ -330,7 +332,7 @@ async fn handle(
             None
         };
         let pinned = pinned.as_ref().and_then(FieldSelector::pinned_name);
-        let store = lock(&state.store);
+        let store = state.store.lock();
         authorize(
             &store,
             user,

@@ -1,7 +1,7 @@
 //! What the server shares between requests.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::auth::Auth;
@@ -44,9 +44,4 @@ impl State {
             close.user_agent = pattern;
         });
     }
-}
-
-/// Locks a mutex, ignoring poisoning: a panicking handler must not take the server down with it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

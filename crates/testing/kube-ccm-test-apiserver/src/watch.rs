@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::request::{Target, selectors};
 use crate::resources::ResourceType;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::ApiError;
 use crate::store::{Change, EventType, Obj};
 use crate::wire::{Query, Reply};
@@ -98,7 +98,7 @@ pub(crate) fn start(
     };
 
     let (initial, subscription) = {
-        let store = lock(&state.store);
+        let store = state.store.lock();
         let start_from = if send_initial { None } else { from };
         match store.subscribe(target.id, start_from) {
             Ok(subscription) => {
@@ -232,7 +232,7 @@ impl Stream {
                 },
                 _ = ticker.tick(), if self.options.bookmarks => {
                     // Read the latest version first: every change at or below it is already in the channel.
-                    let latest = lock(&self.state.store).resource_version();
+                    let latest = self.state.store.lock().resource_version();
                     while let Ok(change) = receiver.try_recv() {
                         if !self.deliver(&change).await { return }
                     }

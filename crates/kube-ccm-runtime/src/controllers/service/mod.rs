@@ -27,8 +27,9 @@
 mod node_set;
 mod sync;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -47,7 +48,7 @@ use crate::cached_node::CachedNode;
 use crate::compact::Compact;
 use crate::context::ControllerContext;
 use crate::informers::Cache;
-use crate::lock;
+
 use crate::runner::{self, Action};
 
 /// What was last done for a service: hashes of the spec and of the node set.
@@ -97,7 +98,7 @@ impl ServiceContext {
     /// The node set as the provider takes it: materialised once, shared by the syncs that use it at the
     /// same time (a pass over many services after a change of node set), and freed after them.
     fn materialize(&self, set: &NodeSet) -> Arc<[Arc<Node>]> {
-        let mut memo = lock(&self.materialized);
+        let mut memo = self.materialized.lock();
         if memo.0 == set.hash
             && let Some(nodes) = memo.1.upgrade()
         {
@@ -112,7 +113,7 @@ impl ServiceContext {
     fn node_set(&self) -> NodeSet {
         let nodes = self.nodes.state();
         let versions = node_set::versions(&nodes);
-        let mut memo = lock(&self.node_set);
+        let mut memo = self.node_set.lock();
         let memo = match memo.as_mut() {
             Some(memo) if memo.versions == versions => memo,
             _ => {
@@ -131,11 +132,11 @@ impl ServiceContext {
     }
 
     fn synced(&self) -> MutexGuard<'_, HashMap<String, Synced>> {
-        lock(&self.synced)
+        self.synced.lock()
     }
 
     fn ensured(&self) -> MutexGuard<'_, HashMap<String, Arc<Service>>> {
-        lock(&self.ensured)
+        self.ensured.lock()
     }
 
     /// A load balancer was ensured for `service`.
@@ -146,13 +147,13 @@ impl ServiceContext {
 
     /// The status of `key`'s load balancer was written over `versions` of the service.
     fn published(&self, key: &str, versions: Vec<String>) {
-        lock(&self.unpublished).insert(key.to_owned(), versions);
+        self.unpublished.lock().insert(key.to_owned(), versions);
     }
 
     /// Whether `service` is a version from before this process published its status (and if not, it is
     /// past them: they are forgotten).
     fn is_before_published(&self, key: &str, service: &Service) -> bool {
-        let mut unpublished = lock(&self.unpublished);
+        let mut unpublished = self.unpublished.lock();
         let Some(versions) = unpublished.get(key) else {
             return false;
         };
@@ -170,7 +171,7 @@ impl ServiceContext {
     fn forget(&self, key: &str) {
         self.synced().remove(key);
         self.ensured().remove(key);
-        lock(&self.unpublished).remove(key);
+        self.unpublished.lock().remove(key);
         self.backoff.forget(key);
         self.node_sync_done(key);
     }
@@ -183,7 +184,7 @@ impl ServiceContext {
             .filter(|(_, synced)| synced.nodes != hash)
             .map(|(key, _)| key.clone())
             .collect();
-        let mut node_sync = lock(&self.node_sync);
+        let mut node_sync = self.node_sync.lock();
         if pending.is_empty() {
             self.controller.metrics.nodesync_latency.observe(0.0);
             *node_sync = None;
@@ -197,7 +198,7 @@ impl ServiceContext {
 
     /// `key`'s hosts were updated (or failed to be) in the current node-set pass.
     fn node_sync_done(&self, key: &str) {
-        let mut node_sync = lock(&self.node_sync);
+        let mut node_sync = self.node_sync.lock();
         if let Some(pass) = node_sync.as_mut() {
             pass.pending.remove(key);
             if pass.pending.is_empty() {

@@ -2,8 +2,8 @@
 //! moto of its own per check, the provider reaching it through a recording proxy (the cloud's writes
 //! counted as CloudTrail would, an outage and a latency made there), and the cloud read straight from moto.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use kube_ccm_conformance::{CloudLoadBalancer, CloudRoute, Fixture, FixtureError, async_trait};
 
@@ -63,7 +63,7 @@ impl AwsFixture {
 
     fn instance(&self, name: &str) -> Result<(String, String), FixtureError> {
         let cloud = self.cloud()?;
-        let instances = cloud.instances.lock().unwrap();
+        let instances = cloud.instances.lock();
         instances
             .get(name)
             .cloned()
@@ -73,7 +73,7 @@ impl AwsFixture {
     /// Private DNS names by instance ID, for every instance the fixture launched.
     fn names_by_id(&self) -> Result<BTreeMap<String, String>, FixtureError> {
         let cloud = self.cloud()?;
-        let instances = cloud.instances.lock().unwrap();
+        let instances = cloud.instances.lock();
         Ok(instances
             .values()
             .map(|(id, dns)| (id.clone(), dns.clone()))
@@ -128,11 +128,7 @@ impl Fixture for AwsFixture {
             .private_dns_name()
             .ok_or("no private DNS name")?
             .to_owned();
-        cloud
-            .instances
-            .lock()
-            .unwrap()
-            .insert(name.to_owned(), (id, dns.clone()));
+        cloud.instances.lock().insert(name.to_owned(), (id, dns.clone()));
         // The kubelet registers the node under the instance's private DNS name.
         Ok(serde_json::from_value(
             serde_json::json!({"metadata": {"name": dns}}),

@@ -15,7 +15,7 @@ use kube_ccm_provider::CloudError;
 use kube_ccm_runtime::{Action, Backoff, CachedNode, Cidr, ControllerContext, Written, runner};
 use serde_json::json;
 
-use super::{IPV6_POD_PREFIX, NODE_IPAM_CONTROLLER, TAINT_NETWORK_UNAVAILABLE, WORKERS, lock, status_change};
+use super::{IPV6_POD_PREFIX, NODE_IPAM_CONTROLLER, TAINT_NETWORK_UNAVAILABLE, WORKERS, status_change};
 use crate::GceProvider;
 
 /// Which families of pod CIDRs nodes get, in order: upstream's cluster stack type, from the families of
@@ -165,7 +165,7 @@ struct Ipam {
     backoff: Backoff,
     stack: Stack,
     /// Per node (uid), the resource versions its last successful allocation wrote.
-    written: std::sync::Mutex<HashMap<String, Vec<String>>>,
+    written: parking_lot::Mutex<HashMap<String, Vec<String>>>,
 }
 
 pub(super) async fn run(controller: ControllerContext) {
@@ -191,7 +191,7 @@ pub(super) async fn run(controller: ControllerContext) {
     }
     let context = Arc::new(Ipam {
         stack,
-        written: std::sync::Mutex::default(),
+        written: parking_lot::Mutex::default(),
         api: Api::all(controller.client().clone()),
         backoff: Backoff::per_key(Duration::from_millis(250), Duration::from_secs(300)),
         provider,
@@ -212,13 +212,15 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ipam>) -> Result<Action, 
     let uid = node.uid();
     if !needs_allocation(&node) {
         context.backoff.forget(uid);
-        lock(&context.written).remove(uid);
+        context.written.lock().remove(uid);
         return Ok(Action::await_change());
     }
     // A state between this controller's own writes (the pod CIDRs set, the condition not yet seen): the
     // rest is on its way, and Compute need not be asked again.
     if let Some(version) = node.resource_version()
-        && lock(&context.written)
+        && context
+            .written
+            .lock()
             .get(uid)
             .is_some_and(|ours| ours.iter().any(|v| v == version))
     {
@@ -228,7 +230,7 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ipam>) -> Result<Action, 
     let started = Instant::now();
     let outcome = allocate(&context, &node).await;
     controller.record_reconcile(outcome.is_ok(), started.elapsed());
-    let mut written = lock(&context.written);
+    let mut written = context.written.lock();
     match outcome {
         Ok(versions) => {
             context.backoff.forget(uid);
@@ -370,7 +372,7 @@ async fn forget_deleted(context: Arc<Ipam>) {
     let mut deletions = std::pin::pin!(context.controller.nodes().deletions());
     while let Some(node) = deletions.next().await {
         context.backoff.forget(node.uid());
-        lock(&context.written).remove(node.uid());
+        context.written.lock().remove(node.uid());
     }
 }
 

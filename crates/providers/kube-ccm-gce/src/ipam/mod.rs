@@ -203,11 +203,6 @@ async fn status_change(controller: &ControllerContext, node: &CachedNode, status
         .await;
 }
 
-/// Locks a table of plain data (a panic elsewhere leaves nothing half-done in it).
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use kube_ccm_runtime::Cidr;

@@ -10,8 +10,9 @@
 //! back). Networks given to a node whose write the cache has not shown yet are kept for it, so a second
 //! look at the node does not give it others.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -20,7 +21,7 @@ use kube::api::{Api, Patch};
 use kube_ccm_runtime::{Action, Backoff, CachedNode, Cidr, ControllerContext, Written, runner};
 use serde_json::json;
 
-use super::{NODE_IPAM_CONTROLLER, WORKERS, lock, status_change};
+use super::{NODE_IPAM_CONTROLLER, WORKERS, status_change};
 
 /// The networks of one prefix inside a cluster CIDR, each free or taken (upstream's `CidrSet`).
 #[derive(Debug, Clone)]
@@ -236,22 +237,22 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ranges>) -> Result<Action
     let current = node_cidrs(&node);
     if !current.is_empty() {
         // Set (by this controller or another): taken, and nothing waits for the cache any more.
-        lock(&context.given).remove(uid);
-        let _ = occupy(&mut lock(&context.sets), &current);
+        context.given.lock().remove(uid);
+        let _ = occupy(&mut context.sets.lock(), &current);
         context.backoff.forget(uid);
         return Ok(Action::await_change());
     }
-    if lock(&context.given).contains_key(uid) {
+    if context.given.lock().contains_key(uid) {
         return Ok(Action::await_change());
     }
     let controller = &context.controller;
     let started = Instant::now();
-    let Some(cidrs) = allocate(&mut lock(&context.sets)) else {
+    let Some(cidrs) = allocate(&mut context.sets.lock()) else {
         controller.record_reconcile(false, started.elapsed());
         status_change(controller, &node, "CIDRNotAvailable").await;
         return Err(RangeError::Full);
     };
-    lock(&context.given).insert(uid.to_owned(), cidrs.clone());
+    context.given.lock().insert(uid.to_owned(), cidrs.clone());
     let texts: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
     let patch = json!({"spec": {"podCIDR": texts[0], "podCIDRs": texts}});
     let outcome = context
@@ -270,8 +271,8 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ranges>) -> Result<Action
             Ok(Action::await_change())
         }
         Err(error) => {
-            lock(&context.given).remove(uid);
-            release(&mut lock(&context.sets), &cidrs);
+            context.given.lock().remove(uid);
+            release(&mut context.sets.lock(), &cidrs);
             status_change(controller, &node, "CIDRAssignmentFailed").await;
             Err(RangeError::Spec(error))
         }
@@ -289,12 +290,12 @@ async fn give_back_deleted(context: Arc<Ranges>) {
     let mut deletions = std::pin::pin!(context.controller.nodes().deletions());
     while let Some(node) = deletions.next().await {
         let mut cidrs = node_cidrs(&node);
-        if let Some(given) = lock(&context.given).remove(node.uid())
+        if let Some(given) = context.given.lock().remove(node.uid())
             && cidrs.is_empty()
         {
             cidrs = given;
         }
-        release(&mut lock(&context.sets), &cidrs);
+        release(&mut context.sets.lock(), &cidrs);
         context.backoff.forget(node.uid());
     }
 }

@@ -7,7 +7,7 @@ use super::{now_seconds, object_key, record_lease};
 use crate::request::selectors;
 use crate::request::{ApiRequest, Target};
 use crate::resources::RESOURCES;
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::{self, ApiError};
 use crate::store::Key;
 use crate::wire::Reply;
@@ -23,7 +23,7 @@ pub(super) fn delete(state: &State, request: &ApiRequest<'_>) -> Result<Reply, A
         serde_json::from_slice(&request.body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
-    let mut store = lock(&state.store);
+    let mut store = state.store.lock();
     let current = store
         .get(target.id, &target.key())
         .ok_or_else(|| not_found(target))?;
@@ -96,7 +96,9 @@ pub(super) fn delete_collection(state: &State, request: &ApiRequest<'_>) -> Resu
     let target = &request.target;
     let resource = target.resource();
     let (labels, fields) = selectors(resource, request.query)?;
-    let names: Vec<Key> = lock(&state.store)
+    let names: Vec<Key> = state
+        .store
+        .lock()
         .list(target.id, target.namespace.as_deref())
         .into_iter()
         .filter(|o| labels.matches(&o.object) && fields.matches(&o.object))

@@ -21,7 +21,7 @@ use crate::observe::{LeaseRecord, format_us};
 use crate::patch::PatchType;
 use crate::request::{ApiRequest, Target};
 use crate::resources::{ResourceId, ResourceType, id_of};
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::ApiError;
 use crate::store::{Key, Obj, Store};
 use crate::watch;
@@ -169,7 +169,7 @@ fn record_lease(state: &State, id: ResourceId, stored: &Obj, operation: &str, us
     let number = |field: &str| spec.get(field).and_then(Value::as_i64);
     let now = state.clock.now_us();
     let (namespace, name) = object_key(&stored.object);
-    lock(&state.logs).record_lease(LeaseRecord {
+    state.logs.lock().record_lease(LeaseRecord {
         seq: 0,
         time: format_us(now, 6),
         time_us: now,

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::{not_found, object_key};
 use crate::request::{ApiRequest, selectors};
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::ApiError;
 use crate::store::Key;
 use crate::store::Obj;
@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 pub(super) fn get(state: &State, request: &ApiRequest<'_>) -> Result<Reply, ApiError> {
     let target = &request.target;
-    let store = lock(&state.store);
+    let store = state.store.lock();
     let object = store
         .get(target.id, &target.key())
         .ok_or_else(|| not_found(target))?;
@@ -36,7 +36,7 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
         }
         None => None,
     };
-    let store = lock(&state.store);
+    let store = state.store.lock();
     let resource_version = store.resource_version();
     // The store never lags, so "not older than" is always the latest state; newer versions do not exist yet,
     // and exact reads of past versions are not kept.

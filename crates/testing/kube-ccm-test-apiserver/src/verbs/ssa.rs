@@ -7,7 +7,7 @@ use super::now_seconds;
 use super::write::{create_locked, finish_update, prepare_update};
 use crate::apply::{self, Writer};
 use crate::request::{ApiRequest, Target};
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::ApiError;
 use crate::validation;
 use crate::wire::Reply;
@@ -42,7 +42,7 @@ pub(super) fn server_side_apply(state: &State, request: &ApiRequest<'_>) -> Resu
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let mut store = lock(&state.store);
+    let mut store = state.store.lock();
     let current = store.get(target.id, &target.key());
     let name_matches = applied_name == name || (applied_name.is_empty() && current.is_some());
     if !name_matches {

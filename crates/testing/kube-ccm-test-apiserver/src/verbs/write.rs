@@ -11,7 +11,7 @@ use crate::defaults;
 use crate::patch::{self, PatchType};
 use crate::request::{ApiRequest, Target};
 use crate::resources::id_of;
-use crate::state::{State, lock};
+use crate::state::State;
 use crate::status::ApiError;
 use crate::store::{Obj, Store};
 use crate::validation::{self, FieldValidation, Write};
@@ -27,7 +27,7 @@ pub(super) fn create(state: &State, request: &ApiRequest<'_>) -> Result<Reply, A
     let mut object = parse_object(resource, &request.body)?;
     let mode = field_validation(request, "CreateOptions")?;
     let warnings = validation::decode_body(resource, &mut object, mode)?;
-    let mut store = lock(&state.store);
+    let mut store = state.store.lock();
     let mut reply = create_locked(state, &mut store, request, object, None)?;
     reply.warnings = warnings;
     Ok(reply)
@@ -312,7 +312,7 @@ pub(super) fn update(state: &State, request: &ApiRequest<'_>) -> Result<Reply, A
     let mut proposed = parse_object(resource, &request.body)?;
     let mode = field_validation(request, "UpdateOptions")?;
     let warnings = validation::decode_body(resource, &mut proposed, mode)?;
-    let mut store = lock(&state.store);
+    let mut store = state.store.lock();
     let current = store
         .get(target.id, &target.key())
         .ok_or_else(|| not_found(target))?;
@@ -327,7 +327,7 @@ pub(super) fn update(state: &State, request: &ApiRequest<'_>) -> Result<Reply, A
 pub(super) fn patch(state: &State, request: &ApiRequest<'_>, kind: PatchType) -> Result<Reply, ApiError> {
     let target = &request.target;
     let resource = target.resource();
-    let mut store = lock(&state.store);
+    let mut store = state.store.lock();
     let current = store
         .get(target.id, &target.key())
         .ok_or_else(|| not_found(target))?;

@@ -276,7 +276,7 @@ async fn a_short_watch_sees_a_change() {
     // Read kubectl's output as it streams, until the MODIFIED event has been printed.
     let mut watcher = watcher;
     let mut stdout = watcher.stdout.take().expect("piped");
-    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let printed = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
     let reader = {
         let printed = printed.clone();
         std::thread::spawn(move || {
@@ -286,15 +286,12 @@ async fn a_short_watch_sees_a_change() {
                 if n == 0 {
                     break;
                 }
-                printed
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buffer[..n]));
+                printed.lock().push_str(&String::from_utf8_lossy(&buffer[..n]));
             }
         })
     };
     let events = || -> Vec<Value> {
-        let text = printed.lock().unwrap().clone();
+        let text = printed.lock().clone();
         serde_json::Deserializer::from_str(&text)
             .into_iter::<Value>()
             .filter_map(Result::ok)

@@ -10,11 +10,7 @@ use crate::GceProvider;
 impl GceProvider {
     /// The services API of the leading client; `None` without one (a provider not run by the manager).
     fn services_api(&self, service: &Service) -> Option<kube::Api<Service>> {
-        let client = self
-            .leading
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()?;
+        let client = self.leading.read().clone()?;
         Some(kube::Api::namespaced(
             client,
             service.metadata.namespace.as_deref().unwrap_or("default"),
