@@ -3,8 +3,8 @@
 //! the tagging controller.
 //!
 //! A provider declares its flags when the binary registers it (`Registry::register_provider_flags` in
-//! the `controller-manager` crate), a controller on its definition (`ControllerDefinition::flags`, which
-//! takes a [`Flag`] under the name `ControllerFlag`). The command line offers them beside the manager's
+//! the `kube-ccm-runtime` crate), a controller on its definition (`ControllerDefinition::flags`, which
+//! takes the same [`Flag`]). The command line offers them beside the manager's
 //! own, read from the same sources (flags, `CCM_<FLAG>`, `--config`), each value checked at start by its
 //! flag's [`Flag::check`]. The provider reads the values in
 //! [`InitializeContext::flags`](crate::InitializeContext::flags), a controller in its settings.

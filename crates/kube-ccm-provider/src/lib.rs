@@ -44,5 +44,5 @@ pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, default_load_balancer_name};
 pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, Zone, Zones};
-pub use registry::{ProviderFactory, ProviderRegistry, RegistryError};
+pub use registry::{ProviderFactory, ProviderRegistry, ProviderRegistryError};
 pub use routes::{Route, Routes};

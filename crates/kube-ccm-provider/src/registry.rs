@@ -20,7 +20,7 @@ pub type ProviderFactory = Box<
 /// Why a provider cannot be registered or built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum RegistryError {
+pub enum ProviderRegistryError {
     /// Two factories for one name.
     #[error("cloud provider {0:?} was registered twice")]
     Duplicate(String),
@@ -56,7 +56,7 @@ impl ProviderRegistry {
     }
 
     /// Registers a factory.
-    pub fn register<F, Fut>(&mut self, name: &str, factory: F) -> Result<(), RegistryError>
+    pub fn register<F, Fut>(&mut self, name: &str, factory: F) -> Result<(), ProviderRegistryError>
     where
         F: Fn(Option<Vec<u8>>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Arc<dyn CloudProvider>, Box<dyn std::error::Error + Send + Sync>>>
@@ -64,7 +64,7 @@ impl ProviderRegistry {
             + 'static,
     {
         if self.factories.contains_key(name) {
-            return Err(RegistryError::Duplicate(name.to_owned()));
+            return Err(ProviderRegistryError::Duplicate(name.to_owned()));
         }
         self.factories
             .insert(name.to_owned(), Box::new(move |config| Box::pin(factory(config))));
@@ -78,11 +78,11 @@ impl ProviderRegistry {
 
     /// Whether a provider called `name` is registered (an error naming the known ones when not), so a
     /// command line can be refused before anything starts.
-    pub fn check(&self, name: &str) -> Result<(), RegistryError> {
+    pub fn check(&self, name: &str) -> Result<(), ProviderRegistryError> {
         if self.factories.contains_key(name) {
             Ok(())
         } else {
-            Err(RegistryError::Unknown {
+            Err(ProviderRegistryError::Unknown {
                 name: name.to_owned(),
                 known: self.names().collect::<Vec<_>>().join(", "),
             })
@@ -94,13 +94,15 @@ impl ProviderRegistry {
         &self,
         name: &str,
         config: Option<Vec<u8>>,
-    ) -> Result<Arc<dyn CloudProvider>, RegistryError> {
+    ) -> Result<Arc<dyn CloudProvider>, ProviderRegistryError> {
         self.check(name)?;
         let factory = &self.factories[name];
-        factory(config).await.map_err(|source| RegistryError::Init {
-            name: name.to_owned(),
-            source,
-        })
+        factory(config)
+            .await
+            .map_err(|source| ProviderRegistryError::Init {
+                name: name.to_owned(),
+                source,
+            })
     }
 }
 
@@ -134,7 +136,7 @@ mod tests {
         registry.register("nothing", nothing).unwrap();
         registry.register("broken", broken).unwrap();
         assert!(
-            matches!(registry.register("nothing", nothing), Err(RegistryError::Duplicate(name)) if name == "nothing")
+            matches!(registry.register("nothing", nothing), Err(ProviderRegistryError::Duplicate(name)) if name == "nothing")
         );
         assert_eq!(
             registry.build("nothing", None).await.unwrap().provider_name(),

@@ -6,8 +6,8 @@ use kube_ccm_leadermigration::scopes::LossPolicy;
 use kube_ccm_leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig};
 
 use crate::client::ClientFactory;
-use crate::flags::FlagValues;
 use kube_ccm_provider::Cidr;
+use kube_ccm_provider::flags::FlagValues;
 
 /// Settings of the controllers, as upstream's flags.
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ pub struct ControllerSettings {
     pub concurrent_service_syncs: u16,
     /// The longest a cloud call may take (its deadline is also never past the caller's lock).
     pub cloud_call_timeout: Duration,
-    /// The values of the flags the binary's controllers declare ([`crate::flags`]).
+    /// The values of the flags the binary's controllers declare ([`kube_ccm_provider::flags`]).
     pub flags: FlagValues,
 }
 

@@ -24,7 +24,6 @@ mod context;
 mod controllers;
 mod events;
 mod exposition;
-pub mod flags;
 mod health;
 mod informers;
 mod instances;
@@ -49,9 +48,11 @@ pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerCo
 pub use context::{ControllerContext, event_reference};
 pub use controllers::Backoff;
 pub use exposition::metric_reference;
-pub use flags::{ControllerFlag, FlagKind, FlagValue, FlagValues};
 pub use health::{Health, Verdict};
 pub use informers::{Cache, Informer};
+/// Flags a binary's own controllers add to the command line (as upstream's AWS manager adds `--tags`), declared
+/// as providers declare theirs.
+pub use kube_ccm_provider::flags::{Flag, FlagKind, FlagValue, FlagValues};
 pub use kube_ccm_provider::{Cidr, CidrError};
 pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};

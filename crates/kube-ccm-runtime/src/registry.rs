@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use kube_ccm_leadermigration::{CatalogError, ControllerCatalog, ControllerName, RunnableController};
-use kube_ccm_provider::{CloudProvider, ProviderRegistry, Refused, RegistryError};
+use kube_ccm_provider::{CloudProvider, ProviderRegistry, ProviderRegistryError, Refused};
 
 use crate::Binary;
 use crate::config::ControllerSettings;
 use crate::context::ControllerContext;
-use crate::flags::{ControllerFlag, FlagValues};
+use kube_ccm_provider::flags::{Flag, FlagValues};
 
 /// A capability of the cloud provider that a controller cannot run without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,7 @@ pub struct ControllerDefinition {
     requires: Vec<Capability>,
     provider: Option<&'static str>,
     settings_checks: Vec<SettingsCheck>,
-    flags: &'static [ControllerFlag],
+    flags: &'static [Flag],
     flags_checks: Vec<FlagsCheck>,
     event_reporter: Option<&'static str>,
     service_account: Option<&'static str>,
@@ -162,8 +162,8 @@ impl ControllerDefinition {
     }
 
     /// Flags it adds to the manager's command line (read, with their values checked, whether or not it
-    /// runs; see [`crate::flags`]). Their names must not be the manager's or another controller's.
-    pub fn flags(mut self, flags: &'static [ControllerFlag]) -> ControllerDefinition {
+    /// runs; see [`kube_ccm_provider::flags`]). Their names must not be the manager's or another controller's.
+    pub fn flags(mut self, flags: &'static [Flag]) -> ControllerDefinition {
         self.flags = flags;
         self
     }
@@ -207,7 +207,7 @@ impl ControllerDefinition {
     }
 
     /// The flags it adds.
-    pub fn declared_flags(&self) -> &'static [ControllerFlag] {
+    pub fn declared_flags(&self) -> &'static [Flag] {
         self.flags
     }
 
@@ -327,7 +327,7 @@ impl ControllerRegistry {
 pub enum RegistrationError {
     /// A cloud provider's name is taken.
     #[error(transparent)]
-    Provider(#[from] RegistryError),
+    Provider(#[from] ProviderRegistryError),
     /// A controller's name or alias is taken or malformed.
     #[error(transparent)]
     Controller(#[from] CatalogError),
@@ -363,7 +363,7 @@ pub struct Registry {
     providers: ProviderRegistry,
     controllers: ControllerRegistry,
     /// Flags of providers, with the provider's name.
-    provider_flags: Vec<(String, &'static ControllerFlag)>,
+    provider_flags: Vec<(String, &'static Flag)>,
     webhooks: Vec<crate::webhooks::WebhookDefinition>,
     binary: Binary,
 }
@@ -411,7 +411,7 @@ impl Registry {
     pub fn register_provider_flags(
         &mut self,
         provider: &str,
-        flags: &'static [ControllerFlag],
+        flags: &'static [Flag],
     ) -> Result<(), RegistrationError> {
         for flag in flags {
             self.flag_is_new(flag, || format!("provider {provider}"))?;
@@ -421,11 +421,7 @@ impl Registry {
     }
 
     /// `Err` when a provider or controller already declares `flag`.
-    fn flag_is_new(
-        &self,
-        flag: &ControllerFlag,
-        owner: impl FnOnce() -> String,
-    ) -> Result<(), RegistrationError> {
+    fn flag_is_new(&self, flag: &Flag, owner: impl FnOnce() -> String) -> Result<(), RegistrationError> {
         let existing = self
             .controllers
             .definitions()
@@ -464,7 +460,7 @@ impl Registry {
     }
 
     /// The providers' flags, each with its provider's name, in registration order.
-    pub fn provider_flags(&self) -> impl Iterator<Item = (&str, &'static ControllerFlag)> {
+    pub fn provider_flags(&self) -> impl Iterator<Item = (&str, &'static Flag)> {
         self.provider_flags.iter().map(|(p, f)| (p.as_str(), *f))
     }
 

@@ -195,7 +195,7 @@ impl Manager {
             })
             .await
             .map_err(ManagerError::Initialize)?;
-        let runner = Arc::new(Runner {
+        let runner = Arc::new(ScopeControllers {
             lease_namespace: self
                 .config
                 .leader_election
@@ -271,7 +271,7 @@ impl Manager {
 }
 
 /// Starts and stops the controllers of a scope.
-struct Runner {
+struct ScopeControllers {
     /// Namespace of the Leases (for their Events).
     lease_namespace: String,
     /// Each lock's elector health check (the latest elector per Lease), for `leaderElection`.
@@ -287,7 +287,7 @@ struct Runner {
     lease_duration: Duration,
 }
 
-impl Runner {
+impl ScopeControllers {
     /// Tells the provider this process leads (`CloudProvider::start_leading`), retrying with back-off while
     /// it fails (its health check then fails, so a liveness probe restarts a process stuck there, releasing
     /// the lock); false when `stop` fired first.
@@ -479,7 +479,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 #[async_trait]
-impl ScopeRunner for Runner {
+impl ScopeRunner for ScopeControllers {
     async fn run_scope(&self, scope: ScopeContext) {
         let fence = Fence::new(scope.leadership.clone()).stopping_with(scope.stop.clone());
         self.announce(&scope.lease_name, fence.clone());

@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AUTHN, AUTHZ, DEBUGGING, Flag, GENERIC, LOGS, MIGRATION, MISC, NODE, SERVICE, SERVING, Setting, WEBHOOK,
+    AUTHN, AUTHZ, DEBUGGING, GENERIC, LOGS, MIGRATION, MISC, ManagerFlag, NODE, SERVICE, SERVING, Setting,
+    WEBHOOK,
 };
 use crate::duration::GoDuration;
 
@@ -22,8 +23,8 @@ macro_rules! settings {
         }
 
         /// Every flag of the manager, in `--help` order.
-        pub(crate) const FLAGS: &[Flag] = &[
-            $(Flag { name: $name, heading: $heading, kind: <$type as Setting>::KIND, default: $default, help: $help },)*
+        pub(crate) const FLAGS: &[ManagerFlag] = &[
+            $(ManagerFlag { name: $name, heading: $heading, kind: <$type as Setting>::KIND, default: $default, help: $help },)*
         ];
     };
 }

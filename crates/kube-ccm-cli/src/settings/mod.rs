@@ -15,7 +15,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
-use kube_ccm_runtime::{ControllerDefinition, ControllerFlag, FlagKind, FlagValue, FlagValues, Registry};
+use kube_ccm_runtime::{ControllerDefinition, Flag, FlagKind, FlagValue, FlagValues, Registry};
 use serde::Deserializer;
 
 pub(crate) use self::flags::{FLAGS, Settings};
@@ -34,7 +34,7 @@ pub(crate) enum Kind {
 
 /// One flag: name (also the settings key), help section, kind, default as shown, help.
 #[derive(Debug)]
-pub(crate) struct Flag {
+pub(crate) struct ManagerFlag {
     pub(crate) name: &'static str,
     pub(crate) heading: &'static str,
     pub(crate) kind: Kind,
@@ -139,7 +139,7 @@ impl Provider for CommandLine {
 }
 
 /// What this binary's registries hold, for the help of `--cloud-provider` and `--controllers`.
-fn registered(flag: &Flag, registry: &Registry) -> String {
+fn registered(flag: &ManagerFlag, registry: &Registry) -> String {
     match flag.name {
         "cloud-provider" => {
             let names: Vec<&str> = registry.providers().names().collect();
@@ -214,7 +214,7 @@ fn argument(name: &'static str, kind: Kind, help: String, heading: &'static str)
     arg
 }
 
-fn kind_of(flag: &ControllerFlag) -> Kind {
+fn kind_of(flag: &Flag) -> Kind {
     match flag.kind {
         FlagKind::Bool => Kind::Bool,
         FlagKind::Value => Kind::Value,
@@ -231,7 +231,7 @@ enum Owner<'a> {
 }
 
 /// The flags `registry`'s providers and controllers declare, with who declares each.
-fn declared_flags(registry: &Registry) -> impl Iterator<Item = (Owner<'_>, &'static ControllerFlag)> {
+fn declared_flags(registry: &Registry) -> impl Iterator<Item = (Owner<'_>, &'static Flag)> {
     let providers = registry
         .provider_flags()
         .map(|(provider, flag)| (Owner::Provider(provider), flag));
@@ -496,7 +496,7 @@ pub(crate) fn layered_with(
     matches: &ArgMatches,
     registry: &Registry,
 ) -> Result<(Settings, FlagValues), SettingsError> {
-    let declared: Vec<&'static ControllerFlag> = declared_flags(registry).map(|(_, f)| f).collect();
+    let declared: Vec<&'static Flag> = declared_flags(registry).map(|(_, f)| f).collect();
     let names: Vec<&'static str> = declared.iter().map(|f| f.name).collect();
     let own: Vec<(&'static str, Kind)> = FLAGS.iter().map(|f| (f.name, f.kind)).collect();
     let settings: Settings = sources(
@@ -750,16 +750,16 @@ pub(crate) mod tests {
 
     /// A binary whose `tagging-controller` (the AWS provider's) declares flags.
     fn with_controller_flags() -> Registry {
-        const FLAGS: &[ControllerFlag] = &[
-            ControllerFlag::list("tags", "", "Tags."),
-            ControllerFlag::value("tagging-controller-burst-limit", "0", "Burst.").checked(|value| {
+        const FLAGS: &[Flag] = &[
+            Flag::list("tags", "", "Tags."),
+            Flag::value("tagging-controller-burst-limit", "0", "Burst.").checked(|value| {
                 value
                     .text()
                     .parse::<u32>()
                     .map(|_| ())
                     .map_err(|_| format!("{:?} is not a whole number", value.text()).into())
             }),
-            ControllerFlag::bool("tagging-controller-enable-batching", "false", "Batching."),
+            Flag::bool("tagging-controller-enable-batching", "false", "Batching."),
         ];
         let mut registry = Registry::new();
         registry
@@ -823,7 +823,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_controller_flag_of_another_controller_is_refused() {
-        const FLAGS: &[ControllerFlag] = &[ControllerFlag::list("tags", "", "Tags.")];
+        const FLAGS: &[Flag] = &[Flag::list("tags", "", "Tags.")];
         let mut registry = with_controller_flags();
         let error = registry
             .register_controller(ControllerDefinition::new("labeller-controller", |_| async {}).flags(FLAGS))
@@ -836,7 +836,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_declared_flag_of_the_managers_own_is_one_error_naming_its_owner() {
-        const CLASH: &[ControllerFlag] = &[ControllerFlag::value("cluster-name", "", "Clash.")];
+        const CLASH: &[Flag] = &[Flag::value("cluster-name", "", "Clash.")];
         let mut registry = with_controller_flags();
         assert_eq!(check_declared_flags(&registry), Ok(()));
         registry.register_provider_flags("gce", CLASH).unwrap();
@@ -850,7 +850,7 @@ pub(crate) mod tests {
     /// may not take a name a controller (or another provider) has.
     #[test]
     fn provider_flags_are_read_like_controller_flags_and_never_shared() {
-        const GCE: &[ControllerFlag] = &[ControllerFlag::list(
+        const GCE: &[Flag] = &[Flag::list(
             "cloud-provider-gce-lb-src-cidrs",
             "130.211.0.0/22,35.191.0.0/16",
             "Ranges.",
@@ -888,7 +888,7 @@ pub(crate) mod tests {
             );
             Ok(())
         });
-        const TAGS: &[ControllerFlag] = &[ControllerFlag::list("tags", "", "Tags.")];
+        const TAGS: &[Flag] = &[Flag::list("tags", "", "Tags.")];
         assert_eq!(
             registry
                 .register_provider_flags("aws", TAGS)

@@ -55,13 +55,116 @@ enum RouteError {
 
 /// What a node's route for one pod CIDR needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+enum RouteNeed {
     /// It exists as it should.
     Keep,
     /// It exists with the node's old addresses: replaced.
     Update,
     /// It does not exist: created.
     Add,
+}
+
+/// What one round does, decided from the nodes and the cloud's routes alone ([`plan`]).
+#[derive(Debug, Default)]
+struct RoutePlan {
+    /// Pod CIDRs outside every `--cluster-cidr`: warned about once, never routed.
+    outside: Vec<(Arc<CachedNode>, String)>,
+    /// The routes this controller is responsible for that no node wants as they are.
+    stale: Vec<Route>,
+    /// The stale routes must be gone before any create (a replaced route routes by address).
+    deletes_first: bool,
+    /// The nodes whose `NetworkUnavailable` condition this round sets, with the routes to create for each.
+    nodes: Vec<NodeRoutes>,
+}
+
+/// One node's part of a [`RoutePlan`].
+#[derive(Debug)]
+struct NodeRoutes {
+    node: Arc<CachedNode>,
+    /// Routes to create (new, or replacing one with the node's old addresses).
+    create: Vec<Route>,
+    /// The node has in-cluster pod CIDRs; when false, it has routes but no pod CIDRs (so no network).
+    routed: bool,
+}
+
+/// The round's plan: which routes to keep, create and delete, and which nodes' conditions to set.
+fn plan(nodes: &[Arc<CachedNode>], mut existing: Vec<Route>, cluster_cidrs: &[Cidr]) -> RoutePlan {
+    // A provider that knows a route's target only by its instance names it by provider ID: its node.
+    if existing.iter().any(|r| r.target_node.contains("://")) {
+        let by_provider_id: HashMap<&str, &str> = nodes
+            .iter()
+            .filter_map(|n| Some((n.provider_id()?, n.name())))
+            .collect();
+        for route in existing.iter_mut().filter(|r| r.target_node.contains("://")) {
+            if let Some(name) = by_provider_id.get(route.target_node.as_str()) {
+                route.target_node = (*name).to_owned();
+            }
+        }
+    }
+    let mut by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
+    for route in existing
+        .iter()
+        .filter(|r| !r.target_node.is_empty() && !r.blackhole)
+    {
+        by_node.entry(route.target_node.as_str()).or_default().push(route);
+    }
+    let mut plan = RoutePlan::default();
+    let mut needs: HashMap<(&str, &str), RouteNeed> = HashMap::new();
+    for node in nodes {
+        let addresses = node.addresses();
+        let mut create = Vec::new();
+        let mut routed = false;
+        for cidr in node.pod_cidrs() {
+            let inside = cidr
+                .parse::<Cidr>()
+                .is_ok_and(|c| cluster_cidrs.iter().any(|cluster| cluster.contains(&c)));
+            if !inside {
+                plan.outside.push((node.clone(), cidr.to_owned()));
+                continue;
+            }
+            routed = true;
+            let need = match by_node
+                .get(node.name())
+                .and_then(|routes| routes.iter().find(|r| r.destination_cidr == cidr))
+            {
+                Some(route) if !route.enable_node_addresses => RouteNeed::Keep,
+                Some(route) if same_addresses(&route.target_node_addresses, &addresses) => RouteNeed::Keep,
+                Some(_) => RouteNeed::Update,
+                None => RouteNeed::Add,
+            };
+            needs.insert((node.name(), cidr), need);
+            if need != RouteNeed::Keep {
+                create.push(Route {
+                    target_node: node.name().to_owned(),
+                    target_node_addresses: addresses.clone(),
+                    destination_cidr: cidr.to_owned(),
+                    ..Route::default()
+                });
+            }
+        }
+        if routed || by_node.contains_key(node.name()) {
+            plan.nodes.push(NodeRoutes {
+                node: node.clone(),
+                create,
+                routed,
+            });
+        }
+    }
+    plan.stale = existing
+        .iter()
+        .filter(|r| {
+            r.destination_cidr
+                .parse::<Cidr>()
+                .is_ok_and(|c| Cidr::responsible_for(cluster_cidrs, &c))
+        })
+        .filter(|r| {
+            r.blackhole
+                || needs.get(&(r.target_node.as_str(), r.destination_cidr.as_str())) != Some(&RouteNeed::Keep)
+        })
+        .cloned()
+        .collect();
+    plan.deletes_first = plan.stale.iter().any(|r| r.enable_node_addresses);
+    plan
 }
 
 /// Node changes that matter to routes: added, deleted, pod CIDRs or addresses changed.
@@ -159,92 +262,14 @@ async fn reconcile(
     let nodes = controller.nodes().store().state();
     controller.metrics.route_syncs.inc();
     let cx = controller.call_context();
-    let mut existing = cx
+    let existing = cx
         .call("list_routes", routes.list_routes(&cx, cluster))
         .await
         .map_err(RouteError::List)?;
-    // A provider that knows a route's target only by its instance names it by provider ID: its node.
-    if existing.iter().any(|r| r.target_node.contains("://")) {
-        let by_provider_id: HashMap<&str, &str> = nodes
-            .iter()
-            .filter_map(|n| Some((n.provider_id()?, n.name())))
-            .collect();
-        for route in existing.iter_mut().filter(|r| r.target_node.contains("://")) {
-            if let Some(name) = by_provider_id.get(route.target_node.as_str()) {
-                route.target_node = (*name).to_owned();
-            }
-        }
-    }
-    // Each node's routes, then the action each of its in-cluster pod CIDRs needs.
-    let mut by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
-    for route in existing
-        .iter()
-        .filter(|r| !r.target_node.is_empty() && !r.blackhole)
-    {
-        by_node.entry(route.target_node.as_str()).or_default().push(route);
-    }
-    let mut actions: HashMap<(String, String), Action> = HashMap::new();
-    let mut outside: Vec<(Arc<CachedNode>, String)> = Vec::new();
-    for node in &nodes {
-        let addresses = node.addresses();
-        for cidr in node.pod_cidrs() {
-            let inside = cidr
-                .parse::<Cidr>()
-                .is_ok_and(|c| cluster_cidrs.iter().any(|cluster| cluster.contains(&c)));
-            if !inside {
-                outside.push((node.clone(), cidr.to_owned()));
-                continue;
-            }
-            let action = match by_node
-                .get(node.name())
-                .and_then(|routes| routes.iter().find(|r| r.destination_cidr == cidr))
-            {
-                Some(route) if !route.enable_node_addresses => Action::Keep,
-                Some(route) if same_addresses(&route.target_node_addresses, &addresses) => Action::Keep,
-                Some(_) => Action::Update,
-                None => Action::Add,
-            };
-            actions.insert((node.name().to_owned(), cidr.to_owned()), action);
-        }
-    }
-    for (node, cidr) in outside {
-        let first = warned.lock().insert((node.name().to_owned(), cidr.clone()));
-        if first {
-            let note = format!(
-                "Not creating a route for pod CIDR {cidr} of node {}: it is outside every --cluster-cidr",
-                node.name()
-            );
-            controller
-                .event(
-                    &event_reference(node.as_ref()),
-                    EventType::Warning,
-                    "CIDRNotInClusterCIDR",
-                    "CreateRoute",
-                    note,
-                )
-                .await;
-        }
-    }
+    let plan = plan(&nodes, existing, cluster_cidrs);
+    warn_outside(controller, warned, &plan.outside).await;
 
-    // Deletes: the routes this controller is responsible for that no node wants as they are.
-    let stale: Vec<Route> = existing
-        .iter()
-        .filter(|r| {
-            r.destination_cidr
-                .parse::<Cidr>()
-                .is_ok_and(|c| Cidr::responsible_for(cluster_cidrs, &c))
-        })
-        .filter(|r| {
-            r.blackhole
-                || !matches!(
-                    actions.get(&(r.target_node.clone(), r.destination_cidr.clone())),
-                    Some(Action::Keep)
-                )
-        })
-        .cloned()
-        .collect();
-    let by_address = stale.iter().any(|r| r.enable_node_addresses);
-    let deletes = futures::stream::iter(stale)
+    let deletes = futures::stream::iter(plan.stale)
         .map(|route: Route| async move {
             let cx = controller.call_context();
             match cx
@@ -263,84 +288,28 @@ async fn reconcile(
         })
         .buffer_unordered(CONCURRENT_ROUTE_CALLS)
         .fold(0_usize, |sum, failed| std::future::ready(sum + failed));
-    // Replacements of routes that route by address wait for their deletes; other deletes run alongside.
-    let (deleted_first, deleting) = if by_address {
+    let (deleted_first, deleting) = if plan.deletes_first {
         (Some(deletes.await), None)
     } else {
         (None, Some(deletes))
     };
-
-    // Creates, then each node's condition.
-    let creates = futures::stream::iter(nodes.iter().cloned())
-        .map(|node: Arc<CachedNode>| {
-            let actions = &actions;
-            let by_node = &by_node;
-            async move {
-                let name = node.name().to_owned();
-                let mut any = false;
-                let mut all_exist = true;
-                for cidr in node.pod_cidrs().map(str::to_owned) {
-                    let Some(action) = actions.get(&(name.clone(), cidr.clone())) else {
-                        continue;
-                    };
-                    any = true;
-                    if *action == Action::Keep {
-                        continue;
-                    }
-                    let route = Route {
-                        target_node: name.clone(),
-                        target_node_addresses: node.addresses(),
-                        destination_cidr: cidr.clone(),
-                        ..Route::default()
-                    };
-                    let hint = if node.uid().is_empty() {
-                        name.clone()
-                    } else {
-                        node.uid().to_owned()
-                    };
-                    let started = Instant::now();
-                    let cx = controller.call_context();
-                    if let Err(error) = cx
-                        .call("create_route", routes.create_route(&cx, cluster, &hint, &route))
-                        .await
-                    {
-                        all_exist = false;
-                        let note = format!(
-                            "Could not create route {hint} {cidr} for node {name} after {}: {error}",
-                            go_duration(started.elapsed())
-                        );
-                        controller
-                            .event(
-                                &event_reference(node.as_ref()),
-                                EventType::Warning,
-                                "FailedToCreateRoute",
-                                "CreateRoute",
-                                note,
-                            )
-                            .await;
-                    }
-                }
-                // A node with routes but no pod CIDRs has no network either.
-                let has_routes = by_node.contains_key(name.as_str());
-                let state = match (any, has_routes) {
-                    (true, _) => Some(all_exist),
-                    (false, true) => Some(false),
-                    (false, false) => None,
-                };
-                (node, state)
+    let creates = futures::stream::iter(plan.nodes)
+        .map(|node: NodeRoutes| async move {
+            let mut all_exist = true;
+            for route in &node.create {
+                all_exist &= create_route(controller, routes, cluster, &node.node, route).await;
             }
+            // A node with routes but no pod CIDRs has no network either.
+            (node.node, node.routed && all_exist)
         })
         .buffer_unordered(CONCURRENT_ROUTE_CALLS)
-        .collect::<Vec<(Arc<CachedNode>, Option<bool>)>>();
+        .collect::<Vec<(Arc<CachedNode>, bool)>>();
     let (failed_deletes, outcomes) = match (deleted_first, deleting) {
         (_, Some(deletes)) => futures::join!(deletes, creates),
         (failed, None) => (failed.unwrap_or(0), creates.await),
     };
     let mut failed_conditions = 0;
-    for (node, state) in outcomes {
-        let Some(routes_created) = state else {
-            continue;
-        };
+    for (node, routes_created) in outcomes {
         failed_conditions += usize::from(!routes_created);
         failed_conditions += usize::from(!update_condition(api, &node, routes_created).await);
     }
@@ -348,6 +317,67 @@ async fn reconcile(
         0 => Ok(()),
         n => Err(RouteError::Failures(n)),
     }
+}
+
+/// One Warning Event per pod CIDR outside every `--cluster-cidr`, the first time it is seen.
+async fn warn_outside(
+    controller: &ControllerContext,
+    warned: &Mutex<HashSet<(String, String)>>,
+    outside: &[(Arc<CachedNode>, String)],
+) {
+    for (node, cidr) in outside {
+        let first = warned.lock().insert((node.name().to_owned(), cidr.clone()));
+        if first {
+            let note = format!(
+                "Not creating a route for pod CIDR {cidr} of node {}: it is outside every --cluster-cidr",
+                node.name()
+            );
+            controller
+                .event(
+                    &event_reference(node.as_ref()),
+                    EventType::Warning,
+                    "CIDRNotInClusterCIDR",
+                    "CreateRoute",
+                    note,
+                )
+                .await;
+        }
+    }
+}
+
+/// Creates one route (name hint: the node's UID), with a Warning Event when it fails; true when it exists.
+async fn create_route(
+    controller: &ControllerContext,
+    routes: &dyn kube_ccm_provider::Routes,
+    cluster: &str,
+    node: &CachedNode,
+    route: &Route,
+) -> bool {
+    let name = node.name();
+    let hint = if node.uid().is_empty() { name } else { node.uid() };
+    let started = Instant::now();
+    let cx = controller.call_context();
+    let Err(error) = cx
+        .call("create_route", routes.create_route(&cx, cluster, hint, route))
+        .await
+    else {
+        return true;
+    };
+    let note = format!(
+        "Could not create route {hint} {} for node {name} after {}: {error}",
+        route.destination_cidr,
+        go_duration(started.elapsed())
+    );
+    controller
+        .event(
+            &event_reference(node),
+            EventType::Warning,
+            "FailedToCreateRoute",
+            "CreateRoute",
+            note,
+        )
+        .await;
+    false
 }
 
 /// Sets `NetworkUnavailable` when its status or reason changes; false when the write failed.
@@ -395,6 +425,181 @@ async fn update_condition(api: &Api<Written<Node>>, node: &CachedNode, routes_cr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(name: &str, pod_cidrs: &[&str], provider_id: &str, ip: &str) -> Arc<CachedNode> {
+        let node = json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "spec": {"podCIDRs": pod_cidrs, "providerID": provider_id},
+            "status": {"addresses": [{"type": "InternalIP", "address": ip}]},
+        });
+        Arc::new(serde_json::from_value(node).expect("a node"))
+    }
+
+    fn route(target: &str, cidr: &str) -> Route {
+        Route {
+            name: format!("{target}-{cidr}"),
+            target_node: target.to_owned(),
+            destination_cidr: cidr.to_owned(),
+            ..Route::default()
+        }
+    }
+
+    fn by_address(target: &str, cidr: &str, ip: &str) -> Route {
+        Route {
+            enable_node_addresses: true,
+            target_node_addresses: vec![NodeAddress {
+                type_: "InternalIP".to_owned(),
+                address: ip.to_owned(),
+            }],
+            ..route(target, cidr)
+        }
+    }
+
+    /// `(case, nodes, the cloud's routes, creates as node:cidr, stale as target:cidr, deletes first,
+    /// nodes whose condition is set as node:routed, outside as node:cidr)`.
+    type Case<'a> = (
+        &'a str,
+        Vec<Arc<CachedNode>>,
+        Vec<Route>,
+        &'a [&'a str],
+        &'a [&'a str],
+        bool,
+        &'a [&'a str],
+        &'a [&'a str],
+    );
+
+    #[test]
+    fn the_plan_keeps_creates_replaces_and_deletes() {
+        let a = || node("a", &["10.244.1.0/24"], "fake://a", "10.0.0.1");
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "a node without its route gets one",
+                vec![a()],
+                vec![],
+                &["a:10.244.1.0/24"],
+                &[],
+                false,
+                &["a:true"],
+                &[],
+            ),
+            (
+                "an existing route is kept",
+                vec![a()],
+                vec![route("a", "10.244.1.0/24")],
+                &[],
+                &[],
+                false,
+                &["a:true"],
+                &[],
+            ),
+            (
+                "a route by address follows the node's addresses, deleted first",
+                vec![a()],
+                vec![by_address("a", "10.244.1.0/24", "10.0.0.9")],
+                &["a:10.244.1.0/24"],
+                &["a:10.244.1.0/24"],
+                true,
+                &["a:true"],
+                &[],
+            ),
+            (
+                "a route by the node's own address is kept",
+                vec![a()],
+                vec![by_address("a", "10.244.1.0/24", "10.0.0.1")],
+                &[],
+                &[],
+                false,
+                &["a:true"],
+                &[],
+            ),
+            (
+                "a blackhole is replaced",
+                vec![a()],
+                vec![Route {
+                    blackhole: true,
+                    ..route("a", "10.244.1.0/24")
+                }],
+                &["a:10.244.1.0/24"],
+                &["a:10.244.1.0/24"],
+                false,
+                &["a:true"],
+                &[],
+            ),
+            (
+                "a gone node's route goes; a supernet route is not ours",
+                vec![],
+                vec![route("gone", "10.244.9.0/24"), route("vpc", "10.0.0.0/8")],
+                &[],
+                &["gone:10.244.9.0/24"],
+                false,
+                &[],
+                &[],
+            ),
+            (
+                "a route named by provider ID is its node's",
+                vec![a()],
+                vec![route("fake://a", "10.244.1.0/24")],
+                &[],
+                &[],
+                false,
+                &["a:true"],
+                &[],
+            ),
+            (
+                "a pod CIDR outside the cluster is warned about, not routed",
+                vec![node("b", &["192.168.0.0/24"], "", "10.0.0.2")],
+                vec![],
+                &[],
+                &[],
+                false,
+                &[],
+                &["b:192.168.0.0/24"],
+            ),
+            (
+                "a node with routes but no pod CIDRs has no network",
+                vec![node("c", &[], "", "10.0.0.3")],
+                vec![route("c", "10.244.3.0/24")],
+                &[],
+                &["c:10.244.3.0/24"],
+                false,
+                &["c:false"],
+                &[],
+            ),
+        ];
+        let cluster = vec!["10.244.0.0/16".parse::<Cidr>().expect("a CIDR")];
+        for (case, nodes, existing, creates, stale, deletes_first, conditions, outside) in cases {
+            let plan = plan(&nodes, existing, &cluster);
+            let made: Vec<String> = plan
+                .nodes
+                .iter()
+                .flat_map(|n| {
+                    n.create
+                        .iter()
+                        .map(|r| format!("{}:{}", r.target_node, r.destination_cidr))
+                })
+                .collect();
+            assert_eq!(made, creates, "{case}: creates");
+            let gone: Vec<String> = plan
+                .stale
+                .iter()
+                .map(|r| format!("{}:{}", r.target_node, r.destination_cidr))
+                .collect();
+            assert_eq!(gone, stale, "{case}: deletes");
+            assert_eq!(plan.deletes_first, deletes_first, "{case}: deletes first");
+            let set: Vec<String> = plan
+                .nodes
+                .iter()
+                .map(|n| format!("{}:{}", n.node.name(), n.routed))
+                .collect();
+            assert_eq!(set, conditions, "{case}: conditions");
+            let warned: Vec<String> = plan
+                .outside
+                .iter()
+                .map(|(n, cidr)| format!("{}:{cidr}", n.name()))
+                .collect();
+            assert_eq!(warned, outside, "{case}: outside");
+        }
+    }
 
     #[test]
     fn durations_read_as_gos() {

@@ -37,7 +37,7 @@ mod tagger;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube_ccm_runtime::{CachedNode, ControllerDefinition, ControllerFlag, FlagValue, FlagValues};
+use kube_ccm_runtime::{CachedNode, ControllerDefinition, Flag, FlagValue, FlagValues};
 use md5::{Digest, Md5};
 
 pub use self::ec2::{Refused, refused};
@@ -60,38 +60,38 @@ pub const UNTAG_ATTEMPTS: u32 = 9;
 pub const INSTANCE: &str = "instance";
 
 /// Upstream's flags.
-pub const FLAGS: &[ControllerFlag] = &[
-    ControllerFlag::list(
+pub const FLAGS: &[Flag] = &[
+    Flag::list(
         "tags",
         "",
         "Tags to apply to AWS resources in the tagging controller, in a form of key=value.",
     )
     .checked(check_tags),
-    ControllerFlag::list(
+    Flag::list(
         "resources",
         "",
         "AWS resources name to add/remove tags in the tagging controller (only instance).",
     )
     .checked(check_resources),
-    ControllerFlag::value(
+    Flag::value(
         "tagging-controller-rate-limit",
         "0",
         "Accepted for compatibility (must not be negative): requests are batched instead.",
     )
     .checked(not_negative),
-    ControllerFlag::value(
+    Flag::value(
         "tagging-controller-burst-limit",
         "0",
         "Accepted for compatibility (must not be negative): requests are batched instead.",
     )
     .checked(whole_not_negative),
-    ControllerFlag::value(
+    Flag::value(
         "tagging-controller-concurrent-node-syncs",
         "1",
         "Accepted for compatibility (must be positive): one batch is in flight at a time.",
     )
     .checked(positive),
-    ControllerFlag::bool(
+    Flag::bool(
         "tagging-controller-enable-batching",
         "false",
         "Accepted for compatibility: create and delete tag calls are always batched (up to 1,000 instances each).",

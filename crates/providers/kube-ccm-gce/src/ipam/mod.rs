@@ -45,8 +45,8 @@
 use kube::runtime::events::EventType;
 use kube_ccm_provider::Refused;
 use kube_ccm_runtime::{
-    CachedNode, ControllerContext, ControllerDefinition, ControllerFlag, ControllerSettings, FlagValue,
-    FlagValues, event_reference,
+    CachedNode, ControllerContext, ControllerDefinition, ControllerSettings, Flag, FlagValue, FlagValues,
+    event_reference,
 };
 
 use crate::PROVIDER_NAME;
@@ -85,37 +85,37 @@ pub fn definition() -> ControllerDefinition {
 }
 
 /// Upstream's node-IPAM flags (the GCP manager's).
-pub const FLAGS: &[ControllerFlag] = &[
-    ControllerFlag::value(
+pub const FLAGS: &[Flag] = &[
+    Flag::value(
         "service-cluster-ip-range",
         "",
         "CIDR Range for Services in cluster (one, or an IPv4 and an IPv6 comma-separated). Its families choose the pod CIDRs a node gets from its instance, as upstream's cloud allocator: IPv4 (also without it), IPv4 then IPv6, IPv6 then IPv4, or IPv6.",
     )
     .checked(check_service_ranges),
-    ControllerFlag::value(
+    Flag::value(
         "node-cidr-mask-size",
         "0",
         "Mask size for node CIDRs of a single-stack cluster (range allocator; default 24 for IPv4, 64 for IPv6). The cloud allocator takes each node's range from Compute.",
     )
     .checked(check_mask),
-    ControllerFlag::value(
+    Flag::value(
         "node-cidr-mask-size-ipv4",
         "0",
         "Mask size for IPv4 node CIDRs (range allocator; default 24). The cloud allocator takes each node's range from Compute.",
     )
     .checked(check_mask),
-    ControllerFlag::value(
+    Flag::value(
         "node-cidr-mask-size-ipv6",
         "0",
         "Mask size for IPv6 node CIDRs (range allocator; default 64). The cloud allocator takes each node's range from Compute.",
     )
     .checked(check_mask),
-    ControllerFlag::bool(
+    Flag::bool(
         "enable-multi-subnet-cluster",
         "false",
         "Not implemented (GKE's node topology): node-ipam-controller does not start with it.",
     ),
-    ControllerFlag::bool(
+    Flag::bool(
         "enable-multi-networking",
         "false",
         "Not implemented (GKE's multi-networking): node-ipam-controller does not start with it.",

@@ -3,7 +3,7 @@
 //! same names, ports and timing (`GceProvider::ensure_internal_health_check`). Both: `k8s-<cluster ID>-node` on kube-proxy's `:10256/healthz`, shared
 //! by the cluster's load balancers, or the service's own on its `healthCheckNodePort`
 //! (`externalTrafficPolicy: Local`); each with a firewall letting Google's health checkers in (from
-//! `--cloud-provider-gce-lb-src-cidrs`, [`crate::flags`]).
+//! `--cloud-provider-gce-lb-src-cidrs`, [`kube_ccm_provider::flags`]).
 
 use google_cloud_compute_v1::model::{self, HealthCheck, HttpHealthCheck};
 use google_cloud_lro::Poller;
