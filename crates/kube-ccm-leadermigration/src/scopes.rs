@@ -322,164 +322,220 @@ pub async fn run_scopes<R: ScopeRunner>(
     runner: std::sync::Arc<R>,
     shutdown: CancellationToken,
 ) -> Result<(), ScopesError> {
+    let scopes = Scopes {
+        client,
+        config,
+        runner,
+        shutdown,
+    };
     let mut restarts = Restarts::default();
     let mut main_delay = Duration::ZERO;
     loop {
-        let (_always, permitted) = watch::channel(true);
-        let main = Campaign::start(
-            &client,
-            &config.election,
-            &config.main,
-            ScopeKind::Main,
-            runner.as_ref(),
-            permitted.clone(),
-            main_delay,
-        )?;
+        let mut tenure = match scopes.campaign(main_delay, &mut restarts).await? {
+            Campaigned::Shutdown => return Ok(()),
+            Campaigned::Restart(delay) => {
+                main_delay = delay;
+                continue;
+            }
+            Campaigned::Leading(tenure) => tenure,
+        };
+        main_delay = Duration::ZERO;
+        let outcome = scopes.lead(&mut tenure, &mut restarts).await?;
+        let outcome = scopes.wind_down(tenure, outcome).await?;
+        let (main_lease, grace) = (&scopes.config.main.lease_name, scopes.config.stop_grace());
+        match after(outcome, scopes.config.on_loss, main_lease, grace) {
+            Some(result) => return result,
+            None => tracing::info!(lease = %main_lease, "campaigning again"),
+        }
+    }
+}
+
+/// What [`run_scopes`] works with.
+struct Scopes<R> {
+    client: kube::Client,
+    config: ScopesConfig,
+    runner: std::sync::Arc<R>,
+    shutdown: CancellationToken,
+}
+
+/// How a campaign for the main lock ended.
+enum Campaigned {
+    Shutdown,
+    /// Its elector ended without leading (it panicked): campaign again after this delay.
+    Restart(Duration),
+    Leading(Tenure),
+}
+
+/// One tenure of the main lock: its running scope, and the migration campaigns waiting and held.
+struct Tenure {
+    main: Held,
+    waiting: Vec<Campaign>,
+    held: Vec<Held>,
+    /// Always true: what the migration campaigns restarted during the tenure are permitted by.
+    permitted: watch::Receiver<bool>,
+    /// The senders live as long as the tenure, so the campaigns' permits never close.
+    _always: watch::Sender<bool>,
+    _allow_migrations: watch::Sender<bool>,
+}
+
+impl<R: ScopeRunner> Scopes<R> {
+    fn start(
+        &self,
+        spec: &ScopeSpec,
+        kind: ScopeKind,
+        permit: &watch::Receiver<bool>,
+        delay: Duration,
+    ) -> Result<Campaign, ElectorConfigError> {
+        let election = &self.config.election;
+        Campaign::start(
+            &self.client,
+            election,
+            spec,
+            kind,
+            self.runner.as_ref(),
+            permit.clone(),
+            delay,
+        )
+    }
+
+    /// Campaigns for the main lock (after `main_delay`), following the migration locks meanwhile.
+    async fn campaign(
+        &self,
+        main_delay: Duration,
+        restarts: &mut Restarts,
+    ) -> Result<Campaigned, ScopesError> {
+        let (always, permitted) = watch::channel(true);
+        let main = self.start(&self.config.main, ScopeKind::Main, &permitted, main_delay)?;
         // The migration locks are followed from the start, so their expiry is judged from when this process
         // first saw their record, but contended for only once the main lock is held.
         let (allow_migrations, migration_permit) = watch::channel(false);
         let mut waiting: Vec<Campaign> = Vec::new();
-        for spec in &config.migrations {
-            waiting.push(Campaign::start(
-                &client,
-                &config.election,
-                spec,
-                ScopeKind::Migration,
-                runner.as_ref(),
-                migration_permit.clone(),
-                Duration::ZERO,
-            )?);
+        for spec in &self.config.migrations {
+            waiting.push(self.start(spec, ScopeKind::Migration, &migration_permit, Duration::ZERO)?);
         }
         let mut main_state = main.state.clone();
-        // Campaign for the main lock.
         tokio::select! {
-            () = shutdown.cancelled() => {
+            () = self.shutdown.cancelled() => {
                 for campaign in waiting {
                     campaign.end().await;
                 }
                 main.end().await;
-                return Ok(());
+                return Ok(Campaigned::Shutdown);
             }
             leading = async { main_state.wait_for(|s| s.role == Role::Leading).await.is_ok() } => {
                 if !leading {
-                    // The elector ended without leading: it panicked. Start over, backing off.
                     for campaign in waiting {
                         campaign.end().await;
                     }
-                    main_delay = restarts.next(&config.main.lease_name);
-                    tracing::error!(lease = %config.main.lease_name, retry_in = ?main_delay, "the leader elector ended unexpectedly; campaigning again");
-                    continue;
+                    let delay = restarts.next(&self.config.main.lease_name);
+                    tracing::error!(lease = %self.config.main.lease_name, retry_in = ?delay, "the leader elector ended unexpectedly; campaigning again");
+                    return Ok(Campaigned::Restart(delay));
                 }
             }
         }
-        restarts.led(&config.main.lease_name);
-        main_delay = Duration::ZERO;
-        let main_scope = Running::start(&runner, context(&main, ScopeKind::Main));
-        let mut main_held = Held {
-            campaign: main,
-            scope: main_scope,
-        };
-
+        restarts.led(&self.config.main.lease_name);
+        let scope = Running::start(&self.runner, context(&main, ScopeKind::Main));
         // Only now do the migration locks campaign.
         allow_migrations.send_replace(true);
-        let mut held: Vec<Held> = Vec::new();
+        Ok(Campaigned::Leading(Tenure {
+            main: Held {
+                campaign: main,
+                scope,
+            },
+            waiting,
+            held: Vec::new(),
+            permitted,
+            _always: always,
+            _allow_migrations: allow_migrations,
+        }))
+    }
 
-        let outcome = loop {
-            let event = next_event(&mut main_held, &mut waiting, &mut held, &shutdown).await;
-            match event {
-                Event::Shutdown => break Outcome::Shutdown,
+    /// Leads until shutdown or a loss: migration locks are taken and their scopes started as they come.
+    async fn lead(&self, tenure: &mut Tenure, restarts: &mut Restarts) -> Result<Outcome, ScopesError> {
+        let lease_of = |campaign: &Campaign| campaign.spec.lease_name.clone();
+        loop {
+            match next_event(
+                &mut tenure.main,
+                &mut tenure.waiting,
+                &mut tenure.held,
+                &self.shutdown,
+            )
+            .await
+            {
+                Event::Shutdown => return Ok(Outcome::Shutdown),
                 Event::MigrationAcquired(index) => {
-                    let campaign = waiting.remove(index);
+                    let campaign = tenure.waiting.remove(index);
                     restarts.led(&campaign.spec.lease_name);
-                    let scope = Running::start(&runner, context(&campaign, ScopeKind::Migration));
-                    held.push(Held { campaign, scope });
+                    let scope = Running::start(&self.runner, context(&campaign, ScopeKind::Migration));
+                    tenure.held.push(Held { campaign, scope });
                 }
                 Event::CampaignEnded(index) => {
-                    let ended = waiting.remove(index);
+                    let ended = tenure.waiting.remove(index);
                     let delay = restarts.next(&ended.spec.lease_name);
                     tracing::error!(lease = %ended.spec.lease_name, retry_in = ?delay, "the migration leader elector ended unexpectedly; campaigning again");
-                    waiting.push(Campaign::start(
-                        &client,
-                        &config.election,
-                        &ended.spec,
-                        ScopeKind::Migration,
-                        runner.as_ref(),
-                        permitted.clone(),
-                        delay,
-                    )?);
+                    let campaign = self.start(&ended.spec, ScopeKind::Migration, &tenure.permitted, delay)?;
+                    tenure.waiting.push(campaign);
                 }
                 Event::MigrationEnded(index, ended) => {
-                    let lost = held.remove(index);
-                    let lease = lost.campaign.spec.lease_name.clone();
-                    let reason = match ended {
-                        Ended::Lost(reason) => reason,
-                        Ended::Released | Ended::CancelledBeforeLeading => LossReason::RenewDeadline,
-                    };
+                    let lost = tenure.held.remove(index);
+                    let lease = lease_of(&lost.campaign);
+                    let reason = loss_reason(ended);
                     tracing::error!(%lease, %reason, "migration leader election lost; stopping its controllers");
-                    if !lost.scope.stop(config.stop_grace()).await {
-                        break Outcome::StopTimeout(lease);
+                    if !lost.scope.stop(self.config.stop_grace()).await {
+                        return Ok(Outcome::StopTimeout(lease));
                     }
-                    match config.on_loss {
-                        LossPolicy::Exit => break Outcome::Lost(lease, reason),
+                    match self.config.on_loss {
+                        LossPolicy::Exit => return Ok(Outcome::Lost(lease, reason)),
                         LossPolicy::Recontend => {
                             // The elector paces its own attempts (retry period, jitter).
-                            waiting.push(Campaign::start(
-                                &client,
-                                &config.election,
-                                &lost.campaign.spec,
-                                ScopeKind::Migration,
-                                runner.as_ref(),
-                                permitted.clone(),
-                                Duration::ZERO,
-                            )?);
+                            let spec = &lost.campaign.spec;
+                            let campaign =
+                                self.start(spec, ScopeKind::Migration, &tenure.permitted, Duration::ZERO)?;
+                            tenure.waiting.push(campaign);
                         }
                     }
                 }
                 Event::MainEnded(ended) => {
-                    let reason = match ended {
-                        Ended::Lost(reason) => reason,
-                        Ended::Released | Ended::CancelledBeforeLeading => LossReason::RenewDeadline,
-                    };
-                    tracing::error!(lease = %config.main.lease_name, %reason, "leader election lost; stopping every controller");
-                    break Outcome::MainLost(reason);
+                    let reason = loss_reason(ended);
+                    tracing::error!(lease = %self.config.main.lease_name, %reason, "leader election lost; stopping every controller");
+                    return Ok(Outcome::MainLost(reason));
                 }
             }
-        };
+        }
+    }
 
-        // Wind down: every scope stops first, then migration locks are released, then the main lock.
-        let grace = config.stop_grace();
-        let main_lost = matches!(outcome, Outcome::MainLost(_));
-        let Held {
-            campaign: main_campaign,
-            scope: main_scope,
-        } = main_held;
+    /// Winds a tenure down: every scope stops first, then the migration locks are released, then the main
+    /// lock (unless it was lost). A scope that does not stop in time releases nothing: every Lease expires.
+    async fn wind_down(&self, tenure: Tenure, outcome: Outcome) -> Result<Outcome, ScopesError> {
+        let grace = self.config.stop_grace();
+        let Tenure {
+            main, waiting, held, ..
+        } = tenure;
         let (migrations, main_stopped) = tokio::join!(
             futures::future::join_all(
                 held.into_iter()
                     .map(|h| async move { (h.scope.stop(grace).await, h.campaign) })
             ),
-            main_scope.stop(grace),
+            main.scope.stop(grace),
         );
         let stopped_in_time = main_stopped
             && migrations.iter().all(|(stopped, _)| *stopped)
             && !matches!(outcome, Outcome::StopTimeout(_));
         if !stopped_in_time {
-            // Something under a lock may still be acting: release nothing, let every Lease expire.
-            for campaign in migrations
-                .into_iter()
-                .map(|(_, campaign)| campaign)
-                .chain(waiting)
-            {
+            for (_, campaign) in migrations {
                 campaign.abandon();
             }
-            main_campaign.abandon();
+            for campaign in waiting {
+                campaign.abandon();
+            }
+            main.campaign.abandon();
             let cause = match outcome {
                 Outcome::Shutdown => StopCause::Shutdown,
                 _ => StopCause::LeaseLost,
             };
             let lease = match outcome {
                 Outcome::StopTimeout(lease) => lease,
-                _ => config.main.lease_name.clone(),
+                _ => self.config.main.lease_name.clone(),
             };
             tracing::error!(%lease, ?grace, %cause, "controllers did not stop in time: no lock is released; the process must exit");
             return Err(ScopesError::StopTimeout { lease, grace, cause });
@@ -490,32 +546,46 @@ pub async fn run_scopes<R: ScopeRunner>(
         for campaign in waiting {
             campaign.end().await;
         }
-        if !main_lost {
-            main_campaign.end().await;
+        if !matches!(outcome, Outcome::MainLost(_)) {
+            main.campaign.end().await;
         }
-        match outcome {
-            Outcome::Shutdown => return Ok(()),
-            Outcome::StopTimeout(lease) => {
-                return Err(ScopesError::StopTimeout {
-                    lease,
-                    grace,
-                    cause: StopCause::LeaseLost,
-                });
-            }
-            Outcome::Lost(lease, reason) => return Err(ScopesError::Lost { lease, reason }),
-            Outcome::MainLost(reason) => {
-                if config.on_loss == LossPolicy::Exit {
-                    return Err(ScopesError::Lost {
-                        lease: config.main.lease_name.clone(),
-                        reason,
-                    });
-                }
-                tracing::info!(lease = %config.main.lease_name, "campaigning again");
-            }
-        }
+        Ok(outcome)
     }
 }
 
+/// How a lock's elector ending reads as a loss (an elector ends on its own only when it lost).
+fn loss_reason(ended: Ended) -> LossReason {
+    match ended {
+        Ended::Lost(reason) => reason,
+        Ended::Released | Ended::CancelledBeforeLeading => LossReason::RenewDeadline,
+    }
+}
+
+/// What [`run_scopes`] returns after a tenure wound down in time; `None`: campaign again.
+fn after(
+    outcome: Outcome,
+    on_loss: LossPolicy,
+    main_lease: &str,
+    grace: Duration,
+) -> Option<Result<(), ScopesError>> {
+    match outcome {
+        Outcome::Shutdown => Some(Ok(())),
+        Outcome::StopTimeout(lease) => Some(Err(ScopesError::StopTimeout {
+            lease,
+            grace,
+            cause: StopCause::LeaseLost,
+        })),
+        Outcome::Lost(lease, reason) => Some(Err(ScopesError::Lost { lease, reason })),
+        Outcome::MainLost(reason) => (on_loss == LossPolicy::Exit).then(|| {
+            Err(ScopesError::Lost {
+                lease: main_lease.to_owned(),
+                reason,
+            })
+        }),
+    }
+}
+
+#[derive(Debug)]
 enum Outcome {
     Shutdown,
     MainLost(LossReason),
@@ -605,5 +675,54 @@ mod tests {
         );
         restarts.led("a");
         assert_eq!(restarts.next("a"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn after_a_tenure_the_policy_decides_between_exit_and_campaigning_again() {
+        let grace = Duration::from_secs(30);
+        let lost = || LossReason::RenewDeadline;
+        let cases = [
+            ("shutdown", Outcome::Shutdown, LossPolicy::Recontend, Some("Ok")),
+            (
+                "main lost, recontend",
+                Outcome::MainLost(lost()),
+                LossPolicy::Recontend,
+                None,
+            ),
+            (
+                "main lost, exit",
+                Outcome::MainLost(lost()),
+                LossPolicy::Exit,
+                Some("leader election lost on lease main"),
+            ),
+            (
+                "a migration lock lost, exit",
+                Outcome::Lost("migration".to_owned(), lost()),
+                LossPolicy::Exit,
+                Some("leader election lost on lease migration"),
+            ),
+            (
+                "stop timeout",
+                Outcome::StopTimeout("migration".to_owned()),
+                LossPolicy::Recontend,
+                Some("the controllers of lease migration did not stop within 30s after the lease was lost"),
+            ),
+        ];
+        for (case, outcome, policy, expected) in cases {
+            let got = after(outcome, policy, "main", grace).map(|result| match result {
+                Ok(()) => "Ok".to_owned(),
+                Err(error) => error.to_string(),
+            });
+            match (got, expected) {
+                (None, None) => {}
+                (Some(got), Some(expected)) => assert!(got.starts_with(expected), "{case}: {got}"),
+                (got, expected) => panic!("{case}: {got:?}, expected {expected:?}"),
+            }
+        }
+        assert_eq!(loss_reason(Ended::Released), LossReason::RenewDeadline);
+        assert_eq!(
+            loss_reason(Ended::Lost(LossReason::RenewDeadline)),
+            LossReason::RenewDeadline
+        );
     }
 }
