@@ -356,10 +356,44 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
     if let Some(path) = &args.report {
         Chart::check_destination(path)?;
     }
+    let from = from_of(args)?;
     let timeline = Timeline {
         started: Instant::now(),
         live: args.output == "text",
     };
+    let stop_how = if args.crash { "SIGKILL" } else { "SIGTERM" };
+    timeline.say(&format!(
+        "leader migration demo: {n} {} → {n} of this cloud-controller-manager (N+1), old replicas stopped with {stop_how}",
+        from.old_side(),
+        n = args.replicas
+    ));
+    let mut stage = Stage::set_up(args, from, &timeline, controllers).await?;
+    let (migrated, migration_ended_us) = stage.migrate(args, controllers, &timeline).await?;
+    let (outcome, all_handoffs, marks) = stage.judge(args, migrated, migration_ended_us).await?;
+    show(args, &timeline, &stage.names, &outcome);
+    if let Some(path) = &args.report {
+        let chart = report_chart(
+            args,
+            &stage.names,
+            &outcome,
+            &all_handoffs,
+            marks,
+            harness::now_us(),
+        );
+        chart.write(path)?;
+        if args.output == "text" {
+            println!("report: {}", path.display());
+        }
+    }
+    Ok(if outcome.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Where the old side comes from, or why these arguments cannot work together.
+fn from_of(args: &Args) -> Result<From> {
     let from = From::parse(&args.from);
     if from != From::Ours {
         if args.apiserver != "kube" {
@@ -380,191 +414,224 @@ async fn demo(args: &Args, controllers: &ControllerRegistry) -> Result<ExitCode>
             "--from kcm --rollback: kube-controller-manager v1.31 and later has no cloud controller, so a rollback to it leaves them running nowhere (`leader-migration status` says HeldByExternalKubeControllerManager); roll back to --from ours or go-ccm instead"
         );
     }
-    let stop_how = if args.crash { "SIGKILL" } else { "SIGTERM" };
-    timeline.say(&format!(
-        "leader migration demo: {n} {} → {n} of this cloud-controller-manager (N+1), old replicas stopped with {stop_how}",
-        from.old_side(),
-        n = args.replicas
-    ));
+    Ok(from)
+}
 
-    let backend = if args.apiserver == "kube" {
-        Backend::Kube
-    } else {
-        Backend::Test
-    };
-    let server = ApiServer::start(backend).await.map_err(|error| match error {
-        control_plane::Error::Unavailable(why) => anyhow::anyhow!(
-            "--apiserver kube: {why} (kube-apiserver and etcd are built from their Go modules by `cargo xtask kube` in this repository)"
-        ),
-        other => anyhow::anyhow!("start the API server: {other}"),
-    })?;
-    let peers = match from {
-        From::Ours => None,
-        From::Kcm | From::GoCcm => Some(peers::Peers::find(&server)?),
-    };
-    let cloud = DemoCloud::start(&args.cloud, &timeline).await?;
-    let directory = tempfile::Builder::new()
-        .prefix("ccm-demo-")
-        .tempdir()
-        .context("create a working directory")?;
-    let lease = Duration::from_secs(args.lease_seconds);
-    let environment = Environment::prepare_for(
-        directory.path(),
-        std::env::current_exe().context("find this binary")?,
-        server.kubeconfig_path().to_owned(),
-        &cloud.cloud,
-        Timings {
-            lease_duration: lease,
-            renew_deadline: lease / 2,
-            retry_period: lease / 10,
-        },
-    )?;
-    let apiserver = match &server {
-        ApiServer::Test(_) => "test API server".to_owned(),
-        ApiServer::Kube(kube) => format!(
-            "kube-apiserver {} on etcd {}",
-            kube.version(),
-            kube.binaries().etcd_version
-        ),
-    };
-    timeline.say(&format!(
-        "{apiserver} {} · {} · replica logs in {}",
-        server.url(),
-        cloud.description,
-        environment.log_dir.display()
-    ));
-    let roles = Arc::new(Roles::new(&environment, controllers, from)?);
-    let client = server.client();
-    let names = Names::default();
-    let wait = lease * 15;
+/// The demo's world: the API server, the cloud, the replicas' environment, and who is who.
+struct Stage {
+    from: From,
+    server: ApiServer,
+    peers: Option<peers::Peers>,
+    cloud: DemoCloud,
+    /// The replicas' working directory, kept (taken out) when the migration fails.
+    directory: Option<tempfile::TempDir>,
+    environment: Environment,
+    roles: Arc<Roles>,
+    client: kube::Client,
+    names: Names,
+    /// The longest wait for a replica or a hand-off.
+    wait: Duration,
+}
 
-    let stop_following = CancellationToken::new();
-    let follower = follow(
-        client.clone(),
-        timeline.clone(),
-        names.clone(),
-        roles.clone(),
-        stop_following.clone(),
-    );
-    let migration = {
-        let path = &environment.ccm_config;
-        let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-        MigrationConfig::load(&path.display().to_string(), &bytes, controllers.catalog())?.config
-    };
-    let outcome = migrate(
-        args,
-        from,
-        peers.as_ref(),
-        &migration,
-        &environment,
-        &client,
-        &cloud.cloud,
-        &names,
-        &timeline,
-        wait,
-    )
-    .await;
-    stop_following.cancel();
-    let _ = follower.await;
-
-    let Migrated {
-        mut replicas,
-        registered,
-        mut marks,
-    } = match outcome {
-        Ok(migrated) => migrated,
-        Err(error) => {
-            let kept = directory.keep();
-            bail!(
-                "{error:#}\n(replica logs kept in {})",
-                kept.join("logs").display()
-            );
-        }
-    };
-    // Stop the side in charge too, so the audit sees every tenure end. Its standbys may take a lease over
-    // for a moment while the leader stops: the audit judges those writes, the report of hand-offs
-    // ends where the migration did.
-    let migration_ended_us = server.lease_writes().iter().map(|w| w.time_us).max();
-    marks.push(Mark {
-        at_us: harness::now_us(),
-        label: "every replica stopped (SIGTERM)".to_owned(),
-    });
-    for replica in &mut replicas {
-        if replica.try_wait().is_none() {
-            replica.terminate()?;
-        }
-    }
-    for replica in &mut replicas {
-        replica.wait(wait)?;
+impl Stage {
+    /// Starts the API server and the cloud, and prepares the replicas' environment.
+    async fn set_up(
+        args: &Args,
+        from: From,
+        timeline: &Timeline,
+        controllers: &ControllerRegistry,
+    ) -> Result<Stage> {
+        let backend = if args.apiserver == "kube" {
+            Backend::Kube
+        } else {
+            Backend::Test
+        };
+        let server = ApiServer::start(backend).await.map_err(|error| match error {
+            control_plane::Error::Unavailable(why) => anyhow::anyhow!(
+                "--apiserver kube: {why} (kube-apiserver and etcd are built from their Go modules by `cargo xtask kube` in this repository)"
+            ),
+            other => anyhow::anyhow!("start the API server: {other}"),
+        })?;
+        let peers = match from {
+            From::Ours => None,
+            From::Kcm | From::GoCcm => Some(peers::Peers::find(&server)?),
+        };
+        let cloud = DemoCloud::start(&args.cloud, timeline).await?;
+        let directory = tempfile::Builder::new()
+            .prefix("ccm-demo-")
+            .tempdir()
+            .context("create a working directory")?;
+        let lease = Duration::from_secs(args.lease_seconds);
+        let environment = Environment::prepare_for(
+            directory.path(),
+            std::env::current_exe().context("find this binary")?,
+            server.kubeconfig_path().to_owned(),
+            &cloud.cloud,
+            Timings {
+                lease_duration: lease,
+                renew_deadline: lease / 2,
+                retry_period: lease / 10,
+            },
+        )?;
+        let apiserver = match &server {
+            ApiServer::Test(_) => "test API server".to_owned(),
+            ApiServer::Kube(kube) => format!(
+                "kube-apiserver {} on etcd {}",
+                kube.version(),
+                kube.binaries().etcd_version
+            ),
+        };
+        timeline.say(&format!(
+            "{apiserver} {} · {} · replica logs in {}",
+            server.url(),
+            cloud.description,
+            environment.log_dir.display()
+        ));
+        let roles = Arc::new(Roles::new(&environment, controllers, from)?);
+        let client = server.client();
+        Ok(Stage {
+            from,
+            server,
+            peers,
+            cloud,
+            directory: Some(directory),
+            environment,
+            roles,
+            client,
+            names: Names::default(),
+            wait: lease * 15,
+        })
     }
 
-    let mut requests = server.request_entries();
-    let invalid_writes = harness::refused_as_invalid(&requests).len();
-    let cloud_writes = cloud
-        .cloud
-        .writes()
-        .await
-        .context("read the cloud's record of changes")?;
-    requests.extend(cloud_writes.attributed.iter().cloned());
-    let inventory = cloud
-        .cloud
-        .inventory()
-        .await
-        .context("list what the cloud holds")?;
-    let mut report = audit(
-        &server.lease_writes(),
-        &requests,
-        &from.expecting(environment.governance()?),
-    );
-    let ended_on = |end: i64| {
+    /// Rolls the replicas while the timeline follows the Leases, then stops every replica, so the audit
+    /// sees every tenure end. Also gives when the migration ended (the last Lease write before the stop).
+    async fn migrate(
+        &mut self,
+        args: &Args,
+        controllers: &ControllerRegistry,
+        timeline: &Timeline,
+    ) -> Result<(Migrated, Option<i64>)> {
+        let stop_following = CancellationToken::new();
+        let follower = follow(
+            self.client.clone(),
+            timeline.clone(),
+            self.names.clone(),
+            self.roles.clone(),
+            stop_following.clone(),
+        );
+        let migration = {
+            let path = &self.environment.ccm_config;
+            let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+            MigrationConfig::load(&path.display().to_string(), &bytes, controllers.catalog())?.config
+        };
+        let outcome = migrate(
+            args,
+            self.from,
+            self.peers.as_ref(),
+            &migration,
+            &self.environment,
+            &self.client,
+            &self.cloud.cloud,
+            &self.names,
+            timeline,
+            self.wait,
+        )
+        .await;
+        stop_following.cancel();
+        let _ = follower.await;
+        let mut migrated = match outcome {
+            Ok(migrated) => migrated,
+            Err(error) => {
+                let kept = self
+                    .directory
+                    .take()
+                    .map(tempfile::TempDir::keep)
+                    .unwrap_or_default();
+                bail!(
+                    "{error:#}\n(replica logs kept in {})",
+                    kept.join("logs").display()
+                );
+            }
+        };
+        // Stop the side in charge too. Its standbys may take a lease over for a moment while the leader
+        // stops: the audit judges those writes, the report of hand-offs ends where the migration did.
+        let migration_ended_us = self.server.lease_writes().iter().map(|w| w.time_us).max();
+        migrated.marks.push(Mark {
+            at_us: harness::now_us(),
+            label: "every replica stopped (SIGTERM)".to_owned(),
+        });
+        for replica in &mut migrated.replicas {
+            if replica.try_wait().is_none() {
+                replica.terminate()?;
+            }
+        }
+        for replica in &mut migrated.replicas {
+            replica.wait(self.wait)?;
+        }
+        Ok((migrated, migration_ended_us))
+    }
+
+    /// Judges the migration from the API server's records and the cloud's: the audit, the hand-offs up to
+    /// the migration's end, and what the cluster and the cloud hold.
+    async fn judge(
+        &self,
+        args: &Args,
+        migrated: Migrated,
+        migration_ended_us: Option<i64>,
+    ) -> Result<(Outcome, Vec<ccm_audit::Handoff>, Vec<Mark>)> {
+        let Migrated {
+            registered, marks, ..
+        } = migrated;
+        let names = &self.names;
+        let mut requests = self.server.request_entries();
+        let invalid_writes = harness::refused_as_invalid(&requests).len();
+        let cloud = &self.cloud.cloud;
+        let cloud_writes = cloud
+            .writes()
+            .await
+            .context("read the cloud's record of changes")?;
+        requests.extend(cloud_writes.attributed.iter().cloned());
+        let inventory = cloud.inventory().await.context("list what the cloud holds")?;
+        let expecting = self.from.expecting(self.environment.governance()?);
+        let mut report = audit(&self.server.lease_writes(), &requests, &expecting);
+        let ended_on = |end: i64| {
+            report
+                .tenures
+                .iter()
+                .filter(|t| t.lease == MIGRATION_LEASE && t.start_us <= end)
+                .max_by_key(|t| t.start_us)
+                .and_then(|t| names.get(&t.identity))
+                .map(|(_, side)| side)
+        };
+        let migration_lease_ends_with = migration_ended_us.and_then(ended_on);
+        let all_handoffs = report.handoffs.clone();
         report
-            .tenures
-            .iter()
-            .filter(|t| t.lease == MIGRATION_LEASE && t.start_us <= end)
-            .max_by_key(|t| t.start_us)
-            .and_then(|t| names.get(&t.identity))
-            .map(|(_, side)| side)
-    };
-    let migration_lease_ends_with = migration_ended_us.and_then(ended_on);
-    let all_handoffs = report.handoffs.clone();
-    report
-        .handoffs
-        .retain(|h| migration_ended_us.is_some_and(|end| h.at_us <= end));
-    let (nodes_initialized, services_with_ingress) = progress(&client).await?;
-    let outcome = Outcome {
-        migrated: report.handoffs.iter().any(|h| {
-            h.lease == MIGRATION_LEASE && names.get(&h.to).is_some_and(|(_, side)| side == Side::Ccm)
-        }),
-        rollback: args.rollback,
-        migration_lease_ends_with,
-        report,
-        registered,
-        nodes_initialized,
-        services_with_ingress,
-        invalid_writes,
-        cloud_writes: cloud_writes.attributed.len(),
-        unattributed_cloud_writes: cloud_writes.unattributed,
-        inventory,
-        apiserver: server.describe(),
-        from: from.describe(peers.as_ref()),
-        judged_from: match &server {
-            ApiServer::Test(_) => "the test API server's Lease history and request log".to_owned(),
-            ApiServer::Kube(kube) => format!("kube-apiserver {}'s audit log", kube.version()),
-        },
-    };
-    show(args, &timeline, &names, &outcome);
-    if let Some(path) = &args.report {
-        let chart = report_chart(args, &names, &outcome, &all_handoffs, marks, harness::now_us());
-        chart.write(path)?;
-        if args.output == "text" {
-            println!("report: {}", path.display());
-        }
+            .handoffs
+            .retain(|h| migration_ended_us.is_some_and(|end| h.at_us <= end));
+        let (nodes_initialized, services_with_ingress) = progress(&self.client).await?;
+        let outcome = Outcome {
+            migrated: report.handoffs.iter().any(|h| {
+                h.lease == MIGRATION_LEASE && names.get(&h.to).is_some_and(|(_, side)| side == Side::Ccm)
+            }),
+            rollback: args.rollback,
+            migration_lease_ends_with,
+            report,
+            registered,
+            nodes_initialized,
+            services_with_ingress,
+            invalid_writes,
+            cloud_writes: cloud_writes.attributed.len(),
+            unattributed_cloud_writes: cloud_writes.unattributed,
+            inventory,
+            apiserver: self.server.describe(),
+            from: self.from.describe(self.peers.as_ref()),
+            judged_from: match &self.server {
+                ApiServer::Test(_) => "the test API server's Lease history and request log".to_owned(),
+                ApiServer::Kube(kube) => format!("kube-apiserver {}'s audit log", kube.version()),
+            },
+        };
+        Ok((outcome, all_handoffs, marks))
     }
-    Ok(if outcome.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 /// What the demo found.
@@ -619,8 +686,47 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use ccm_audit::Overlap;
+    use clap::FromArgMatches as _;
 
     use super::*;
+
+    #[test]
+    fn the_arguments_that_cannot_work_together_are_refused() {
+        let cases: [(&[&str], Result<From, &str>); 6] = [
+            (&[], Ok(From::Ours)),
+            (
+                &["--from", "kcm"],
+                Err("--from kcm: the Go programs run on the real API server"),
+            ),
+            (
+                &["--from", "go-ccm", "--apiserver", "kube", "--cloud", "aws"],
+                Err("act on the fake cloud only"),
+            ),
+            (
+                &["--from", "kcm", "--apiserver", "kube", "--rollback"],
+                Err("--from kcm --rollback"),
+            ),
+            (&["--from", "kcm", "--apiserver", "kube"], Ok(From::Kcm)),
+            (
+                &["--from", "go-ccm", "--apiserver", "kube", "--rollback"],
+                Ok(From::GoCcm),
+            ),
+        ];
+        for (flags, expected) in cases {
+            let command = <Args as clap::Args>::augment_args(clap::Command::new("demo"));
+            let matches = command
+                .try_get_matches_from(std::iter::once(&"demo").chain(flags))
+                .expect("flags parse");
+            let args = Args::from_arg_matches(&matches).expect("arguments");
+            match (from_of(&args), expected) {
+                (Ok(from), Ok(expected)) => assert_eq!(from, expected, "{flags:?}"),
+                (Err(error), Err(expected)) => {
+                    assert!(error.to_string().contains(expected), "{flags:?}: {error}")
+                }
+                (got, expected) => panic!("{flags:?}: {got:?}, expected {expected:?}"),
+            }
+        }
+    }
 
     fn outcome() -> Outcome {
         Outcome {
