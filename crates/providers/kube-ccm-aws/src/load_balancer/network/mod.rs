@@ -20,6 +20,9 @@
 //!   revoked when no longer wanted. Difference: UDP ports get UDP rules and TCP ports TCP rules (upstream
 //!   opens every port with UDP when any is UDP); upstream's ICMP path-MTU rule is not added.
 //! - With `NLBSecurityGroupMode = Managed`, the NLB gets a security group of its own (`security_group.rs`).
+//! - Each ensure decides, then acts: `plan.rs` decides from what ELBv2 holds and what the service asks
+//!   (pure, tested case by case), in stages where a decision needs what an earlier request found or made
+//!   (the NLB's ARN, each target group's); the methods here send the requests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -36,12 +39,14 @@ use sha1::{Digest, Sha1};
 use super::{annotated_subnets, is_internal, key_values, target_nodes};
 use crate::{AwsProvider, aws_error};
 
+mod plan;
 mod security_group;
 mod wanted;
 
+use plan::{ListenerStep, NlbStep, TargetGroupStep};
 pub use security_group::{DESCRIPTION as MANAGED_GROUP_DESCRIPTION, nlb_security_group_name};
+use wanted::subnet_mappings;
 pub use wanted::{Health, Mapping, NlbAttributes, SharedProbe, WantedNlb, wanted};
-use wanted::{same_listener, subnet_mappings};
 
 /// Upstream's name of an NLB's target group or security group: `k8s-<namespace:8>-<name:8>-<digest:10>`,
 /// the namespace and name with alphanumerics only, the digest in hex.
@@ -54,6 +59,32 @@ fn resource_name(namespace: &str, name: &str, digest: &[u8]) -> String {
             .collect::<String>()
     };
     format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hex[..10])
+}
+
+/// A listener's action: forward to `group`.
+fn forward(group: &str) -> Action {
+    Action::builder()
+        .r#type(ActionTypeEnum::Forward)
+        .target_group_arn(group)
+        .build()
+}
+
+/// A TLS listener's certificate, as ELBv2 takes it.
+fn certificates(mapping: &Mapping) -> Option<Vec<Certificate>> {
+    mapping
+        .certificate
+        .as_ref()
+        .map(|arn| vec![Certificate::builder().certificate_arn(arn).build()])
+}
+
+/// The service's status: the NLB's DNS name.
+fn nlb_status(lb: &Nlb) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: Some(vec![LoadBalancerIngress {
+            hostname: lb.dns_name().map(str::to_owned),
+            ..LoadBalancerIngress::default()
+        }]),
+    }
 }
 
 impl AwsProvider {
@@ -145,8 +176,7 @@ impl AwsProvider {
     }
 
     /// The target group for `mapping`, created when missing; its health check's port, path and thresholds
-    /// modified where they differ (protocol and interval are in its name), as upstream's
-    /// `ensureTargetGroup`.
+    /// modified where they differ ([`plan::target_group`]), as upstream's `ensureTargetGroup`.
     async fn ensure_target_group(
         &self,
         service: &Service,
@@ -156,15 +186,10 @@ impl AwsProvider {
     ) -> Result<String, CloudError> {
         let name = self.target_group_name(service, mapping);
         let health = &mapping.health;
-        if let Some(group) = self.target_group(&name).await? {
-            let arn = group.target_group_arn().unwrap_or_default().to_owned();
-            let path_differs =
-                health.protocol != ProtocolEnum::Tcp && group.health_check_path() != health.path.as_deref();
-            let differs = group.health_check_port() != Some(health.port.as_str())
-                || group.healthy_threshold_count() != Some(health.healthy)
-                || group.unhealthy_threshold_count() != Some(health.unhealthy)
-                || path_differs;
-            if differs {
+        let found = self.target_group(&name).await?;
+        match plan::target_group(found.as_ref(), health) {
+            TargetGroupStep::Keep(arn) => Ok(arn),
+            TargetGroupStep::Modify(arn) => {
                 self.elbv2
                     .modify_target_group()
                     .target_group_arn(&arn)
@@ -180,13 +205,29 @@ impl AwsProvider {
                     .send()
                     .await
                     .map_err(aws_error)?;
+                Ok(arn)
             }
-            return Ok(arn);
+            TargetGroupStep::Create => {
+                self.create_target_group(service, wanted, mapping, vpc, &name)
+                    .await
+            }
         }
+    }
+
+    /// Makes the target group `name` for `mapping`, with its health check and the service's tags.
+    async fn create_target_group(
+        &self,
+        service: &Service,
+        wanted: &WantedNlb,
+        mapping: &Mapping,
+        vpc: &str,
+        name: &str,
+    ) -> Result<String, CloudError> {
+        let health = &mapping.health;
         let created = self
             .elbv2
             .create_target_group()
-            .name(&name)
+            .name(name)
             .protocol(mapping.traffic_protocol.clone())
             .port(mapping.node_port)
             .vpc_id(vpc)
@@ -251,7 +292,8 @@ impl AwsProvider {
         Ok(())
     }
 
-    /// The NLB's attributes, synced to what the service asks (upstream's defaults where not annotated).
+    /// The NLB's attributes, synced to what the service asks (upstream's defaults where not annotated;
+    /// [`plan::attribute_changes`]).
     async fn ensure_nlb_attributes(&self, lb: &str, wanted: &WantedNlb) -> Result<(), CloudError> {
         let output = self
             .elbv2
@@ -265,11 +307,8 @@ impl AwsProvider {
             .iter()
             .filter_map(|a| Some((a.key()?, a.value().unwrap_or_default())))
             .collect();
-        let changes: Vec<LoadBalancerAttribute> = wanted
-            .attributes
-            .pairs()
+        let changes: Vec<LoadBalancerAttribute> = plan::attribute_changes(&have, &wanted.attributes)
             .into_iter()
-            .filter(|(key, value)| have.get(key).copied().unwrap_or_default() != value)
             .map(|(key, value)| LoadBalancerAttribute::builder().key(key).value(value).build())
             .collect();
         if !changes.is_empty() {
@@ -298,8 +337,9 @@ impl AwsProvider {
             .iter()
             .filter_map(|d| d.target()?.id().map(str::to_owned))
             .collect();
+        let changes = plan::targets(&have, instances);
         let target = |id: &String| TargetDescription::builder().id(id).port(port).build();
-        let add: Vec<TargetDescription> = instances.difference(&have).map(target).collect();
+        let add: Vec<TargetDescription> = changes.register.iter().map(target).collect();
         // Upstream registers in chunks of 100.
         for chunk in add.chunks(100) {
             self.elbv2
@@ -310,7 +350,7 @@ impl AwsProvider {
                 .await
                 .map_err(aws_error)?;
         }
-        let remove: Vec<TargetDescription> = have.difference(instances).map(target).collect();
+        let remove: Vec<TargetDescription> = changes.deregister.iter().map(target).collect();
         for chunk in remove.chunks(100) {
             self.elbv2
                 .deregister_targets()
@@ -334,6 +374,9 @@ impl AwsProvider {
         Ok(output.listeners().to_vec())
     }
 
+    /// Makes `service`'s NLB what it asks, in stages, each decided ([`plan`]) from what the one before
+    /// found or made: the NLB and its security groups, then its listeners and target groups, then the
+    /// groups' rules.
     pub(crate) async fn ensure_nlb(
         &self,
         cluster_name: &str,
@@ -352,60 +395,22 @@ impl AwsProvider {
         let groups = self
             .ensure_nlb_groups(cluster_name, service, existing.as_ref(), &vpc, &wanted.tags)
             .await?;
-        let mut detached = Vec::new();
+        let planned = plan::nlb(&name, internal, existing.as_ref(), &groups)?;
+        if let NlbStep::SetGroups { lb, groups: ids } = &planned.step {
+            self.elbv2
+                .set_security_groups()
+                .load_balancer_arn(lb)
+                .set_security_groups(Some(ids.clone()))
+                .send()
+                .await
+                .map_err(aws_error)?;
+        }
+        // The plan's `Create` is exactly no NLB.
         let lb = match existing {
-            Some(lb) => {
-                let is_internal = lb.scheme() == Some(&LoadBalancerSchemeEnum::Internal);
-                if is_internal != internal {
-                    return Err(CloudError::provider(format!(
-                        "NLB {name}'s scheme cannot change; recreate the service to change {}internal",
-                        if internal { "to " } else { "from " }
-                    )));
-                }
-                let have: BTreeSet<&String> = lb.security_groups().iter().collect();
-                if !groups.ids.is_empty() && have != groups.ids.iter().collect() {
-                    self.elbv2
-                        .set_security_groups()
-                        .load_balancer_arn(lb.load_balancer_arn().unwrap_or_default())
-                        .set_security_groups(Some(groups.ids.clone()))
-                        .send()
-                        .await
-                        .map_err(aws_error)?;
-                    detached = lb
-                        .security_groups()
-                        .iter()
-                        .filter(|g| !groups.ids.contains(g))
-                        .cloned()
-                        .collect();
-                }
-                lb
-            }
+            Some(lb) => lb,
             None => {
-                let subnets = match annotated_subnets(service) {
-                    Some(subnets) => subnets,
-                    None => self.subnets(&vpc, internal).await?,
-                };
-                let mappings = subnet_mappings(&subnets, &wanted)?;
-                let created = self
-                    .elbv2
-                    .create_load_balancer()
-                    .name(&name)
-                    .r#type(LoadBalancerTypeEnum::Network)
-                    .scheme(if internal {
-                        LoadBalancerSchemeEnum::Internal
-                    } else {
-                        LoadBalancerSchemeEnum::InternetFacing
-                    })
-                    .set_subnet_mappings(Some(mappings))
-                    .set_security_groups((!groups.ids.is_empty()).then(|| groups.ids.clone()))
-                    .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
-                    .send()
-                    .await
-                    .map_err(aws_error)?;
-                tracing::info!(name = %name, "created an NLB");
-                created.load_balancers().first().cloned().ok_or_else(|| {
-                    CloudError::provider(format!("NLB {name} was not returned by CreateLoadBalancer"))
-                })?
+                self.create_nlb(service, &wanted, &name, &vpc, &groups.ids)
+                    .await?
             }
         };
         let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_owned();
@@ -413,87 +418,15 @@ impl AwsProvider {
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_owned))
             .collect();
-        let listeners = self.listeners(&lb_arn).await?;
-        let forwarded = |l: &Listener| -> Option<String> {
-            l.default_actions()
-                .iter()
-                .find_map(|a| a.target_group_arn().map(str::to_owned))
-        };
-        let mut keep_groups = BTreeSet::new();
-        let mut retired_groups = BTreeSet::new();
-        for mapping in mappings {
-            let group = self.ensure_target_group(service, &wanted, mapping, &vpc).await?;
-            self.targets(&group, mapping.node_port, &ids).await?;
-            self.ensure_target_group_attributes(&group, &wanted).await?;
-            keep_groups.insert(group.clone());
-            let action = Action::builder()
-                .r#type(ActionTypeEnum::Forward)
-                .target_group_arn(&group)
-                .build();
-            let certificates = mapping
-                .certificate
-                .as_ref()
-                .map(|arn| vec![Certificate::builder().certificate_arn(arn).build()]);
-            match listeners.iter().find(|l| l.port() == Some(mapping.port)) {
-                Some(listener)
-                    if forwarded(listener).as_deref() == Some(group.as_str())
-                        && same_listener(listener, mapping) => {}
-                Some(listener) => {
-                    self.elbv2
-                        .modify_listener()
-                        .listener_arn(listener.listener_arn().unwrap_or_default())
-                        .protocol(mapping.protocol.clone())
-                        .set_certificates(certificates)
-                        .set_ssl_policy(mapping.ssl_policy.clone())
-                        .default_actions(action)
-                        .send()
-                        .await
-                        .map_err(aws_error)?;
-                    retired_groups.extend(forwarded(listener));
-                }
-                None => {
-                    self.elbv2
-                        .create_listener()
-                        .load_balancer_arn(&lb_arn)
-                        .port(mapping.port)
-                        .protocol(mapping.protocol.clone())
-                        .set_certificates(certificates)
-                        .set_ssl_policy(mapping.ssl_policy.clone())
-                        .default_actions(action)
-                        .send()
-                        .await
-                        .map_err(aws_error)?;
-                }
-            }
-        }
-        self.ensure_nlb_attributes(&lb_arn, &wanted).await?;
-        for listener in listeners
-            .iter()
-            .filter(|l| !mappings.iter().any(|m| Some(m.port) == l.port()))
-        {
-            self.elbv2
-                .delete_listener()
-                .listener_arn(listener.listener_arn().unwrap_or_default())
-                .send()
-                .await
-                .map_err(aws_error)?;
-            retired_groups.extend(forwarded(listener));
-        }
-        for group in retired_groups.difference(&keep_groups) {
-            self.elbv2
-                .delete_target_group()
-                .target_group_arn(group)
-                .send()
-                .await
-                .map_err(aws_error)?;
-        }
-        if let Some(group) = &groups.managed {
+        self.ensure_nlb_listeners(service, &wanted, &vpc, &lb_arn, &ids)
+            .await?;
+        if let Some(group) = &planned.managed {
             self.nlb_group_rules(group, service, mappings).await?;
         }
-        self.release_nlb_groups(&name, &detached).await;
+        self.release_nlb_groups(&name, &planned.detached).await;
         // Stateless, so that a group a failed or lost clean-up left is found again: the managed group of
         // this service, when the NLB does not use it (annotated groups replaced it), goes.
-        if groups.managed.is_none() && !groups.ids.is_empty() {
+        if planned.release_unused_managed {
             self.release_unused_managed_group(cluster_name, service, &name, &groups.ids)
                 .await;
         }
@@ -507,12 +440,136 @@ impl AwsProvider {
             .await?;
         let node_groups = self.node_groups(&instances).await?;
         self.nlb_node_rules(&vpc, &name, &node_groups, &rules).await?;
-        Ok(LoadBalancerStatus {
-            ingress: Some(vec![LoadBalancerIngress {
-                hostname: lb.dns_name().map(str::to_owned),
-                ..LoadBalancerIngress::default()
-            }]),
-        })
+        Ok(nlb_status(&lb))
+    }
+
+    /// Makes the NLB `name` in the annotated subnets, else in upstream's choice of the VPC's, with the
+    /// addresses the service annotates and `groups` (none: made without any).
+    async fn create_nlb(
+        &self,
+        service: &Service,
+        wanted: &WantedNlb,
+        name: &str,
+        vpc: &str,
+        groups: &[String],
+    ) -> Result<Nlb, CloudError> {
+        let internal = is_internal(service);
+        let subnets = match annotated_subnets(service) {
+            Some(subnets) => subnets,
+            None => self.subnets(vpc, internal).await?,
+        };
+        let mappings = subnet_mappings(&subnets, wanted)?;
+        let created = self
+            .elbv2
+            .create_load_balancer()
+            .name(name)
+            .r#type(LoadBalancerTypeEnum::Network)
+            .scheme(if internal {
+                LoadBalancerSchemeEnum::Internal
+            } else {
+                LoadBalancerSchemeEnum::InternetFacing
+            })
+            .set_subnet_mappings(Some(mappings))
+            .set_security_groups((!groups.is_empty()).then(|| groups.to_vec()))
+            .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
+            .send()
+            .await
+            .map_err(aws_error)?;
+        tracing::info!(name = %name, "created an NLB");
+        created
+            .load_balancers()
+            .first()
+            .cloned()
+            .ok_or_else(|| CloudError::provider(format!("NLB {name} was not returned by CreateLoadBalancer")))
+    }
+
+    /// The listeners and target groups: per mapping, in order, its target group, the group's targets
+    /// (`instances`) and attributes, and its listener; then the NLB's attributes; last, the listeners of
+    /// ports no mapping has and the target groups no listener forwards to any more ([`plan::removals`]).
+    /// Each step is decided once the one before is done, as it needs the target group's ARN.
+    async fn ensure_nlb_listeners(
+        &self,
+        service: &Service,
+        wanted: &WantedNlb,
+        vpc: &str,
+        lb: &str,
+        instances: &BTreeSet<String>,
+    ) -> Result<(), CloudError> {
+        let listeners = self.listeners(lb).await?;
+        let mut kept = BTreeSet::new();
+        let mut retired = BTreeSet::new();
+        for mapping in &wanted.mappings {
+            let group = self.ensure_target_group(service, wanted, mapping, vpc).await?;
+            self.targets(&group, mapping.node_port, instances).await?;
+            self.ensure_target_group_attributes(&group, wanted).await?;
+            match plan::listener(&listeners, mapping, &group) {
+                ListenerStep::Keep => {}
+                ListenerStep::Modify {
+                    listener,
+                    retired: old,
+                } => {
+                    self.modify_listener(&listener, mapping, &group).await?;
+                    retired.extend(old);
+                }
+                ListenerStep::Create => self.create_listener(lb, mapping, &group).await?,
+            }
+            kept.insert(group);
+        }
+        self.ensure_nlb_attributes(lb, wanted).await?;
+        let removals = plan::removals(&listeners, &wanted.mappings, &retired, &kept);
+        for listener in &removals.listeners {
+            self.elbv2
+                .delete_listener()
+                .listener_arn(listener)
+                .send()
+                .await
+                .map_err(aws_error)?;
+        }
+        for group in &removals.target_groups {
+            self.elbv2
+                .delete_target_group()
+                .target_group_arn(group)
+                .send()
+                .await
+                .map_err(aws_error)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the listener `listener` `mapping`'s, forwarding to `group`.
+    async fn modify_listener(
+        &self,
+        listener: &str,
+        mapping: &Mapping,
+        group: &str,
+    ) -> Result<(), CloudError> {
+        self.elbv2
+            .modify_listener()
+            .listener_arn(listener)
+            .protocol(mapping.protocol.clone())
+            .set_certificates(certificates(mapping))
+            .set_ssl_policy(mapping.ssl_policy.clone())
+            .default_actions(forward(group))
+            .send()
+            .await
+            .map_err(aws_error)?;
+        Ok(())
+    }
+
+    /// Makes `mapping`'s listener on the NLB `lb`, forwarding to `group`.
+    async fn create_listener(&self, lb: &str, mapping: &Mapping, group: &str) -> Result<(), CloudError> {
+        self.elbv2
+            .create_listener()
+            .load_balancer_arn(lb)
+            .port(mapping.port)
+            .protocol(mapping.protocol.clone())
+            .set_certificates(certificates(mapping))
+            .set_ssl_policy(mapping.ssl_policy.clone())
+            .default_actions(forward(group))
+            .send()
+            .await
+            .map_err(aws_error)?;
+        Ok(())
     }
 
     pub(crate) async fn update_nlb(&self, service: &Service, nodes: &[Arc<Node>]) -> Result<(), CloudError> {
@@ -626,12 +683,8 @@ impl AwsProvider {
         Ok(self
             .describe_nlb(&default_load_balancer_name(service))
             .await?
-            .map(|lb| LoadBalancerStatus {
-                ingress: Some(vec![LoadBalancerIngress {
-                    hostname: lb.dns_name().map(str::to_owned),
-                    ..LoadBalancerIngress::default()
-                }]),
-            }))
+            .as_ref()
+            .map(nlb_status))
     }
 }
 
