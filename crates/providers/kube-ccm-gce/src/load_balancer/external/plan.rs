@@ -1,13 +1,17 @@
-//! What a service wants of its external load balancer, worked out before any request.
+//! What a service wants of its external load balancer, worked out before any request ([`plan`]), and
+//! what an ensure changes, worked out from what the cloud holds as fetched ([`actions`],
+//! [`instance_changes`]): pure, so each decision is tested without a cloud; the ensure only applies them.
 
 use std::collections::BTreeSet;
 
+use google_cloud_compute_v1::model::{ForwardingRule, TargetPool};
 use k8s_openapi::api::core::v1::Service;
 use kube_ccm_provider::service::{self, annotation, service_key};
 use kube_ccm_provider::{CloudError, default_load_balancer_name};
 
 use super::super::health_check::{health_check_of, session_affinity};
-use super::super::{ANNOTATION_NETWORK_TIER, service_description};
+use super::super::{ANNOTATION_NETWORK_TIER, link_path, service_description};
+use crate::last_component;
 
 /// What a service wants, worked out before any request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +113,159 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<Plan, CloudError> {
     })
 }
 
+impl Plan {
+    /// The clients' firewall, `k8s-fw-<lb>`: upstream's name, so its firewalls are adopted.
+    pub fn client_firewall(&self) -> String {
+        format!("k8s-fw-{}", self.name)
+    }
+
+    /// The firewalls' description, so a firewall says whose it is: upstream's (space included),
+    /// `{"kubernetes.io/service-name":"ns/name", "kubernetes.io/service-ip":"IP"}`.
+    pub fn firewall_description(&self, ip: &str) -> String {
+        format!(
+            "{{\"kubernetes.io/service-name\":\"{}\", \"kubernetes.io/service-ip\":\"{ip}\"}}",
+            self.service
+        )
+    }
+
+    /// The health checks' firewall: `k8s-<lb>-http-hc` for the service's own health check, else the
+    /// cluster's shared `k8s-<cluster ID>-node-http-hc` (upstream's names).
+    pub fn health_check_firewall(&self, cluster_id: &str) -> String {
+        if self.local {
+            format!("k8s-{}-http-hc", self.name)
+        } else {
+            format!("k8s-{cluster_id}-node-http-hc")
+        }
+    }
+
+    /// The health checks' firewall's description: the service's (with `ip`) when the health check is its
+    /// own, else `{"kubernetes.io/cluster-id":"<cluster ID>"}`, as the shared one is no service's.
+    pub fn health_check_firewall_description(&self, cluster_id: &str, ip: &str) -> String {
+        if self.local {
+            self.firewall_description(ip)
+        } else {
+            format!("{{\"kubernetes.io/cluster-id\":\"{cluster_id}\"}}")
+        }
+    }
+}
+
+/// Where the load balancer's IP comes from, decided by [`actions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressAction {
+    /// The forwarding rule's IP (the requested one, or the rule stays): used as it is, nothing reserved.
+    Use(String),
+    /// The requested IP, which the rule does not hold: it must be a reserved address (`addresses.list`),
+    /// else the ensure fails.
+    CheckReserved(String),
+    /// An address reserved under the load balancer's name, holding the rule's IP when it has one, so the
+    /// IP survives the rule being made again; released once the rule holds it.
+    Reserve(Option<String>),
+}
+
+/// What an ensure changes, decided by [`actions`] from what the cloud holds; applied in upstream's order
+/// (address, clients' firewall, deletions, health check, pool, rule, release).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actions {
+    /// Where the IP comes from.
+    pub address: AddressAction,
+    /// The existing rule is deleted (its IP, ports or protocol differ, or its pool is made again), before
+    /// the pool, which it points at.
+    pub delete_rule: bool,
+    /// The existing pool is deleted (its session affinity or health check differs), to be made again.
+    pub delete_pool: bool,
+    /// Health checks the deleted pool used that are no longer wanted (the traffic policy flipped), each
+    /// with its firewall: deleted after the pool, in the pool's order.
+    pub delete_health_checks: Vec<(String, String)>,
+    /// A pool is made (none exists, or it was deleted).
+    pub make_pool: bool,
+    /// A rule is made (none exists, or it was deleted).
+    pub make_rule: bool,
+    /// Without a requested IP, the temporary address is released once the new rule holds its IP, as
+    /// upstream (also when this ensure reserved it, which only the apply step knows).
+    pub release_address: bool,
+}
+
+/// Works out what an ensure changes from the forwarding rule and target pool the cloud holds (as fetched,
+/// an internal load balancer's rule already taken down): the pool is made again when its session affinity
+/// (if set) or health check (`projects/<project>/global/httpHealthChecks/<name>`) differs; the rule when
+/// the requested IP, its ports or protocol differ, or its pool is made again.
+pub fn actions(
+    plan: &Plan,
+    rule: Option<&ForwardingRule>,
+    pool: Option<&TargetPool>,
+    project: &str,
+) -> Actions {
+    let (hc_name, _) = &plan.health_check;
+    let hc_path = format!("projects/{project}/global/httpHealthChecks/{hc_name}");
+    let recreate_pool = pool.is_some_and(|p| {
+        let affinity = p
+            .session_affinity
+            .as_ref()
+            .and_then(|a| a.name())
+            .unwrap_or_default();
+        (!affinity.is_empty() && affinity != plan.session_affinity)
+            || p.health_checks
+                .iter()
+                .map(|h| link_path(h))
+                .ne([hc_path.as_str()])
+    });
+    let rule_stale = rule.is_some_and(|r| {
+        plan.requested_ip
+            .as_ref()
+            .is_some_and(|ip| r.ip_address.as_ref() != Some(ip))
+            || r.port_range.as_deref() != Some(plan.port_range.as_str())
+            || r.ip_protocol.as_ref().and_then(|p| p.name()) != Some(plan.protocol.as_str())
+    });
+    // The rule keeps its IP while it stays; one about to be made (again) gets a reserved one.
+    let address = match (&plan.requested_ip, rule.and_then(|r| r.ip_address.clone())) {
+        (None, Some(ip)) if !rule_stale && !recreate_pool => AddressAction::Use(ip),
+        (Some(requested), Some(ip)) if ip == *requested => AddressAction::Use(ip),
+        (Some(requested), _) => AddressAction::CheckReserved(requested.clone()),
+        (None, rule_ip) => AddressAction::Reserve(rule_ip),
+    };
+    // The health check the old pool used, when the traffic policy flipped.
+    let mut delete_health_checks = Vec::new();
+    if let (true, Some(old)) = (recreate_pool, pool) {
+        for old_check in &old.health_checks {
+            let old_name = last_component(old_check);
+            if old_name != hc_name.as_str() {
+                let firewall = if old_name == plan.name {
+                    format!("k8s-{}-http-hc", plan.name)
+                } else {
+                    // The shared `k8s-<cluster ID>-node`.
+                    format!("{old_name}-http-hc")
+                };
+                delete_health_checks.push((old_name.to_owned(), firewall));
+            }
+        }
+    }
+    let make_rule = rule.is_none() || rule_stale || recreate_pool;
+    Actions {
+        address,
+        delete_rule: rule.is_some() && (rule_stale || recreate_pool),
+        delete_pool: recreate_pool,
+        delete_health_checks,
+        make_pool: pool.is_none() || recreate_pool,
+        make_rule,
+        release_address: plan.requested_ip.is_none() && make_rule,
+    }
+}
+
+/// The instances to add to a target pool holding `have` and to remove from it, so it holds exactly
+/// `want`: compared as `projects/…` paths (Compute returns full links), each once, sorted.
+pub fn instance_changes<'a>(have: &'a [String], want: &'a [String]) -> (Vec<&'a str>, Vec<&'a str>) {
+    let have: BTreeSet<&str> = have.iter().map(|i| link_path(i)).collect();
+    let want: BTreeSet<&str> = want.iter().map(|i| link_path(i)).collect();
+    (
+        want.difference(&have).copied().collect(),
+        have.difference(&want).copied().collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    use google_cloud_compute_v1::model;
+
     use super::*;
 
     fn service(spec: serde_json::Value, annotations: serde_json::Value) -> Service {
@@ -209,5 +364,352 @@ mod tests {
             condensed_ports(&BTreeSet::from([i32::MAX - 1, i32::MAX])),
             [format!("{}-{}", i32::MAX - 1, i32::MAX)]
         );
+    }
+
+    /// The load balancer's name for the services here.
+    const LB: &str = "a0a1b2c3d4e5f60718293a4b5c6d7e8f";
+    /// The forwarding rule's IP in the cases.
+    const IP: &str = "34.1.1.1";
+
+    /// TCP port 80, the shared health check (cluster ID `c1d2`), no requested IP.
+    fn shared() -> Plan {
+        let spec = serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
+        plan(&service(spec, serde_json::json!({})), "c1d2").unwrap()
+    }
+
+    /// As [`shared`], with the service's own health check (`externalTrafficPolicy: Local`).
+    fn local() -> Plan {
+        Plan {
+            health_check: (LB.to_owned(), 31000),
+            local: true,
+            ..shared()
+        }
+    }
+
+    /// As [`shared`], with `loadBalancerIP: ip`.
+    fn requested(ip: &str) -> Plan {
+        Plan {
+            requested_ip: Some(ip.to_owned()),
+            ..shared()
+        }
+    }
+
+    /// A health check's link in `project`, as Compute returns it.
+    fn check(project: &str, name: &str) -> String {
+        format!("https://www.googleapis.com/compute/v1/projects/{project}/global/httpHealthChecks/{name}")
+    }
+
+    /// A forwarding rule as Compute returns it.
+    fn rule(ip: Option<&str>, ports: &str, protocol: &str) -> Option<ForwardingRule> {
+        let mut rule = ForwardingRule::default();
+        rule.ip_address = ip.map(str::to_owned);
+        rule.port_range = Some(ports.to_owned());
+        rule.ip_protocol = Some(model::forwarding_rule::IPProtocol::from(protocol));
+        Some(rule)
+    }
+
+    /// The rule [`shared`] wants, holding [`IP`].
+    fn good_rule() -> Option<ForwardingRule> {
+        rule(Some(IP), "80-80", "TCP")
+    }
+
+    /// A target pool as Compute returns it.
+    fn pool(affinity: Option<&str>, checks: &[&str]) -> Option<TargetPool> {
+        let mut pool = TargetPool::default();
+        pool.session_affinity = affinity.map(model::target_pool::SessionAffinity::from);
+        pool.health_checks = checks.iter().map(|c| (*c).to_owned()).collect();
+        Some(pool)
+    }
+
+    /// The pool [`shared`] wants.
+    fn good_pool() -> Option<TargetPool> {
+        pool(Some("NONE"), &[check("p", "k8s-c1d2-node").as_str()])
+    }
+
+    /// The actions as steps, in the order the ensure applies them; the load balancer's name is `<lb>`.
+    fn steps(actions: &Actions) -> Vec<String> {
+        let mut steps = vec![match &actions.address {
+            AddressAction::Use(ip) => format!("use {ip}"),
+            AddressAction::CheckReserved(ip) => format!("check {ip} is reserved"),
+            AddressAction::Reserve(ip) => format!("reserve {}", ip.as_deref().unwrap_or("any")),
+        }];
+        if actions.delete_rule {
+            steps.push("delete rule".to_owned());
+        }
+        if actions.delete_pool {
+            steps.push("delete pool".to_owned());
+        }
+        for (check, firewall) in &actions.delete_health_checks {
+            steps.push(format!("delete health check {check} and {firewall}").replace(LB, "<lb>"));
+        }
+        if actions.make_pool {
+            steps.push("make pool".to_owned());
+        }
+        if actions.make_rule {
+            steps.push("make rule".to_owned());
+        }
+        if actions.release_address {
+            steps.push("release address".to_owned());
+        }
+        steps
+    }
+
+    /// `(case, plan, the cloud's rule, the cloud's pool, the steps)`.
+    type Case<'a> = (
+        &'a str,
+        Plan,
+        Option<ForwardingRule>,
+        Option<TargetPool>,
+        &'a [&'a str],
+    );
+
+    #[test]
+    fn actions_change_only_what_differs() {
+        let (own_check, other_project) = (check("p", LB), check("q", "k8s-c1d2-node"));
+        let (shared_check, other_check) = (check("p", "k8s-c1d2-node"), check("p", "other"));
+        let remade = [
+            "reserve 34.1.1.1",
+            "delete rule",
+            "delete pool",
+            "make pool",
+            "make rule",
+            "release address",
+        ];
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "nothing exists: an address is reserved, pool and rule made, then released",
+                shared(),
+                None,
+                None,
+                &["reserve any", "make pool", "make rule", "release address"],
+            ),
+            (
+                "everything matches: the rule keeps its IP, nothing changes",
+                shared(),
+                good_rule(),
+                good_pool(),
+                &["use 34.1.1.1"],
+            ),
+            (
+                "an unset session affinity and a health check as a path match",
+                shared(),
+                good_rule(),
+                pool(None, &["projects/p/global/httpHealthChecks/k8s-c1d2-node"]),
+                &["use 34.1.1.1"],
+            ),
+            (
+                "other ports: the rule is made again, its IP held meanwhile",
+                shared(),
+                rule(Some(IP), "80-81", "TCP"),
+                good_pool(),
+                &["reserve 34.1.1.1", "delete rule", "make rule", "release address"],
+            ),
+            (
+                "another protocol: the rule is made again, its IP held meanwhile",
+                shared(),
+                rule(Some(IP), "80-80", "UDP"),
+                good_pool(),
+                &["reserve 34.1.1.1", "delete rule", "make rule", "release address"],
+            ),
+            (
+                "another session affinity: the pool is made again, and so the rule",
+                shared(),
+                good_rule(),
+                pool(Some("CLIENT_IP"), &[shared_check.as_str()]),
+                &remade,
+            ),
+            (
+                "a health check of another project: the pool is made again, the check kept",
+                shared(),
+                good_rule(),
+                pool(Some("NONE"), &[other_project.as_str()]),
+                &remade,
+            ),
+            (
+                "now Local: the pool is made again, the shared check goes with its firewall",
+                local(),
+                good_rule(),
+                good_pool(),
+                &[
+                    "reserve 34.1.1.1",
+                    "delete rule",
+                    "delete pool",
+                    "delete health check k8s-c1d2-node and k8s-c1d2-node-http-hc",
+                    "make pool",
+                    "make rule",
+                    "release address",
+                ],
+            ),
+            (
+                "Cluster again: the pool is made again, the service's own check goes",
+                shared(),
+                good_rule(),
+                pool(Some("NONE"), &[own_check.as_str()]),
+                &[
+                    "reserve 34.1.1.1",
+                    "delete rule",
+                    "delete pool",
+                    "delete health check <lb> and k8s-<lb>-http-hc",
+                    "make pool",
+                    "make rule",
+                    "release address",
+                ],
+            ),
+            (
+                "a second health check: the pool is made again, only that check goes",
+                shared(),
+                good_rule(),
+                pool(Some("NONE"), &[shared_check.as_str(), other_check.as_str()]),
+                &[
+                    "reserve 34.1.1.1",
+                    "delete rule",
+                    "delete pool",
+                    "delete health check other and other-http-hc",
+                    "make pool",
+                    "make rule",
+                    "release address",
+                ],
+            ),
+            (
+                "the rule is gone: made again to the pool, which stays",
+                shared(),
+                None,
+                good_pool(),
+                &["reserve any", "make rule", "release address"],
+            ),
+            (
+                "the pool is gone: made again, the rule stays with its IP",
+                shared(),
+                good_rule(),
+                None,
+                &["use 34.1.1.1", "make pool"],
+            ),
+            (
+                "a rule without an IP stays: the address is released only if reserved now",
+                shared(),
+                rule(None, "80-80", "TCP"),
+                good_pool(),
+                &["reserve any"],
+            ),
+            (
+                "the requested IP is the rule's: used as it is",
+                requested(IP),
+                good_rule(),
+                good_pool(),
+                &["use 34.1.1.1"],
+            ),
+            (
+                "the requested IP is the rule's, other ports: the rule is made again",
+                requested(IP),
+                rule(Some(IP), "443-443", "TCP"),
+                good_pool(),
+                &["use 34.1.1.1", "delete rule", "make rule"],
+            ),
+            (
+                "another requested IP: it must be reserved; the rule is made again",
+                requested("34.2.2.2"),
+                good_rule(),
+                good_pool(),
+                &["check 34.2.2.2 is reserved", "delete rule", "make rule"],
+            ),
+            (
+                "a requested IP, nothing exists: it must be reserved; pool and rule made",
+                requested("34.2.2.2"),
+                None,
+                None,
+                &["check 34.2.2.2 is reserved", "make pool", "make rule"],
+            ),
+        ];
+        for (case, plan, rule, pool, expected) in cases {
+            let actions = actions(&plan, rule.as_ref(), pool.as_ref(), "p");
+            assert_eq!(steps(&actions), expected, "{case}");
+        }
+    }
+
+    /// `(case, the pool's instances, the wanted instances, added, removed)`.
+    type InstanceCase<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a [&'a str],
+        &'a [&'a str],
+    );
+
+    #[test]
+    fn pools_gain_and_lose_only_the_instances_that_differ() {
+        let link = "https://www.googleapis.com/compute/v1/projects/p/zones/z/instances/a";
+        let cases: [InstanceCase<'_>; 5] = [
+            (
+                "an empty pool gains every instance",
+                &[],
+                &["a", "b"],
+                &["a", "b"],
+                &[],
+            ),
+            (
+                "the same instances in another order: nothing changes",
+                &["a", "b"],
+                &["b", "a"],
+                &[],
+                &[],
+            ),
+            (
+                "a link and a path are the same instance",
+                &[link],
+                &["projects/p/zones/z/instances/a"],
+                &[],
+                &[],
+            ),
+            (
+                "drift both ways: one added, one removed",
+                &["a", "b"],
+                &["b", "c"],
+                &["c"],
+                &["a"],
+            ),
+            (
+                "an instance named twice is added once, in order",
+                &[],
+                &["c", "a", "c"],
+                &["a", "c"],
+                &[],
+            ),
+        ];
+        for (case, have, want, added, removed) in cases {
+            let have: Vec<String> = have.iter().map(|i| (*i).to_owned()).collect();
+            let want: Vec<String> = want.iter().map(|i| (*i).to_owned()).collect();
+            let (add, remove) = instance_changes(&have, &want);
+            assert_eq!(add, added, "{case}: added");
+            assert_eq!(remove, removed, "{case}: removed");
+        }
+    }
+
+    #[test]
+    fn firewalls_are_named_and_described_as_upstream() {
+        let desc = r#"{"kubernetes.io/service-name":"shop/web", "kubernetes.io/service-ip":"34.1.1.1"}"#;
+        let cases = [
+            (
+                "the shared health check's firewall is the cluster's",
+                shared(),
+                "k8s-c1d2-node-http-hc".to_owned(),
+                r#"{"kubernetes.io/cluster-id":"c1d2"}"#,
+            ),
+            (
+                "the service's own health check's firewall is the service's",
+                local(),
+                format!("k8s-{LB}-http-hc"),
+                desc,
+            ),
+        ];
+        for (case, plan, hc_firewall, hc_description) in cases {
+            assert_eq!(plan.client_firewall(), format!("k8s-fw-{LB}"), "{case}");
+            assert_eq!(plan.firewall_description(IP), desc, "{case}");
+            assert_eq!(plan.health_check_firewall("c1d2"), hc_firewall, "{case}");
+            assert_eq!(
+                plan.health_check_firewall_description("c1d2", IP),
+                hc_description,
+                "{case}"
+            );
+        }
     }
 }
