@@ -78,35 +78,198 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> Result<()> {
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut rng = StdRng::seed_from_u64(seed);
-    let uts = Uts::probe()?;
-    let namespaces = Netns::available();
-    let listen = if namespaces { "0.0.0.0:0" } else { "127.0.0.1:0" };
-    let rust_sides = [Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm];
-    let (sides, peers) = if args.peers == "go" {
+    let mut run = Run::set_up(&args).await?;
+    let processes = run.plane.replicas.len();
+    let (retired_nodes, events) = run.faults(&args, &mut rng).await?;
+    let (converged_after_s, state) = run.converge(&args, &retired_nodes).await?;
+    run.plane.terminate_all()?;
+
+    let mut requests = run.server.requests().await?;
+    requests.extend(harness::cloud_writes(run.cloud_server.url()).await?);
+    let mut governance = run.plane.environment.governance()?;
+    if args.peers == "go" {
+        // Upstream's own client (its leader-election Events) names no process: expected, for Events only.
+        governance = governance.other_client_writing(
+            "upstream's Go CCM's own client (Events)",
+            "go-cloud-controller-manager/",
+            &["events"],
+        );
+    }
+    let report = audit(&run.server.leases().await?, &requests, &governance);
+    let seen = Seen {
+        report: &report,
+        requests: &requests,
+        plane: &run.plane,
+        state,
+        events,
+        min_events: args.min_events,
+        converged_after_s,
+        peers: &args.peers,
+    };
+    let result = judge(seen, |result| {
+        result.seed = seed;
+        result.seconds = args.seconds;
+        result.apiserver = run.server.describe();
+        result.peers = match (&args.peers[..], &run.kube_binaries) {
+            ("go", Some(binaries)) => format!(
+                "go: three of upstream's Go cloud-controller-manager ({}) and three of ours",
+                binaries.kubernetes_version
+            ),
+            _ => "rust: six of ours (three at N as kube-controller-manager, three at N+1)".to_owned(),
+        };
+        result.processes = processes;
+        result.partition = if run.namespaces {
+            "network: each replica in its own network namespace, its veth link taken down"
+        } else if run.server.faults().is_none() {
+            "none: no network namespaces here, and the real kube-apiserver cannot cut a client off"
+        } else {
+            "at the API server (no network namespaces here): the cut-off process's requests hang and its watches end; not a cut TCP link"
+        };
+    });
+    args.output.write(&serde_json::to_value(&result)?)?;
+    if !result.pass {
+        std::fs::write(
+            run.directory.0.join("logs").join("timeline.log"),
+            run.plane.timeline_text(),
+        )?;
+        bail!(
+            "chaos run failed (seed {seed}; replica logs in {})",
+            run.directory.keep().join("logs").display()
+        );
+    }
+    Ok(())
+}
+
+/// Each slot's side and manager: six of ours (three at N, three at N+1), or, with `--peers go`, all at N+1
+/// with upstream's Go manager in every other slot.
+fn lineup(peers: &str) -> ([Side; 6], Vec<Peer>) {
+    if peers == "go" {
         (
             [Side::Ccm; 6],
             vec![Peer::Go, Peer::Rust, Peer::Go, Peer::Rust, Peer::Go, Peer::Rust],
         )
     } else {
-        (rust_sides, vec![Peer::Rust; 6])
-    };
-    // The links first: the real API server's certificate names the addresses replicas reach it at.
-    let mut links = Vec::new();
-    if namespaces {
-        for slot in 0..sides.len() {
-            links.push(Netns::create(u8::try_from(slot)?)?);
-        }
-    }
-    let kube_binaries = if args.apiserver == "kube" || args.peers == "go" {
-        Some(
-            control_plane::KubeBinaries::find()
-                .context("--apiserver kube / --peers go (`cargo xtask kube` builds them)")?,
+        (
+            [Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm, Side::Kcm, Side::Ccm],
+            vec![Peer::Rust; 6],
         )
-    } else {
-        None
-    };
-    let server = if args.apiserver == "kube" {
-        let binaries = kube_binaries.as_ref().context("kube binaries")?;
+    }
+}
+
+/// A chaos run's world: the API server, the fake cloud, the replicas.
+struct Run {
+    server: Server,
+    client: kube::Client,
+    cloud_server: FakeCloudServer,
+    cloud: FakeCloudClient,
+    directory: TempDir,
+    plane: Plane,
+    /// Each replica runs in its own network namespace.
+    namespaces: bool,
+    kube_binaries: Option<control_plane::KubeBinaries>,
+    lease: Duration,
+}
+
+impl Run {
+    /// Starts the API server, the cloud and the six replicas.
+    async fn set_up(args: &Args) -> Result<Run> {
+        let uts = Uts::probe()?;
+        let namespaces = Netns::available();
+        let listen = if namespaces { "0.0.0.0:0" } else { "127.0.0.1:0" };
+        let (sides, peers) = lineup(&args.peers);
+        // The links first: the real API server's certificate names the addresses replicas reach it at.
+        let mut links = Vec::new();
+        if namespaces {
+            for slot in 0..sides.len() {
+                links.push(Netns::create(u8::try_from(slot)?)?);
+            }
+        }
+        let kube_binaries = if args.apiserver == "kube" || args.peers == "go" {
+            Some(
+                control_plane::KubeBinaries::find()
+                    .context("--apiserver kube / --peers go (`cargo xtask kube` builds them)")?,
+            )
+        } else {
+            None
+        };
+        let server = Self::server(args, kube_binaries.as_ref(), &links, listen).await?;
+        let client = match &server {
+            Server::Test { process, .. } => process.client().await?,
+            Server::Kube(kube) => kube.client(),
+        };
+        let knobs = Knobs {
+            latency_ms: 5,
+            ..Knobs::default()
+        };
+        let cloud_server = FakeCloudServer::start(FakeCloud::new(Vec::new(), knobs), listen.parse()?).await?;
+        let cloud = FakeCloudClient::new(cloud_server.url());
+        let directory = TempDir::new()?;
+        let lease = Duration::from_secs(args.lease_seconds.max(1));
+        let environment = Environment::prepare(
+            &directory.0,
+            manager_binary()?,
+            server.kubeconfig(),
+            cloud_server.url(),
+            Timings {
+                lease_duration: lease,
+                renew_deadline: lease / 2,
+                retry_period: lease / 10,
+            },
+        )?;
+        let slots = Self::slots(links, &server, &cloud_server, &directory)?;
+        let go = kube_binaries
+            .as_ref()
+            .filter(|_| args.peers == "go")
+            .map(|binaries| {
+                let mut go = environment.clone();
+                go.binary = binaries.go_cloud_controller_manager.clone();
+                go
+            });
+        let mut plane = Plane {
+            environment,
+            go,
+            peers,
+            replicas: Vec::new(),
+            slots,
+            paused: Vec::new(),
+            cut: Vec::new(),
+            next: 0,
+            wait: lease * 10,
+            stuck: Vec::new(),
+            uts,
+            hosts: BTreeMap::new(),
+            exits: BTreeMap::new(),
+            timeline: Vec::new(),
+        };
+        for (slot, side) in sides.into_iter().enumerate() {
+            plane.start(side, slot)?;
+        }
+        Ok(Run {
+            server,
+            client,
+            cloud_server,
+            cloud,
+            directory,
+            plane,
+            namespaces,
+            kube_binaries,
+            lease,
+        })
+    }
+
+    /// The test API server on `listen`, or the real kube-apiserver with a certificate for every link.
+    async fn server(
+        args: &Args,
+        binaries: Option<&control_plane::KubeBinaries>,
+        links: &[Netns],
+        listen: &str,
+    ) -> Result<Server> {
+        if args.apiserver != "kube" {
+            let process = ApiServer::start_on(listen, &[])?;
+            let admin = Admin::new(process.client().await?);
+            return Ok(Server::Test { process, admin });
+        }
+        let binaries = binaries.context("kube binaries")?;
         let config = control_plane::KubeConfig {
             reachable_at: links
                 .iter()
@@ -114,45 +277,21 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                 .collect::<Result<_, _>>()?,
             ..control_plane::KubeConfig::default()
         };
-        Server::Kube(Box::new(
+        Ok(Server::Kube(Box::new(
             control_plane::KubeApiServer::start(binaries, &config).await?,
-        ))
-    } else {
-        let process = ApiServer::start_on(listen, &[])?;
-        let admin = Admin::new(process.client().await?);
-        Server::Test { process, admin }
-    };
-    let client = match &server {
-        Server::Test { process, .. } => process.client().await?,
-        Server::Kube(kube) => kube.client(),
-    };
-    let cloud_server = FakeCloudServer::start(
-        FakeCloud::new(
-            Vec::new(),
-            Knobs {
-                latency_ms: 5,
-                ..Knobs::default()
-            },
-        ),
-        listen.parse()?,
-    )
-    .await?;
-    let cloud = FakeCloudClient::new(cloud_server.url());
-    let directory = TempDir::new()?;
-    let lease = Duration::from_secs(args.lease_seconds.max(1));
-    let environment = Environment::prepare(
-        &directory.0,
-        manager_binary()?,
-        server.kubeconfig(),
-        cloud_server.url(),
-        Timings {
-            lease_duration: lease,
-            renew_deadline: lease / 2,
-            retry_period: lease / 10,
-        },
-    )?;
-    let mut slots = Vec::new();
-    if namespaces {
+        )))
+    }
+
+    /// Each namespaced slot's kubeconfig and cloud-config, naming the host as its link reaches it.
+    fn slots(
+        links: Vec<Netns>,
+        server: &Server,
+        cloud_server: &FakeCloudServer,
+        directory: &TempDir,
+    ) -> Result<Vec<Slot>> {
+        if links.is_empty() {
+            return Ok(Vec::new());
+        }
         let kubeconfig = std::fs::read_to_string(server.kubeconfig())?;
         let cloud_port = cloud_server
             .url()
@@ -160,6 +299,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             .next()
             .unwrap_or_default()
             .to_owned();
+        let mut slots = Vec::new();
         for (slot, netns) in links.into_iter().enumerate() {
             let kubeconfig_path = directory.0.join(format!("kubeconfig-{slot}"));
             std::fs::write(
@@ -177,163 +317,98 @@ pub(crate) async fn run(args: Args) -> Result<()> {
                 cloud_config: format!("--cloud-config={}", cloud_path.display()),
             });
         }
+        Ok(slots)
     }
-    let go = kube_binaries
-        .as_ref()
-        .filter(|_| args.peers == "go")
-        .map(|binaries| {
-            let mut go = environment.clone();
-            go.binary = binaries.go_cloud_controller_manager.clone();
-            go
-        });
-    let mut plane = Plane {
-        environment,
-        go,
-        peers,
-        replicas: Vec::new(),
-        slots,
-        paused: Vec::new(),
-        cut: Vec::new(),
-        next: 0,
-        wait: lease * 10,
-        stuck: Vec::new(),
-        uts,
-        hosts: BTreeMap::new(),
-        exits: BTreeMap::new(),
-        timeline: Vec::new(),
-    };
-    for (slot, side) in sides.into_iter().enumerate() {
-        plane.start(side, slot)?;
-    }
-    let processes = plane.replicas.len();
 
-    let workload = Workload::new(client.clone(), cloud_server.url());
-    let nodes: Api<Node> = Api::all(client.clone());
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let mut retired_nodes: BTreeSet<String> = BTreeSet::new();
-    let mut events: BTreeMap<&'static str, u32> = BTreeMap::new();
-    let mut index = 0u32;
-    let chaos_end = Instant::now() + Duration::from_secs(args.seconds);
-    let mut next_fault = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < chaos_end {
-        // The workload: a node and a service every tick; now and then a service or a node retires.
-        workload.add_node(index).await?;
-        workload.add_service(index).await?;
-        if index > 3 && rng.random_bool(0.25) {
-            let victim = rng.random_range(0..index);
-            match services
-                .delete(&format!("web-{victim}"), &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(error) => return Err(error).context("delete a service"),
+    /// The workload and the seeded faults, for `--seconds`: a node and a service every tick, now and then
+    /// a service or a node retired. Gives the retired nodes and the count of each kind of fault.
+    async fn faults(
+        &mut self,
+        args: &Args,
+        rng: &mut StdRng,
+    ) -> Result<(BTreeSet<String>, BTreeMap<&'static str, u32>)> {
+        let workload = Workload::new(self.client.clone(), self.cloud_server.url());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let services: Api<Service> = Api::namespaced(self.client.clone(), "default");
+        let mut retired_nodes: BTreeSet<String> = BTreeSet::new();
+        let mut events: BTreeMap<&'static str, u32> = BTreeMap::new();
+        let mut index = 0u32;
+        let chaos_end = Instant::now() + Duration::from_secs(args.seconds);
+        let mut next_fault = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < chaos_end {
+            workload.add_node(index).await?;
+            workload.add_service(index).await?;
+            if index > 3 && rng.random_bool(0.25) {
+                let victim = rng.random_range(0..index);
+                match services
+                    .delete(&format!("web-{victim}"), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => return Err(error).context("delete a service"),
+                }
             }
-        }
-        if index > 3 && rng.random_bool(0.1) {
-            let victim = format!("node-{}", rng.random_range(0..index));
-            if retired_nodes.insert(victim.clone()) {
-                retire(&nodes, &cloud, &victim).await?;
+            if index > 3 && rng.random_bool(0.1) {
+                let victim = format!("node-{}", rng.random_range(0..index));
+                if retired_nodes.insert(victim.clone()) {
+                    retire(&nodes, &self.cloud, &victim).await?;
+                }
             }
-        }
-        index += 1;
+            index += 1;
 
-        let now = Instant::now();
-        plane.resume_due(now)?;
-        plane.heal_due(now)?;
-        plane.restart_exited()?;
-        if now >= next_fault {
-            let kind = inject(&mut rng, &mut plane, server.faults(), &cloud, lease).await?;
-            *events.entry(kind).or_default() += 1;
-            next_fault = now + Duration::from_millis(rng.random_range(300..1500));
+            let now = Instant::now();
+            self.plane.resume_due(now)?;
+            self.plane.heal_due(now)?;
+            self.plane.restart_exited()?;
+            if now >= next_fault {
+                let kind = inject(
+                    rng,
+                    &mut self.plane,
+                    self.server.faults(),
+                    &self.cloud,
+                    self.lease,
+                )
+                .await?;
+                *events.entry(kind).or_default() += 1;
+                next_fault = now + Duration::from_millis(rng.random_range(300..1500));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        Ok((retired_nodes, events))
     }
 
-    // The faults stop; the cluster must converge.
-    let calm = Instant::now();
-    plane.resume_due(calm + Duration::from_secs(3600))?;
-    plane.heal_due(calm + Duration::from_secs(3600))?;
-    cloud_call(
-        &cloud,
-        AdminRequest::SetKnobs(Knobs {
+    /// The faults stop; waits (at most `--converge-seconds`) for the cluster to converge. Gives how long
+    /// it took (`None`: it did not) and the state last read.
+    async fn converge(
+        &mut self,
+        args: &Args,
+        retired_nodes: &BTreeSet<String>,
+    ) -> Result<(Option<f64>, State)> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let services: Api<Service> = Api::namespaced(self.client.clone(), "default");
+        let calm = Instant::now();
+        self.plane.resume_due(calm + Duration::from_secs(3600))?;
+        self.plane.heal_due(calm + Duration::from_secs(3600))?;
+        let knobs = Knobs {
             latency_ms: 5,
             ..Knobs::default()
-        }),
-    )
-    .await?;
-    if let Some(admin) = server.faults() {
-        admin.clear_faults().await?;
-    }
-    let deadline = calm + Duration::from_secs(args.converge_seconds);
-    let (converged_after_s, state) = loop {
-        let state = State::read(&nodes, &services, &cloud, &retired_nodes).await?;
-        if state.converged() {
-            break (Some(round(calm.elapsed().as_secs_f64())), state);
+        };
+        cloud_call(&self.cloud, AdminRequest::SetKnobs(knobs)).await?;
+        if let Some(admin) = self.server.faults() {
+            admin.clear_faults().await?;
         }
-        if Instant::now() >= deadline {
-            break (None, state);
+        let deadline = calm + Duration::from_secs(args.converge_seconds);
+        loop {
+            let state = State::read(&nodes, &services, &self.cloud, retired_nodes).await?;
+            if state.converged() {
+                return Ok((Some(round(calm.elapsed().as_secs_f64())), state));
+            }
+            if Instant::now() >= deadline {
+                return Ok((None, state));
+            }
+            self.plane.restart_exited()?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        plane.restart_exited()?;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-
-    plane.terminate_all()?;
-
-    let mut requests = server.requests().await?;
-    requests.extend(harness::cloud_writes(cloud_server.url()).await?);
-    let mut governance = plane.environment.governance()?;
-    if args.peers == "go" {
-        // Upstream's own client (its leader-election Events) names no process: expected, for Events only.
-        governance = governance.other_client_writing(
-            "upstream's Go CCM's own client (Events)",
-            "go-cloud-controller-manager/",
-            &["events"],
-        );
     }
-    let report = audit(&server.leases().await?, &requests, &governance);
-    let result = judge(
-        Seen {
-            report: &report,
-            requests: &requests,
-            plane: &plane,
-            state,
-            events,
-            min_events: args.min_events,
-            converged_after_s,
-            peers: &args.peers,
-        },
-        |result| {
-            result.seed = seed;
-            result.seconds = args.seconds;
-            result.apiserver = server.describe();
-            result.peers = match (&args.peers[..], &kube_binaries) {
-                ("go", Some(binaries)) => format!(
-                    "go: three of upstream's Go cloud-controller-manager ({}) and three of ours",
-                    binaries.kubernetes_version
-                ),
-                _ => "rust: six of ours (three at N as kube-controller-manager, three at N+1)".to_owned(),
-            };
-            result.processes = processes;
-            result.partition = if namespaces {
-                "network: each replica in its own network namespace, its veth link taken down"
-            } else if server.faults().is_none() {
-                "none: no network namespaces here, and the real kube-apiserver cannot cut a client off"
-            } else {
-                "at the API server (no network namespaces here): the cut-off process's requests hang and its watches end; not a cut TCP link"
-            };
-        },
-    );
-    args.output.write(&serde_json::to_value(&result)?)?;
-    if !result.pass {
-        std::fs::write(
-            directory.0.join("logs").join("timeline.log"),
-            plane.timeline_text(),
-        )?;
-        bail!(
-            "chaos run failed (seed {seed}; replica logs in {})",
-            directory.keep().join("logs").display()
-        );
-    }
-    Ok(())
 }

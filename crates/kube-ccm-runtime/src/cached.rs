@@ -1,10 +1,10 @@
 //! What the informers cache: compact forms of Kubernetes objects ([`Cached`]), each with its
 //! [`Identity`] in place of an `ObjectMeta`.
 //!
-//! An `ObjectMeta` is 360 bytes before any of its strings, most of them empty options; the controllers
-//! read five of its fields. With 10k nodes and 5k services cached that was ≈ 5 MB of the process, so the
-//! cache keeps the name, namespace, uid and resourceVersion in one string and the two timestamps beside
-//! them (≈ 80 bytes). The watch still needs an object with `metadata` (kube-runtime reads each event's
+//! An `ObjectMeta` is large before any of its strings, most of them empty options, and the controllers
+//! read five of its fields; at many nodes it is a visible share of the process (decision 0017,
+//! `docs/decisions/`). So the cache keeps the name, namespace, uid and resourceVersion in one string and
+//! the two timestamps beside them. The watch still needs an object with `metadata` (kube-runtime reads each event's
 //! resourceVersion through [`Resource`]): it reads [`Watched`] objects, which the informer unwraps before
 //! caching.
 

@@ -107,9 +107,9 @@ impl Subject<'_> {
 
 /// A cache's key: 128 bits of two SipHash digests of what client-go keys by (the object, type, reason,
 /// message…), not the strings themselves. A node controller records an Event for each of thousands of
-/// nodes: keyed by their strings (a key held twice, in the map and in the eviction order), the three caches
-/// took ≈ 10 MB at 4,096 entries each; keyed so, under 1 MB. Two keys share a fingerprint with a chance of
-/// about 2⁻¹⁰⁴ among 4,096.
+/// nodes, and keyed by their strings (a key held twice, in the map and in the eviction order) the three
+/// caches would hold megabytes of repeated text. Two keys share a fingerprint with a chance of about
+/// 2⁻¹⁰⁴ among 4,096.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Fingerprint(u64, u64);
 

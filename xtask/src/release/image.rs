@@ -43,8 +43,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     output: String,
     /// Keep the binary's debug information (line tables) in the image. By default it is removed with
-    /// `objcopy --strip-debug` (symbols stay, so backtraces keep function names): 159 MB → 37 MB for the
-    /// all-in-one with the AWS SDK. The `dist` tarballs keep it.
+    /// `objcopy --strip-debug` (symbols stay, so backtraces keep function names), which makes the image a
+    /// fraction of the size. The `dist` tarballs keep it.
     #[arg(long)]
     keep_debug: bool,
 }

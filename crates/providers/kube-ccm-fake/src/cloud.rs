@@ -58,74 +58,13 @@ impl FakeCloud {
             *state.calls_by_kind.entry(request.kind().to_owned()).or_insert(0) += 1;
             state.knobs
         };
-        if knobs.latency_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(knobs.latency_ms)).await;
-        }
-        if knobs.error_rate > 0.0 && rand::random::<f64>() < knobs.error_rate {
-            return CloudResponse::Error {
-                message: "injected fake cloud error".into(),
-                not_found: false,
-            };
-        }
-        if knobs.hang_rate > 0.0 && rand::random::<f64>() < knobs.hang_rate {
-            // Held until the caller gives up (the future is dropped); an hour bounds a caller that never does.
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            return CloudResponse::Error {
-                message: "injected fake cloud hang".into(),
-                not_found: false,
-            };
+        if let Some(injected) = injected(knobs).await {
+            return injected;
         }
         let mut state = self.state.lock();
-        // An ensure of a load balancer already as asked changes nothing: the cloud's declarative upsert,
-        // answered without a change to log (so a provider need not read before it ensures).
-        let unchanged = match &request {
-            CloudRequest::EnsureLoadBalancer {
-                name,
-                service,
-                ports,
-                nodes,
-            } => state.load_balancers.get(name).is_some_and(|lb| {
-                let mut sorted = nodes.clone();
-                sorted.sort();
-                &lb.service == service && &lb.ports == ports && lb.nodes == sorted
-            }),
-            _ => false,
-        };
-        if let Some(object) = request.mutated_object().filter(|_| !unchanged) {
-            let time_us = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-            let write = CloudWrite {
-                time_us,
-                call: request.kind().to_owned(),
-                object: object.to_owned(),
-                caller: caller.to_owned(),
-            };
-            state.writes.push(write);
-        }
+        record(&mut state, &request, caller);
         match request {
-            CloudRequest::DescribeInstances { nodes } => {
-                let mut unknown = Vec::new();
-                let instances = nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(index, node)| {
-                        let found = find(&state, node);
-                        // Found in a zone it cannot reach, or not found while some zone is unreachable:
-                        // the cloud cannot tell.
-                        let reachable = match found {
-                            Some(instance) => !state.unreachable_zones.contains(&instance.zone),
-                            None => state.unreachable_zones.is_empty(),
-                        };
-                        if !reachable {
-                            unknown.push(index);
-                            return None;
-                        }
-                        found.filter(|i| i.state != InstanceState::Terminated).cloned()
-                    })
-                    .collect();
-                CloudResponse::Instances { instances, unknown }
-            }
+            CloudRequest::DescribeInstances { nodes } => describe(&state, &nodes),
             CloudRequest::GetLoadBalancer { name } => CloudResponse::LoadBalancer {
                 load_balancer: state.load_balancers.get(&name).cloned(),
             },
@@ -133,29 +72,8 @@ impl FakeCloud {
                 name,
                 service,
                 ports,
-                mut nodes,
-            } => {
-                nodes.sort();
-                let ip = match state.load_balancers.get(&name) {
-                    Some(existing) => existing.ip.clone(),
-                    None => {
-                        state.next_ip += 1;
-                        let n = state.next_ip;
-                        format!("203.0.{}.{}", (n >> 8) & 0xff, n & 0xff)
-                    }
-                };
-                let load_balancer = FakeLoadBalancer {
-                    name: name.clone(),
-                    service,
-                    ports,
-                    nodes,
-                    ip,
-                };
-                state.load_balancers.insert(name, load_balancer.clone());
-                CloudResponse::LoadBalancer {
-                    load_balancer: Some(load_balancer),
-                }
-            }
+                nodes,
+            } => ensure(&mut state, name, service, ports, nodes),
             CloudRequest::UpdateLoadBalancer { name, mut nodes } => match state.load_balancers.get_mut(&name)
             {
                 Some(load_balancer) => {
@@ -181,15 +99,13 @@ impl FakeCloud {
                 destination_cidr,
                 target_node_addresses,
             } => {
-                state.routes.insert(
-                    name.clone(),
-                    FakeRoute {
-                        name,
-                        target_node,
-                        destination_cidr,
-                        target_node_addresses,
-                    },
-                );
+                let route = FakeRoute {
+                    name: name.clone(),
+                    target_node,
+                    destination_cidr,
+                    target_node_addresses,
+                };
+                state.routes.insert(name, route);
                 CloudResponse::Done
             }
             CloudRequest::DeleteRoute { name } => {
@@ -252,6 +168,112 @@ fn find<'s>(state: &'s State, node: &NodeRef) -> Option<&'s FakeInstance> {
         return state.instances.values().find(|i| i.provider_id() == provider_id);
     }
     state.instances.get(&node.name)
+}
+
+/// What the knobs do to a call before it reaches the cloud: the latency, then an injected failure or hang.
+async fn injected(knobs: Knobs) -> Option<CloudResponse> {
+    if knobs.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(knobs.latency_ms)).await;
+    }
+    if knobs.error_rate > 0.0 && rand::random::<f64>() < knobs.error_rate {
+        return Some(CloudResponse::Error {
+            message: "injected fake cloud error".into(),
+            not_found: false,
+        });
+    }
+    if knobs.hang_rate > 0.0 && rand::random::<f64>() < knobs.hang_rate {
+        // Held until the caller gives up (the future is dropped); an hour bounds a caller that never does.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        return Some(CloudResponse::Error {
+            message: "injected fake cloud hang".into(),
+            not_found: false,
+        });
+    }
+    None
+}
+
+/// Logs the change `request` makes, with its caller. An ensure of a load balancer already as asked changes
+/// nothing: the cloud's declarative upsert, answered without a change to log (so a provider need not read
+/// before it ensures).
+fn record(state: &mut State, request: &CloudRequest, caller: &str) {
+    let unchanged = match request {
+        CloudRequest::EnsureLoadBalancer {
+            name,
+            service,
+            ports,
+            nodes,
+        } => state.load_balancers.get(name).is_some_and(|lb| {
+            let mut sorted = nodes.clone();
+            sorted.sort();
+            &lb.service == service && &lb.ports == ports && lb.nodes == sorted
+        }),
+        _ => false,
+    };
+    if let Some(object) = request.mutated_object().filter(|_| !unchanged) {
+        let time_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        let write = CloudWrite {
+            time_us,
+            call: request.kind().to_owned(),
+            object: object.to_owned(),
+            caller: caller.to_owned(),
+        };
+        state.writes.push(write);
+    }
+}
+
+/// The instances of `nodes`, in order; an instance the cloud cannot tell about (found in a zone it cannot
+/// reach, or not found while some zone is unreachable) is listed as unknown.
+fn describe(state: &State, nodes: &[NodeRef]) -> CloudResponse {
+    let mut unknown = Vec::new();
+    let instances = nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| {
+            let found = find(state, node);
+            let reachable = match found {
+                Some(instance) => !state.unreachable_zones.contains(&instance.zone),
+                None => state.unreachable_zones.is_empty(),
+            };
+            if !reachable {
+                unknown.push(index);
+                return None;
+            }
+            found.filter(|i| i.state != InstanceState::Terminated).cloned()
+        })
+        .collect();
+    CloudResponse::Instances { instances, unknown }
+}
+
+/// Makes or updates a load balancer; an existing one keeps its address.
+fn ensure(
+    state: &mut State,
+    name: String,
+    service: String,
+    ports: Vec<i32>,
+    mut nodes: Vec<String>,
+) -> CloudResponse {
+    nodes.sort();
+    let ip = match state.load_balancers.get(&name) {
+        Some(existing) => existing.ip.clone(),
+        None => {
+            state.next_ip += 1;
+            let n = state.next_ip;
+            format!("203.0.{}.{}", (n >> 8) & 0xff, n & 0xff)
+        }
+    };
+    let load_balancer = FakeLoadBalancer {
+        name: name.clone(),
+        service,
+        ports,
+        nodes,
+        ip,
+    };
+    state.load_balancers.insert(name, load_balancer.clone());
+    CloudResponse::LoadBalancer {
+        load_balancer: Some(load_balancer),
+    }
 }
 
 #[cfg(test)]
