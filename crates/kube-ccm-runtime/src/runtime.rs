@@ -33,6 +33,7 @@ use crate::informers::Informers;
 use crate::metrics::{ControllerLabels, LeaseLabels, Metrics};
 use crate::registry::ControllerRegistry;
 use crate::transport::Fence;
+use crate::workqueue::WorkQueue;
 
 /// Why the manager stopped or could not start.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +151,34 @@ impl Manager {
         // The shared caches stop when this returns, however it returns.
         let _caches = self.stop_informers.clone().drop_guard();
         let planned = self.plan();
-        for controller in &planned {
+        self.report_plan(&planned);
+        let stopping = shutdown.clone();
+        self.health.add_readiness_check("shutdown", move || {
+            if stopping.is_cancelled() {
+                Err("shutting down".into())
+            } else {
+                Ok(())
+            }
+        });
+        let informers = self.initialize(&shutdown).await?;
+        let runner = Arc::new(self.scope_controllers(informers));
+        let running = self.prepare_accounts(planned).await?;
+        let Some(election) = &self.config.leader_election else {
+            let controllers: Vec<ControllerName> = running.into_iter().map(|p| p.controller).collect();
+            if runner.start_leading(None, &shutdown).await {
+                runner
+                    .run_controllers("leader-election-disabled", controllers, None, shutdown)
+                    .await;
+            }
+            return Ok(());
+        };
+        self.run_elected(election, running, runner, shutdown).await
+    }
+
+    /// Logs why each controller that does not run here does not; a skipped one (one the provider cannot
+    /// serve) also gets a readiness note, so the operator sees it on `/readyz`.
+    fn report_plan(&self, planned: &[PlannedController]) {
+        for controller in planned {
             let name = controller.controller;
             match (&controller.skipped, &controller.placement) {
                 (Some(reason), _) => {
@@ -166,17 +194,15 @@ impl Manager {
                 _ => {}
             }
         }
-        let stopping = shutdown.clone();
-        self.health.add_readiness_check("shutdown", move || {
-            if stopping.is_cancelled() {
-                Err("shutting down".into())
-            } else {
-                Ok(())
-            }
-        });
+    }
 
-        let clients = &self.config.clients;
-        let provider_client = clients
+    /// Builds the provider's client and the shared caches (stopped when `shutdown` fires), then runs the
+    /// provider's `initialize`; the caches, for the controllers. A separate step because every replica
+    /// does it, before any lock is contended for.
+    async fn initialize(&self, shutdown: &CancellationToken) -> Result<Arc<Informers>, ManagerError> {
+        let provider_client = self
+            .config
+            .clients
             .client(self.provider.provider_name(), None)
             .map_err(ManagerError::Client)?;
         let informers = self.informers()?;
@@ -195,27 +221,34 @@ impl Manager {
             })
             .await
             .map_err(ManagerError::Initialize)?;
-        let runner = Arc::new(ScopeControllers {
-            lease_namespace: self
-                .config
-                .leader_election
-                .as_ref()
-                .map_or_else(String::new, |e| e.namespace.clone()),
+        Ok(informers)
+    }
+
+    /// What starts and stops the controllers of each scope, sharing this manager's clients, provider,
+    /// caches, metrics and health.
+    fn scope_controllers(&self, informers: Arc<Informers>) -> ScopeControllers {
+        let election = self.config.leader_election.as_ref();
+        ScopeControllers {
+            lease_namespace: election.map_or_else(String::new, |e| e.namespace.clone()),
             electors: parking_lot::Mutex::default(),
             component: self.config.component.clone(),
-            clients: clients.clone(),
+            clients: self.config.clients.clone(),
             controllers: self.controllers.clone(),
             provider: self.provider.clone(),
             informers,
             settings: Arc::new(self.config.controllers.clone()),
             metrics: self.metrics.clone(),
             health: self.health.clone(),
-            lease_duration: self
-                .config
-                .leader_election
-                .as_ref()
-                .map_or(Duration::ZERO, |e| e.timings.lease_duration()),
-        });
+            lease_duration: election.map_or(Duration::ZERO, |e| e.timings.lease_duration()),
+        }
+    }
+
+    /// The controllers the plan runs here, with where each runs.
+    ///
+    /// With service-account credentials, every account this process may act as is made ready now, so a
+    /// missing account or a refused TokenRequest stops the start with one error naming it, before any
+    /// Lease is contended for.
+    async fn prepare_accounts(&self, planned: Vec<PlannedController>) -> Result<Vec<Planned>, ManagerError> {
         let running: Vec<Planned> = planned
             .into_iter()
             .filter(PlannedController::runs)
@@ -224,28 +257,29 @@ impl Manager {
                 placement: p.placement,
             })
             .collect();
-        // With service-account credentials, every account this process may act as is made ready now, so
-        // a missing account or a refused TokenRequest stops the start with one error naming it, before
-        // any Lease is contended for.
         for planned in &running {
             if let Some(definition) = self.controllers.get(planned.controller) {
-                clients
+                self.config
+                    .clients
                     .prepare_account(definition.account())
                     .await
                     .map_err(ManagerError::Client)?;
             }
         }
-        let running = running.into_iter();
+        Ok(running)
+    }
 
-        let Some(election) = &self.config.leader_election else {
-            let controllers: Vec<ControllerName> = running.map(|p| p.controller).collect();
-            if runner.start_leading(None, &shutdown).await {
-                runner
-                    .run_controllers("leader-election-disabled", controllers, None, shutdown)
-                    .await;
-            }
-            return Ok(());
-        };
+    /// With leader election: contends for the main lock and for each migration lock one of `running`
+    /// needs, running each lock's controllers while it is held ([`run_scopes`]); returns when `shutdown`
+    /// fires or a lock is lost.
+    async fn run_elected(
+        &self,
+        election: &LeaderElectionConfig,
+        running: Vec<Planned>,
+        runner: Arc<ScopeControllers>,
+        shutdown: CancellationToken,
+    ) -> Result<(), ManagerError> {
+        let clients = &self.config.clients;
         let scopes = ScopesConfig::from_plan(
             &election.main_lease,
             running,
@@ -377,84 +411,16 @@ impl ScopeControllers {
         let mut tasks = Vec::new();
         let mut started: Vec<watch::Receiver<bool>> = Vec::new();
         for name in controllers {
-            let Some(definition) = self.controllers.get(name) else {
-                continue;
-            };
-            let client = match self
-                .clients
-                .controller_client(name.as_str(), definition.account(), fence.clone())
-                .await
+            if let Some((task, started_receiver)) =
+                self.start_controller(scope, name, fence.as_ref(), &stop).await
             {
-                Ok(client) => client,
-                Err(error) => {
-                    tracing::error!(controller = %name, %error, "cannot build the controller's client; not starting it");
-                    continue;
-                }
-            };
-            let (started_sender, started_receiver) = watch::channel(false);
-            let queue = self.metrics.work_queue(name.as_str());
-            queue.clear();
-            let context = ControllerContext {
-                name,
-                client: client.clone(),
-                provider: self.provider.clone(),
-                informers: self.informers.clone(),
-                settings: self.settings.clone(),
-                metrics: self.metrics.clone(),
-                recorder: Arc::new(
-                    EventRecorder::new(client, definition.reporter(), self.clients.identity())
-                        .in_background(),
-                ),
-                stop: stop.child_token(),
-                started: Arc::new(started_sender),
-                fence: fence.clone(),
-                lease: if fence.is_some() { scope.into() } else { "".into() },
-                caller: self.clients.user_agent(name.as_str()).into(),
-                queue: queue.clone(),
-            };
-            let run = definition.run(context);
-            let labels = ControllerLabels {
-                name: name.as_str().to_owned(),
-                manager: self.component.clone(),
-            };
-            self.metrics
-                .running_managed_controllers
-                .get_or_create(&labels)
-                .set(1);
-            let ended: Arc<std::sync::OnceLock<String>> = Arc::default();
-            let check = ended.clone();
-            let stuck_after = self.settings.stuck_after();
-            self.health.add_health_check(name.as_str(), move || {
-                if let Some(why) = check.get() {
-                    return Err(why.clone().into());
-                }
-                match queue.longest_running() {
-                    Some(running) if running > stuck_after => Err(format!(
-                        "stuck: one unit of work has been running for {}s (more than {}s)",
-                        running.as_secs(),
-                        stuck_after.as_secs()
-                    )
-                    .into()),
-                    _ => Ok(()),
-                }
-            });
-            let task = tokio::spawn(async move {
-                let why = match AssertUnwindSafe(run).catch_unwind().await {
-                    Ok(()) => "the controller stopped".to_owned(),
-                    Err(panic) => {
-                        let message = panic_message(panic.as_ref());
-                        tracing::error!(controller = %name, panic = %message, "the controller panicked; its health check fails until the process restarts");
-                        format!("the controller panicked: {message}")
-                    }
-                };
-                let _ = ended.set(why);
-            });
-            tasks.push((name, labels, AbortOnDropHandle::new(task)));
-            started.push(started_receiver);
+                tasks.push(task);
+                started.push(started_receiver);
+            }
         }
         *registered.lock() = Some(started);
         stop.cancelled().await;
-        for (name, labels, task) in tasks {
+        for ControllerTask { name, labels, task } in tasks {
             self.health.remove_health_check(name.as_str());
             let _ = task.await;
             // A controller that stopped has nothing waiting (its queue's depth is zero).
@@ -467,6 +433,113 @@ impl ScopeControllers {
         self.health.remove_readiness_check(&readiness);
         tracing::info!(scope, "controllers stopped");
     }
+
+    /// Starts the controller `name` of `scope` under `fence` (its context, its
+    /// `running_managed_controllers` gauge, its health check, its task), with what tells when it has
+    /// started; `None` when it is not registered or its client cannot be built (logged), so the scope's
+    /// other controllers still start.
+    async fn start_controller(
+        &self,
+        scope: &str,
+        name: ControllerName,
+        fence: Option<&Fence>,
+        stop: &CancellationToken,
+    ) -> Option<(ControllerTask, watch::Receiver<bool>)> {
+        let definition = self.controllers.get(name)?;
+        let client = match self
+            .clients
+            .controller_client(name.as_str(), definition.account(), fence.cloned())
+            .await
+        {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(controller = %name, %error, "cannot build the controller's client; not starting it");
+                return None;
+            }
+        };
+        let (started_sender, started_receiver) = watch::channel(false);
+        let queue = self.metrics.work_queue(name.as_str());
+        queue.clear();
+        let context = ControllerContext {
+            name,
+            client: client.clone(),
+            provider: self.provider.clone(),
+            informers: self.informers.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+            recorder: Arc::new(
+                EventRecorder::new(client, definition.reporter(), self.clients.identity()).in_background(),
+            ),
+            stop: stop.child_token(),
+            started: Arc::new(started_sender),
+            fence: fence.cloned(),
+            lease: if fence.is_some() { scope.into() } else { "".into() },
+            caller: self.clients.user_agent(name.as_str()).into(),
+            queue: queue.clone(),
+        };
+        let run = definition.run(context);
+        let labels = ControllerLabels {
+            name: name.as_str().to_owned(),
+            manager: self.component.clone(),
+        };
+        self.metrics
+            .running_managed_controllers
+            .get_or_create(&labels)
+            .set(1);
+        let ended: Arc<std::sync::OnceLock<String>> = Arc::default();
+        self.add_controller_health_check(name, queue, ended.clone());
+        let task = tokio::spawn(async move {
+            let why = match AssertUnwindSafe(run).catch_unwind().await {
+                Ok(()) => "the controller stopped".to_owned(),
+                Err(panic) => {
+                    let message = panic_message(panic.as_ref());
+                    tracing::error!(controller = %name, panic = %message, "the controller panicked; its health check fails until the process restarts");
+                    format!("the controller panicked: {message}")
+                }
+            };
+            let _ = ended.set(why);
+        });
+        let running = ControllerTask {
+            name,
+            labels,
+            task: AbortOnDropHandle::new(task),
+        };
+        Some((running, started_receiver))
+    }
+
+    /// The controller's health check, named after it: failing once its task has `ended` (why is the
+    /// message), or while one unit of work of its `queue` has run longer than the settings' `stuck_after`.
+    fn add_controller_health_check(
+        &self,
+        name: ControllerName,
+        queue: Arc<WorkQueue>,
+        ended: Arc<std::sync::OnceLock<String>>,
+    ) {
+        let stuck_after = self.settings.stuck_after();
+        self.health.add_health_check(name.as_str(), move || {
+            if let Some(why) = ended.get() {
+                return Err(why.clone().into());
+            }
+            match queue.longest_running() {
+                Some(running) if running > stuck_after => Err(format!(
+                    "stuck: one unit of work has been running for {}s (more than {}s)",
+                    running.as_secs(),
+                    stuck_after.as_secs()
+                )
+                .into()),
+                _ => Ok(()),
+            }
+        });
+    }
+}
+
+/// A controller task [`ScopeControllers::start_controller`] started, with what its stop undoes: its health
+/// check, its work queue's depth and its `running_managed_controllers` gauge.
+struct ControllerTask {
+    name: ControllerName,
+    labels: ControllerLabels,
+    /// Aborts the task when dropped (the scope was aborted before its controllers stopped).
+    task: AbortOnDropHandle<()>,
 }
 
 /// The text of a panic's payload.

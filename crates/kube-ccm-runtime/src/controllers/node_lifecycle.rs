@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::events::EventType;
-use kube_ccm_provider::CloudError;
 use kube_ccm_provider::names::TAINT_SHUTDOWN;
+use kube_ccm_provider::{CloudError, CloudProvider, InstancesV2, Refused};
 use serde_json::json;
 
 use super::periodic::{self, Schedule};
@@ -72,43 +72,126 @@ fn all_failed<T>(count: usize, error: &CloudError) -> Vec<Result<T, CloudError>>
     (0..count).map(|_| Err(error.clone())).collect()
 }
 
+/// Which nodes a round acts on, from the cache alone ([`select`]).
+#[derive(Debug, Default)]
+struct Selection {
+    /// Ready nodes with the shutdown taint: it is removed (the cloud is not asked about a ready node).
+    untaint: Vec<Arc<CachedNode>>,
+    /// Not-ready nodes whose provider ID the provider cannot interpret, with why: reported, never looked
+    /// up, so never deleted.
+    uninterpretable: Vec<(Arc<CachedNode>, Refused)>,
+    /// The not-ready nodes the cloud is asked about, in the cache's order.
+    check: Vec<Arc<CachedNode>>,
+}
+
+/// Sorts the cached nodes for a round: another provider's are left out; a ready node is not looked up,
+/// only untainted if it has the shutdown taint; a not-ready one is looked up when it has no provider ID or
+/// one its provider can interpret, and reported otherwise. Pure (the provider is only asked to read
+/// provider IDs), so the choice is tested without a cloud or a cluster.
+fn select(nodes: Vec<Arc<CachedNode>>, provider: &dyn CloudProvider) -> Selection {
+    // Another provider's nodes are none of this one's business.
+    let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) = nodes
+        .into_iter()
+        .filter(|n| n.provider_id().is_none_or(|id| provider.owns_provider_id(id)))
+        .partition(|n| n.is_ready());
+    let mut selection = Selection {
+        untaint: ready
+            .into_iter()
+            .filter(|n| n.has_taint(TAINT_SHUTDOWN))
+            .collect(),
+        ..Selection::default()
+    };
+    // Only what the provider can interpret is asked about: an answer about anything else proves nothing.
+    for node in not_ready {
+        let refused = node
+            .provider_id()
+            .filter(|id| !id.is_empty())
+            .and_then(|id| provider.check_provider_id(id).err());
+        match refused {
+            Some(why) => selection.uninterpretable.push((node, why)),
+            None => selection.check.push(node),
+        }
+    }
+    selection
+}
+
+/// What the cloud's answer to "does this not-ready node's instance exist?" means ([`on_exists`]).
+#[derive(Debug)]
+enum OnExists {
+    /// It exists: whether it is shut down is asked next.
+    AskShutdown,
+    /// It is gone: the node is deleted.
+    Delete,
+    /// No answer (any error, `InstanceNotFound` included: only an answer deletes a node): the node is
+    /// left alone, and the round fails.
+    Unknown(CloudError),
+}
+
+/// Reads the answer to "does the instance exist?".
+fn on_exists(answer: Result<bool, CloudError>) -> OnExists {
+    match answer {
+        Ok(true) => OnExists::AskShutdown,
+        Ok(false) => OnExists::Delete,
+        Err(error) => OnExists::Unknown(error),
+    }
+}
+
+/// What the cloud's answer to "is this not-ready node's instance shut down?" means ([`on_shutdown`]).
+#[derive(Debug)]
+enum OnShutdown {
+    /// Shut down, and the node has no shutdown taint yet: it is added.
+    Taint,
+    /// Nothing to do: not shut down, already tainted, or the provider cannot say.
+    Leave,
+    /// No answer: the node is left alone, and the round fails.
+    Unknown(CloudError),
+}
+
+/// Reads the answer to "is the instance shut down?" for `node`. A not-ready node whose instance runs
+/// keeps a shutdown taint it has (as upstream): only a ready node loses it ([`select`]).
+fn on_shutdown(node: &CachedNode, answer: Result<bool, CloudError>) -> OnShutdown {
+    match answer {
+        Ok(true) if !node.has_taint(TAINT_SHUTDOWN) => OnShutdown::Taint,
+        // As upstream, NotImplemented and InstanceNotFound mean "not shut down".
+        Ok(_) | Err(CloudError::NotImplemented | CloudError::InstanceNotFound) => OnShutdown::Leave,
+        Err(error) => OnShutdown::Unknown(error),
+    }
+}
+
+/// One round: the nodes sorted ([`select`]), the uninterpretable ones reported, the ready ones untainted,
+/// then the not-ready ones checked against the cloud.
 async fn monitor(controller: &ControllerContext, api: &Api<Written<Node>>) -> Result<(), RoundFailed> {
     let _working = controller.working();
     let provider = controller.provider();
     let Some(instances) = instances_of(provider.as_ref()) else {
         return Ok(());
     };
-    let mut failures = 0;
-    let nodes = controller.nodes().store().state();
-    // Another provider's nodes are none of this one's business.
-    let nodes = nodes
-        .into_iter()
-        .filter(|n| n.provider_id().is_none_or(|id| provider.owns_provider_id(id)));
-    let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) = nodes.partition(|n| n.is_ready());
-    // Only what the provider can interpret is asked about: an answer about anything else proves nothing.
-    let mut uninterpretable = Vec::new();
-    let not_ready: Vec<Arc<CachedNode>> = not_ready
-        .into_iter()
-        .filter(|node| {
-            let refused = node
-                .provider_id()
-                .filter(|id| !id.is_empty())
-                .and_then(|id| provider.check_provider_id(id).err());
-            match refused {
-                Some(why) => {
-                    uninterpretable.push((node.clone(), why));
-                    false
-                }
-                None => true,
-            }
-        })
-        .collect();
+    let selection = select(controller.nodes().store().state(), provider.as_ref());
+    let mut failures = report_uninterpretable(controller, &selection.uninterpretable).await;
+    for node in &selection.untaint {
+        failures += usize::from(!set_shutdown_taint(api, node, false).await);
+    }
+    if !selection.check.is_empty() {
+        failures += look_up(controller, api, instances.as_ref(), selection.check).await;
+    }
+    if failures == 0 {
+        Ok(())
+    } else {
+        Err(RoundFailed { failures })
+    }
+}
+
+/// Sets the gauge of nodes whose provider ID the provider cannot interpret, then logs an error and
+/// records a Warning Event for each; they are all failures of the round (their number is returned).
+async fn report_uninterpretable(
+    controller: &ControllerContext,
+    uninterpretable: &[(Arc<CachedNode>, Refused)],
+) -> usize {
     controller
         .metrics
         .uninterpretable_provider_ids
         .set(i64::try_from(uninterpretable.len()).unwrap_or(i64::MAX));
-    for (node, why) in &uninterpretable {
-        failures += 1;
+    for (node, why) in uninterpretable {
         let id = node.provider_id().unwrap_or_default();
         tracing::error!(node = node.name(), provider_id = id, %why, "the provider cannot interpret the node's provider ID: the node is not looked up, and never deleted");
         controller
@@ -124,73 +207,89 @@ async fn monitor(controller: &ControllerContext, api: &Api<Written<Node>>) -> Re
             )
             .await;
     }
+    uninterpretable.len()
+}
 
-    for node in ready.iter().filter(|n| n.has_taint(TAINT_SHUTDOWN)) {
-        failures += usize::from(!set_shutdown_taint(api, node, false).await);
-    }
-    if not_ready.is_empty() {
-        return if failures == 0 {
-            Ok(())
-        } else {
-            Err(RoundFailed { failures })
-        };
-    }
+/// Asks the cloud whether the instances of `nodes` (not ready) exist, deletes the nodes whose instances
+/// are gone, then asks whether the existing ones are shut down and taints those that are ([`on_exists`],
+/// [`on_shutdown`]); the number of nodes that could not be checked or changed.
+async fn look_up(
+    controller: &ControllerContext,
+    api: &Api<Written<Node>>,
+    instances: &dyn InstancesV2,
+    nodes: Vec<Arc<CachedNode>>,
+) -> usize {
+    let mut failures = 0;
     // Only the few NotReady nodes are materialised for the provider.
-    let materialized: Vec<Arc<Node>> = not_ready.iter().map(|n| Arc::new(n.to_node())).collect();
-    let cx = controller.call_context();
-    let started = Instant::now();
-    let exists = cx
-        .guard(async { Ok(instances.instance_exists_batch(&cx, &materialized).await) })
-        .await
-        .unwrap_or_else(|error| all_failed(materialized.len(), &error));
-    cx.observe(
-        "instance_exists_batch",
-        started.elapsed(),
-        crate::metrics::batch_outcome(&exists),
-    );
+    let materialized: Vec<Arc<Node>> = nodes.iter().map(|n| Arc::new(n.to_node())).collect();
+    let exists = ask(controller, instances, Question::Exists, &materialized).await;
     let mut existing = Vec::new();
-    for ((node, materialized), exists) in not_ready.into_iter().zip(materialized).zip(exists) {
-        match exists {
-            Ok(true) => existing.push((node, materialized)),
-            Ok(false) => failures += usize::from(!delete(controller, api, &node).await),
-            Err(error) => {
+    for ((node, materialized), exists) in nodes.into_iter().zip(materialized).zip(exists) {
+        match on_exists(exists) {
+            OnExists::AskShutdown => existing.push((node, materialized)),
+            OnExists::Delete => failures += usize::from(!delete(controller, api, &node).await),
+            OnExists::Unknown(error) => {
                 failures += 1;
                 tracing::warn!(node = node.name(), %error, "cannot tell whether the instance exists");
             }
         }
     }
-    if !existing.is_empty() {
-        let materialized: Vec<Arc<Node>> = existing.iter().map(|(_, m)| m.clone()).collect();
-        let cx = controller.call_context();
-        let started = Instant::now();
-        let shutdown = cx
-            .guard(async { Ok(instances.instance_shutdown_batch(&cx, &materialized).await) })
-            .await
-            .unwrap_or_else(|error| all_failed(materialized.len(), &error));
-        cx.observe(
-            "instance_shutdown_batch",
-            started.elapsed(),
-            crate::metrics::batch_outcome(&shutdown),
-        );
-        for ((node, _), shutdown) in existing.iter().zip(shutdown) {
-            match shutdown {
-                Ok(true) if !node.has_taint(TAINT_SHUTDOWN) => {
-                    failures += usize::from(!set_shutdown_taint(api, node, true).await);
-                }
-                // As upstream, NotImplemented and InstanceNotFound mean "not shut down".
-                Ok(_) | Err(CloudError::NotImplemented | CloudError::InstanceNotFound) => {}
-                Err(error) => {
-                    failures += 1;
-                    tracing::warn!(node = node.name(), %error, "cannot tell whether the instance is shut down");
-                }
+    if existing.is_empty() {
+        return failures;
+    }
+    let materialized: Vec<Arc<Node>> = existing.iter().map(|(_, m)| m.clone()).collect();
+    let shutdown = ask(controller, instances, Question::Shutdown, &materialized).await;
+    for ((node, _), shutdown) in existing.iter().zip(shutdown) {
+        match on_shutdown(node, shutdown) {
+            OnShutdown::Taint => failures += usize::from(!set_shutdown_taint(api, node, true).await),
+            OnShutdown::Leave => {}
+            OnShutdown::Unknown(error) => {
+                failures += 1;
+                tracing::warn!(node = node.name(), %error, "cannot tell whether the instance is shut down");
             }
         }
     }
-    if failures == 0 {
-        Ok(())
-    } else {
-        Err(RoundFailed { failures })
-    }
+    failures
+}
+
+/// One of the batch questions a round asks the cloud ([`ask`]).
+#[derive(Debug, Clone, Copy)]
+enum Question {
+    /// `instance_exists_batch`.
+    Exists,
+    /// `instance_shutdown_batch`.
+    Shutdown,
+}
+
+/// Asks the cloud `question` about `nodes` in one batch call, under the call context's deadline and
+/// observed as its request; one answer per node (each the error, when the framework abandoned the call).
+async fn ask(
+    controller: &ControllerContext,
+    instances: &dyn InstancesV2,
+    question: Question,
+    nodes: &[Arc<Node>],
+) -> Vec<Result<bool, CloudError>> {
+    let cx = controller.call_context();
+    let started = Instant::now();
+    let answers = cx
+        .guard(async {
+            Ok(match question {
+                Question::Exists => instances.instance_exists_batch(&cx, nodes).await,
+                Question::Shutdown => instances.instance_shutdown_batch(&cx, nodes).await,
+            })
+        })
+        .await
+        .unwrap_or_else(|error| all_failed(nodes.len(), &error));
+    let request = match question {
+        Question::Exists => "instance_exists_batch",
+        Question::Shutdown => "instance_shutdown_batch",
+    };
+    cx.observe(
+        request,
+        started.elapsed(),
+        crate::metrics::batch_outcome(&answers),
+    );
+    answers
 }
 
 /// Deletes the node; false when that failed.
@@ -266,5 +365,252 @@ async fn set_shutdown_taint(api: &Api<Written<Node>>, node: &CachedNode, present
             tracing::warn!(node = %name, %error, "cannot update the shutdown taint");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider with the trait's defaults: it owns `fake://…` IDs, and cannot interpret `fake://`.
+    struct Fake;
+
+    impl CloudProvider for Fake {
+        fn provider_name(&self) -> &str {
+            "fake"
+        }
+    }
+
+    /// A node: `ready` is its Ready condition's status (it has none when `None`).
+    fn node(name: &str, ready: Option<&str>, provider_id: Option<&str>, tainted: bool) -> Arc<CachedNode> {
+        let conditions: Vec<serde_json::Value> = ready
+            .map(|status| json!({"type": "Ready", "status": status}))
+            .into_iter()
+            .collect();
+        let taints: Vec<serde_json::Value> = if tainted {
+            vec![json!({"key": TAINT_SHUTDOWN, "effect": "NoSchedule"})]
+        } else {
+            Vec::new()
+        };
+        let node = json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "spec": {"providerID": provider_id, "taints": taints},
+            "status": {"conditions": conditions},
+        });
+        Arc::new(serde_json::from_value(node).expect("a node"))
+    }
+
+    /// What a round does with `node` alone, given the cloud's answers (each read only when it is asked).
+    fn outcome(
+        node: Arc<CachedNode>,
+        exists: Result<bool, CloudError>,
+        shutdown: Result<bool, CloudError>,
+    ) -> &'static str {
+        let selection = select(vec![node], &Fake);
+        if !selection.untaint.is_empty() {
+            return "untaint";
+        }
+        if !selection.uninterpretable.is_empty() {
+            return "uninterpretable";
+        }
+        let Some(node) = selection.check.first() else {
+            return "not looked up";
+        };
+        match on_exists(exists) {
+            OnExists::Delete => "delete",
+            OnExists::Unknown(_) => "no answer",
+            OnExists::AskShutdown => match on_shutdown(node, shutdown) {
+                OnShutdown::Taint => "taint",
+                OnShutdown::Leave => "nothing",
+                OnShutdown::Unknown(_) => "no answer",
+            },
+        }
+    }
+
+    /// `(case, the node, the answer to "does it exist?", to "is it shut down?", what the round does)`.
+    type Case = (
+        &'static str,
+        Arc<CachedNode>,
+        Result<bool, CloudError>,
+        Result<bool, CloudError>,
+        &'static str,
+    );
+
+    #[test]
+    fn each_answer_deletes_taints_untaints_or_leaves_the_node() {
+        let id = Some("fake://zone/a");
+        let down = || -> Result<bool, CloudError> { Err(CloudError::provider("the cloud is down")) };
+        let cases: Vec<Case> = vec![
+            (
+                "a ready node is not looked up",
+                node("a", Some("True"), id, false),
+                Ok(false),
+                Ok(true),
+                "not looked up",
+            ),
+            (
+                "a node running again loses the shutdown taint",
+                node("a", Some("True"), id, true),
+                Ok(true),
+                Ok(false),
+                "untaint",
+            ),
+            (
+                "an instance gone: the node is deleted",
+                node("a", Some("False"), id, false),
+                Ok(false),
+                down(),
+                "delete",
+            ),
+            (
+                "Unknown is not ready",
+                node("a", Some("Unknown"), id, false),
+                Ok(false),
+                down(),
+                "delete",
+            ),
+            (
+                "no Ready condition is not ready",
+                node("a", None, id, false),
+                Ok(false),
+                down(),
+                "delete",
+            ),
+            (
+                "without a provider ID, the node is still looked up",
+                node("a", Some("False"), None, false),
+                Ok(false),
+                down(),
+                "delete",
+            ),
+            (
+                "shut down: tainted",
+                node("a", Some("False"), id, false),
+                Ok(true),
+                Ok(true),
+                "taint",
+            ),
+            (
+                "shut down and tainted already",
+                node("a", Some("False"), id, true),
+                Ok(true),
+                Ok(true),
+                "nothing",
+            ),
+            (
+                "running but not ready",
+                node("a", Some("False"), id, false),
+                Ok(true),
+                Ok(false),
+                "nothing",
+            ),
+            (
+                "running but not ready keeps its taint, as upstream",
+                node("a", Some("False"), id, true),
+                Ok(true),
+                Ok(false),
+                "nothing",
+            ),
+            (
+                "an outage leaves the node alone",
+                node("a", Some("False"), id, false),
+                down(),
+                Ok(true),
+                "no answer",
+            ),
+            (
+                "a time-out leaves the node alone",
+                node("a", Some("False"), id, false),
+                Err(CloudError::Timeout),
+                Ok(true),
+                "no answer",
+            ),
+            (
+                "InstanceNotFound is no answer to exists",
+                node("a", Some("False"), id, false),
+                Err(CloudError::InstanceNotFound),
+                Ok(true),
+                "no answer",
+            ),
+            (
+                "a failed shutdown look-up leaves the node alone",
+                node("a", Some("False"), id, false),
+                Ok(true),
+                down(),
+                "no answer",
+            ),
+            (
+                "NotImplemented means not shut down",
+                node("a", Some("False"), id, false),
+                Ok(true),
+                Err(CloudError::NotImplemented),
+                "nothing",
+            ),
+            (
+                "InstanceNotFound means not shut down",
+                node("a", Some("False"), id, false),
+                Ok(true),
+                Err(CloudError::InstanceNotFound),
+                "nothing",
+            ),
+            (
+                "another provider's node is never looked up",
+                node("a", Some("False"), Some("other://a"), false),
+                Ok(false),
+                Ok(true),
+                "not looked up",
+            ),
+            (
+                "nor untainted",
+                node("a", Some("True"), Some("other://a"), true),
+                Ok(true),
+                Ok(false),
+                "not looked up",
+            ),
+            (
+                "an ID the provider cannot interpret is reported",
+                node("a", Some("False"), Some("fake://"), false),
+                Ok(false),
+                Ok(true),
+                "uninterpretable",
+            ),
+            (
+                "an uninterpretable ID on a ready node is no matter",
+                node("a", Some("True"), Some("fake://"), false),
+                Ok(false),
+                Ok(true),
+                "not looked up",
+            ),
+        ];
+        for (case, node, exists, shutdown, expected) in cases {
+            assert_eq!(outcome(node, exists, shutdown), expected, "{case}");
+        }
+    }
+
+    /// The nodes' names, in order.
+    fn names(nodes: &[Arc<CachedNode>]) -> Vec<&str> {
+        nodes.iter().map(|n| n.name()).collect()
+    }
+
+    #[test]
+    fn the_selection_keeps_the_caches_order() {
+        let nodes = vec![
+            node("a", Some("True"), Some("fake://zone/a"), true),
+            node("b", Some("False"), Some("fake://zone/b"), false),
+            node("c", Some("False"), Some("other://c"), false),
+            node("d", Some("False"), Some("fake://"), false),
+            node("e", Some("True"), Some("fake://zone/e"), false),
+            node("f", None, Some("fake://zone/f"), true),
+            node("g", Some("True"), None, true),
+        ];
+        let selection = select(nodes, &Fake);
+        assert_eq!(names(&selection.untaint), ["a", "g"]);
+        assert_eq!(names(&selection.check), ["b", "f"]);
+        let refused: Vec<(&str, String)> = selection
+            .uninterpretable
+            .iter()
+            .map(|(n, why)| (n.name(), why.to_string()))
+            .collect();
+        assert_eq!(refused, [("d", "not of the form fake://<instance>".to_owned())]);
     }
 }
