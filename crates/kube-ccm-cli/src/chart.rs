@@ -145,6 +145,76 @@ fn tick_step(span: f64) -> f64 {
         .unwrap_or(10.0 * magnitude)
 }
 
+/// A gap's label beside it: milliseconds, or seconds from one second on.
+fn gap_label(gap_ms: f64) -> String {
+    if gap_ms >= 1000.0 {
+        format!("{:.1} s", gap_ms / 1000.0)
+    } else {
+        format!("{gap_ms:.0} ms")
+    }
+}
+
+/// One Lease's band as placed by [`Chart::layout`]: the y of its header and of each row.
+#[derive(Debug, PartialEq)]
+struct Band {
+    /// The Lease's name.
+    lease: String,
+    /// The y of the band's header.
+    top: f64,
+    /// The y of the row that says so, for a Lease nobody held.
+    never_held: Option<f64>,
+    /// Each holder, in order of first acquisition, with the y of its row.
+    rows: Vec<(String, f64)>,
+}
+
+/// Where everything sits vertically ([`Chart::layout`]): kept apart from the drawing so that the
+/// placement can be checked by numbers rather than by reading SVG.
+#[derive(Debug, PartialEq)]
+struct Layout {
+    /// The bands in drawing order.
+    bands: Vec<Band>,
+    /// The y of each (Lease, holder) row: where that holder's bars and the gaps before them go.
+    rows_at: BTreeMap<(String, String), f64>,
+    /// The y of the time axis, the plot's bottom.
+    bottom: f64,
+    /// The y of the first footer line.
+    footer_top: f64,
+    /// The whole picture's height.
+    height: f64,
+}
+
+/// Each band's header and its rows' labels (or "never held"), where [`Chart::layout`] placed them.
+fn draw_bands(svg: &mut String, bands: &[Band]) {
+    for band in bands {
+        let _ = writeln!(
+            svg,
+            r##"<text x="10" y="{:.1}" font-weight="bold" data-lease="{}">Lease {}</text><line x1="10" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#cccccc"/>"##,
+            band.top + 16.0,
+            escape(&band.lease),
+            escape(&band.lease),
+            WIDTH - RIGHT,
+            band.top + BAND_HEADER - 2.0,
+            band.top + BAND_HEADER - 2.0
+        );
+        if let Some(y) = band.never_held {
+            let _ = writeln!(
+                svg,
+                r##"<text x="{LABEL_WIDTH}" y="{:.1}" fill="#888888">never held</text>"##,
+                y + 15.0
+            );
+        }
+        for (holder, y) in &band.rows {
+            let _ = writeln!(
+                svg,
+                r#"<text x="24" y="{:.1}">{}<title>{}</title></text>"#,
+                *y + 15.0,
+                escape(&shorten(holder, 40)),
+                escape(holder)
+            );
+        }
+    }
+}
+
 impl Chart {
     /// The Leases in drawing order, each with its holders in order of first acquisition.
     fn bands(&self) -> Vec<(String, Vec<String>)> {
@@ -179,14 +249,63 @@ impl Chart {
         LABEL_WIDTH + at / span * (WIDTH - LABEL_WIDTH - RIGHT)
     }
 
-    /// The chart as a standalone SVG document.
-    pub fn to_svg(&self) -> String {
+    /// Where the bands, their rows, the time axis and the footer sit: decided from the chart alone, before
+    /// anything is drawn, so that drawing only writes what this placed.
+    fn layout(&self) -> Layout {
         let bands = self.bands();
         let rows: usize = bands.iter().map(|(_, holders)| holders.len().max(1)).sum();
         let plot_height = bands.len() as f64 * BAND_HEADER + rows as f64 * ROW;
         let footer_top = TOP + plot_height + 40.0;
-        let height = footer_top + (self.footer.len() as f64 + 1.0) * LINE + 10.0;
+        let mut layout = Layout {
+            bands: Vec::with_capacity(bands.len()),
+            rows_at: BTreeMap::new(),
+            bottom: TOP + plot_height,
+            footer_top,
+            height: footer_top + (self.footer.len() as f64 + 1.0) * LINE + 10.0,
+        };
+        let mut y = TOP;
+        for (lease, holders) in bands {
+            let top = y;
+            y += BAND_HEADER;
+            let mut never_held = None;
+            if holders.is_empty() {
+                never_held = Some(y);
+                y += ROW;
+            }
+            let mut rows = Vec::with_capacity(holders.len());
+            for holder in holders {
+                layout.rows_at.insert((lease.clone(), holder.clone()), y);
+                rows.push((holder, y));
+                y += ROW;
+            }
+            layout.bands.push(Band {
+                lease,
+                top,
+                never_held,
+                rows,
+            });
+        }
+        layout
+    }
+
+    /// The chart as a standalone SVG document.
+    pub fn to_svg(&self) -> String {
+        let layout = self.layout();
         let mut svg = String::new();
+        self.draw_header(&mut svg, layout.height);
+        self.legend(&mut svg);
+        self.axis(&mut svg, layout.bottom);
+        draw_bands(&mut svg, &layout.bands);
+        self.draw_tenures(&mut svg, &layout.rows_at);
+        self.draw_gaps(&mut svg, &layout.rows_at);
+        self.draw_marks(&mut svg, layout.bottom);
+        self.draw_footer(&mut svg, layout.footer_top);
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// The document's opening: its size, the gaps' hatching, the white ground and the title.
+    fn draw_header(&self, svg: &mut String, height: f64) {
         let _ = writeln!(
             svg,
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
@@ -201,43 +320,10 @@ impl Chart {
             r#"<text x="10" y="22" font-size="16" font-weight="bold">{}</text>"#,
             escape(&self.title)
         );
-        self.legend(&mut svg);
-        self.axis(&mut svg, TOP + plot_height);
+    }
 
-        let mut y = TOP;
-        let mut rows_at: BTreeMap<(String, String), f64> = BTreeMap::new();
-        for (lease, holders) in &bands {
-            let _ = writeln!(
-                svg,
-                r##"<text x="10" y="{:.1}" font-weight="bold" data-lease="{}">Lease {}</text><line x1="10" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#cccccc"/>"##,
-                y + 16.0,
-                escape(lease),
-                escape(lease),
-                WIDTH - RIGHT,
-                y + BAND_HEADER - 2.0,
-                y + BAND_HEADER - 2.0
-            );
-            y += BAND_HEADER;
-            if holders.is_empty() {
-                let _ = writeln!(
-                    svg,
-                    r##"<text x="{LABEL_WIDTH}" y="{:.1}" fill="#888888">never held</text>"##,
-                    y + 15.0
-                );
-                y += ROW;
-            }
-            for holder in holders {
-                let _ = writeln!(
-                    svg,
-                    r#"<text x="24" y="{:.1}">{}<title>{}</title></text>"#,
-                    y + 15.0,
-                    escape(&shorten(holder, 40)),
-                    escape(holder)
-                );
-                rows_at.insert((lease.clone(), holder.clone()), y);
-                y += ROW;
-            }
-        }
+    /// One bar per tenure, on its holder's row.
+    fn draw_tenures(&self, svg: &mut String, rows_at: &BTreeMap<(String, String), f64>) {
         for bar in &self.bars {
             let Some(top) = rows_at.get(&(bar.lease.clone(), bar.holder.clone())) else {
                 continue;
@@ -270,6 +356,10 @@ impl Chart {
                 until
             );
         }
+    }
+
+    /// One hatched, labelled gap per hand-off, on the new holder's row, ending at its acquisition.
+    fn draw_gaps(&self, svg: &mut String, rows_at: &BTreeMap<(String, String), f64>) {
         for gap in &self.gaps {
             let Some(top) = rows_at.get(&(gap.lease.clone(), gap.to.clone())) else {
                 continue;
@@ -291,13 +381,14 @@ impl Chart {
                 gap.gap_ms,
                 x2 + 2.0,
                 top + ROW - 1.0,
-                if gap.gap_ms >= 1000.0 {
-                    format!("{:.1} s", gap.gap_ms / 1000.0)
-                } else {
-                    format!("{:.0} ms", gap.gap_ms)
-                }
+                gap_label(gap.gap_ms)
             );
         }
+    }
+
+    /// One dashed vertical line per event, down to the axis at `bottom`, its label on one of three
+    /// staggered lines above the plot.
+    fn draw_marks(&self, svg: &mut String, bottom: f64) {
         for (index, mark) in self.marks.iter().enumerate() {
             let x = self.x(mark.at_us);
             let label_y = 58.0 + (index % 3) as f64 * 12.0;
@@ -310,11 +401,15 @@ impl Chart {
                 escape(&mark.label),
                 mark.at_us - self.start_us,
                 label_y + 3.0,
-                TOP + plot_height,
+                bottom,
                 if near_right { x - 2.0 } else { x + 2.0 },
                 escape(&mark.label)
             );
         }
+    }
+
+    /// The footer lines from `top`, the first in bold, each in its tone's colour.
+    fn draw_footer(&self, svg: &mut String, top: f64) {
         for (index, (tone, line)) in self.footer.iter().enumerate() {
             let fill = match tone {
                 Tone::Good => "#1e7e34",
@@ -325,12 +420,10 @@ impl Chart {
             let _ = writeln!(
                 svg,
                 r#"<text class="footer" x="10" y="{:.1}" fill="{fill}" font-weight="{weight}">{}</text>"#,
-                footer_top + index as f64 * LINE,
+                top + index as f64 * LINE,
                 escape(line)
             );
         }
-        svg.push_str("</svg>\n");
-        svg
     }
 
     /// Checks, before any work, that a report can be written to `path`: a file name in an existing directory
@@ -509,6 +602,47 @@ mod tests {
         let svg = chart.to_svg();
         assert!(svg.contains(&format!(r#"data-holder="{long}""#)), "{svg}");
         assert!(svg.contains(&format!(">{short}<title>{long}</title>")), "{svg}");
+    }
+
+    #[test]
+    fn bands_rows_axis_and_footer_are_placed_before_anything_is_drawn() {
+        let layout = chart().layout();
+        assert_eq!(
+            layout.bands,
+            [
+                Band {
+                    lease: "kube-controller-manager".to_owned(),
+                    top: TOP,
+                    never_held: Some(TOP + BAND_HEADER),
+                    rows: Vec::new(),
+                },
+                Band {
+                    lease: "migration".to_owned(),
+                    top: TOP + BAND_HEADER + ROW,
+                    never_held: None,
+                    rows: vec![
+                        ("kcm-1".to_owned(), TOP + 2.0 * BAND_HEADER + ROW),
+                        ("ccm-1".to_owned(), TOP + 2.0 * BAND_HEADER + 2.0 * ROW),
+                    ],
+                },
+            ]
+        );
+        assert_eq!(layout.rows_at.len(), 2);
+        assert_eq!(
+            layout.rows_at[&("migration".to_owned(), "ccm-1".to_owned())],
+            TOP + 2.0 * BAND_HEADER + 2.0 * ROW
+        );
+        // Two band headers and three rows (one of them "never held"), then the axis, then the footer.
+        assert_eq!(layout.bottom, TOP + 2.0 * BAND_HEADER + 3.0 * ROW);
+        assert_eq!(layout.footer_top, layout.bottom + 40.0);
+        assert_eq!(layout.height, layout.footer_top + 2.0 * LINE + 10.0);
+    }
+
+    #[test]
+    fn gaps_are_labelled_in_milliseconds_below_a_second() {
+        assert_eq!(gap_label(2.0), "2 ms");
+        assert_eq!(gap_label(999.0), "999 ms");
+        assert_eq!(gap_label(1500.0), "1.5 s");
     }
 
     #[test]

@@ -92,7 +92,31 @@ pub(super) fn chart(
     now_us: i64,
 ) -> Chart {
     let leases: Vec<&LeaseObservation> = observation.leases().collect();
-    // A holder's component: as its Event reported it, or as status attributes a live holder.
+    let (start_us, end_us) = axis(acquisitions, now_us);
+    Chart {
+        title: format!(
+            "Leader migration status at {}",
+            jiff::Timestamp::from_second(observation.now)
+                .map_or_else(|_| observation.now.to_string(), |t| t.to_string())
+        ),
+        start_us,
+        end_us,
+        leases: leases.iter().map(|l| l.name.clone()).collect(),
+        bars: tenures(observation, &leases, acquisitions),
+        gaps: Vec::new(),
+        marks: Vec::new(),
+        footer: footer(conditions, acquisitions.len(), events_error),
+        clock: true,
+    }
+}
+
+/// Every Lease's tenures as bars, each coloured by its holder's component: as its Event reported it, or as
+/// status attributes a live holder.
+fn tenures(
+    observation: &Observation,
+    leases: &[&LeaseObservation],
+    acquisitions: &[Acquisition],
+) -> Vec<Bar> {
     let mut components: BTreeMap<&str, String> = BTreeMap::new();
     for acquisition in acquisitions {
         if let Some(component) = &acquisition.component {
@@ -106,40 +130,63 @@ pub(super) fn chart(
             .or_else(|| component_of(observation, identity).map(str::to_owned))
     };
     let mut bars = Vec::new();
-    for lease in &leases {
-        let mut starts: Vec<(i64, &str)> = acquisitions
-            .iter()
-            .filter(|a| a.lease == lease.name)
-            .map(|a| (a.at_us, a.identity.as_str()))
-            .collect();
-        let holder = lease.holder.as_deref().filter(|h| !h.is_empty());
-        // The current holder without an Event of this tenure (a process that records none, or an expired
-        // Event): its tenure starts at the Lease's acquireTime (whole seconds; an Event is written after it).
-        if let (Some(holder), Some(acquired)) = (holder, lease.acquired)
-            && !starts
-                .iter()
-                .any(|(at, who)| *who == holder && *at >= acquired * 1_000_000)
-        {
-            starts.push((acquired * 1_000_000, holder));
-        }
-        starts.sort();
-        starts.dedup_by(|later, earlier| later.1 == earlier.1);
-        for (index, (start_us, identity)) in starts.iter().enumerate() {
-            let end_us = match starts.get(index + 1) {
-                Some((next, _)) => Some(*next),
-                // The last acquisition: still held (open), stale (until its last renewal), or released.
-                None if holder == Some(*identity) && lease.stale_holder(observation.now).is_none() => None,
-                None => lease.renewed.map(|r| r * 1_000_000).or(Some(*start_us)),
-            };
+    for lease in leases {
+        for (identity, start_us, end_us) in lease_tenures(lease, observation.now, acquisitions) {
             bars.push(Bar {
                 lease: lease.name.clone(),
-                holder: (*identity).to_owned(),
+                holder: identity.to_owned(),
                 component: component(identity),
-                start_us: *start_us,
+                start_us,
                 end_us,
             });
         }
     }
+    bars
+}
+
+/// The tenures of `lease` at `now` (Unix seconds), in order: who, from and until when (microseconds;
+/// `None`: still held). A process's acquisitions in a row are one tenure; each lasts until another
+/// process's acquisition, the last until now when its holder is live, else until the Lease's last renewal.
+fn lease_tenures<'a>(
+    lease: &'a LeaseObservation,
+    now: i64,
+    acquisitions: &'a [Acquisition],
+) -> Vec<(&'a str, i64, Option<i64>)> {
+    let mut starts: Vec<(i64, &str)> = acquisitions
+        .iter()
+        .filter(|a| a.lease == lease.name)
+        .map(|a| (a.at_us, a.identity.as_str()))
+        .collect();
+    let holder = lease.holder.as_deref().filter(|h| !h.is_empty());
+    // The current holder without an Event of this tenure (a process that records none, or an expired
+    // Event): its tenure starts at the Lease's acquireTime (whole seconds; an Event is written after it).
+    if let (Some(holder), Some(acquired)) = (holder, lease.acquired)
+        && !starts
+            .iter()
+            .any(|(at, who)| *who == holder && *at >= acquired * 1_000_000)
+    {
+        starts.push((acquired * 1_000_000, holder));
+    }
+    starts.sort();
+    starts.dedup_by(|later, earlier| later.1 == earlier.1);
+    starts
+        .iter()
+        .enumerate()
+        .map(|(index, &(start_us, identity))| {
+            let end_us = match starts.get(index + 1) {
+                Some((next, _)) => Some(*next),
+                // The last acquisition: still held (open), stale (until its last renewal), or released.
+                None if holder == Some(identity) && lease.stale_holder(now).is_none() => None,
+                None => lease.renewed.map(|r| r * 1_000_000).or(Some(start_us)),
+            };
+            (identity, start_us, end_us)
+        })
+        .collect()
+}
+
+/// The time axis (from, to; microseconds): from a little before the earliest Event (an hour back when
+/// there is none) to now, or to the newest Event when that is later.
+fn axis(acquisitions: &[Acquisition], now_us: i64) -> (i64, i64) {
     let newest = acquisitions.iter().map(|a| a.at_us).max().unwrap_or(now_us);
     let end_us = now_us.max(newest);
     let earliest = acquisitions
@@ -149,17 +196,17 @@ pub(super) fn chart(
         .unwrap_or(end_us - 3_600_000_000);
     // A margin before the first Event, so that its bar does not start on the axis.
     let start_us = earliest - ((end_us - earliest) / 20).max(1_000_000);
+    (start_us, end_us)
+}
+
+/// The footer: the conditions, `Completed` first, each in the tone of what it means; then what the
+/// tenures were drawn from (`events` Events, or why they could not be read).
+fn footer(conditions: &[Condition], events: usize, events_error: Option<&str>) -> Vec<(Tone, String)> {
     let mut footer: Vec<(Tone, String)> = conditions
         .iter()
         .map(|c| {
-            let tone = match (c.kind, c.status) {
-                ("Completed", Status::True) => Tone::Good,
-                ("Completed", _) => Tone::Plain,
-                (_, Status::False) => Tone::Bad,
-                _ => Tone::Plain,
-            };
             (
-                tone,
+                tone(c),
                 format!("{}={} ({}): {}", c.kind, c.status, c.reason, c.message),
             )
         })
@@ -175,25 +222,20 @@ pub(super) fn chart(
                 "LeaderElection Events not readable ({why}): only the current holders are drawn"
             ),
             None => format!(
-                "from {} LeaderElection Event(s) and the Leases' current records; Events expire (an hour by default)",
-                acquisitions.len()
+                "from {events} LeaderElection Event(s) and the Leases' current records; Events expire (an hour by default)"
             ),
         },
     ));
-    Chart {
-        title: format!(
-            "Leader migration status at {}",
-            jiff::Timestamp::from_second(observation.now)
-                .map_or_else(|_| observation.now.to_string(), |t| t.to_string())
-        ),
-        start_us,
-        end_us,
-        leases: leases.iter().map(|l| l.name.clone()).collect(),
-        bars,
-        gaps: Vec::new(),
-        marks: Vec::new(),
-        footer,
-        clock: true,
+    footer
+}
+
+/// A condition's tone: good when the migration is completed, bad when another condition is false.
+fn tone(condition: &Condition) -> Tone {
+    match (condition.kind, condition.status) {
+        ("Completed", Status::True) => Tone::Good,
+        ("Completed", _) => Tone::Plain,
+        (_, Status::False) => Tone::Bad,
+        _ => Tone::Plain,
     }
 }
 

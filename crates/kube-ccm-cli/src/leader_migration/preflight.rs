@@ -16,7 +16,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use kube_ccm_leadermigration::rbac::{NAMED_LEASE_VERBS, UNNAMED_LEASE_VERBS};
 use kube_ccm_leadermigration::{
-    CLOUD_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER, MigrationConfig, Placement,
+    CLOUD_CONTROLLER_MANAGER, ControllerCatalog, KUBE_CONTROLLER_MANAGER, MigrationConfig, Placement,
 };
 use kube_ccm_runtime::Registry;
 
@@ -94,40 +94,26 @@ pub(crate) fn run(args: &PreflightArgs, registry: &Registry, out: &mut impl Writ
     }
 }
 
+/// Every check in order, each on its own line of `report`; without a valid configuration, only that one.
 async fn checks(
     args: &PreflightArgs,
     registry: &Registry,
     report: &mut Report<'_, impl Write>,
 ) -> Result<()> {
-    let catalog = registry.controllers().catalog();
     let source = args
         .target
         .config
         .as_ref()
         .map_or("the built-in default".to_owned(), |p| p.display().to_string());
-    let migration = match &args.target.config {
-        Some(path) => match load(path, catalog) {
-            Ok(loaded) => Some(loaded.config),
-            Err(error) => {
-                report.line(
-                    "configuration",
-                    Outcome::Fail {
-                        problem: format!("{error:#}"),
-                        fix: format!(
-                            "correct the file (`cloud-controller-manager leader-migration validate {source}` lists every problem)"
-                        ),
-                    },
-                )?;
-                None
-            }
-        },
-        None => Some(MigrationConfig::default_config(catalog)),
-    };
-    let Some(migration) = migration else {
-        return report.line(
-            "the other checks",
-            Outcome::Skip("they need a valid configuration".to_owned()),
-        );
+    let migration = match configuration(args, registry.controllers().catalog(), &source) {
+        Ok(migration) => migration,
+        Err(fail) => {
+            report.line("configuration", fail)?;
+            return report.line(
+                "the other checks",
+                Outcome::Skip("they need a valid configuration".to_owned()),
+            );
+        }
     };
     let leases: Vec<&str> = migration.locks().iter().map(|l| l.lease_name.as_str()).collect();
     report.line(
@@ -142,7 +128,45 @@ async fn checks(
     let main_lease = args.target.main_lease();
     let other_lease = args.other_lease.as_deref().unwrap_or(other);
     report.line("lease names", lease_names(main_lease, other_lease, &leases))?;
+    access_checks(args, report, main_lease, other_lease, other, &leases).await?;
+    let provider = provider_check(args, registry, report).await?;
+    report.line(
+        "controllers",
+        controllers(args, registry, &migration, provider.as_deref()),
+    )
+}
 
+/// The migration configuration: `--config`'s (named `source` in the fix), else the built-in default; when
+/// the file does not load, the configuration check's failure instead.
+fn configuration(
+    args: &PreflightArgs,
+    catalog: &ControllerCatalog,
+    source: &str,
+) -> Result<MigrationConfig, Outcome> {
+    let Some(path) = &args.target.config else {
+        return Ok(MigrationConfig::default_config(catalog));
+    };
+    load(path, catalog)
+        .map(|loaded| loaded.config)
+        .map_err(|error| Outcome::Fail {
+            problem: format!("{error:#}"),
+            fix: format!(
+                "correct the file (`cloud-controller-manager leader-migration validate {source}` lists every problem)"
+            ),
+        })
+}
+
+/// The access checks: this kubeconfig's user's to the component's `main_lease` and the migration
+/// `leases`, then (with `--other-user`) the `other` component's user's to its `other_lease` and the same
+/// migration Leases.
+async fn access_checks(
+    args: &PreflightArgs,
+    report: &mut Report<'_, impl Write>,
+    main_lease: &str,
+    other_lease: &str,
+    other: &str,
+    leases: &[&str],
+) -> Result<()> {
     let client = args.cluster.client().await?;
     let namespace = &args.cluster.namespace;
     let own: Vec<&str> = std::iter::once(main_lease)
@@ -162,43 +186,42 @@ async fn checks(
             report.line(
                 &format!("access ({other}, as {user})"),
                 access(args, &denied, &theirs, other),
-            )?;
+            )
         }
         None => report.line(
             &format!("access ({other})"),
             Outcome::Skip("give --other-user to check the other component's access".to_owned()),
-        )?,
+        ),
     }
+}
 
-    let provider = match &args.target.cloud_provider {
-        Some(name) => {
-            let outcome = cloud_provider(args, registry, name).await;
-            let provider = outcome.as_ref().ok().cloned();
-            report.line(
-                "cloud provider",
-                match outcome {
-                    Ok(_) if args.allow_untagged_cloud => {
-                        Outcome::Pass(format!("{name} initialised (untagged cloud allowed)"))
-                    }
-                    Ok(_) => Outcome::Pass(format!("{name} initialised; it has a cluster ID")),
-                    Err(fail) => fail,
-                },
-            )?;
-            provider
-        }
-        None => {
-            report.line(
-                "cloud provider",
-                Outcome::Skip("give --cloud-provider (and --cloud-config) to initialise it".to_owned()),
-            )?;
-            None
-        }
+/// The cloud provider check (`--cloud-provider`, else skipped): the provider as initialised, for the
+/// controllers check to ask about its capabilities.
+async fn provider_check(
+    args: &PreflightArgs,
+    registry: &Registry,
+    report: &mut Report<'_, impl Write>,
+) -> Result<Option<std::sync::Arc<dyn kube_ccm_provider::CloudProvider>>> {
+    let Some(name) = &args.target.cloud_provider else {
+        report.line(
+            "cloud provider",
+            Outcome::Skip("give --cloud-provider (and --cloud-config) to initialise it".to_owned()),
+        )?;
+        return Ok(None);
     };
-
+    let outcome = cloud_provider(args, registry, name).await;
+    let provider = outcome.as_ref().ok().cloned();
     report.line(
-        "controllers",
-        controllers(args, registry, &migration, provider.as_deref()),
-    )
+        "cloud provider",
+        match outcome {
+            Ok(_) if args.allow_untagged_cloud => {
+                Outcome::Pass(format!("{name} initialised (untagged cloud allowed)"))
+            }
+            Ok(_) => Outcome::Pass(format!("{name} initialised; it has a cluster ID")),
+            Err(fail) => fail,
+        },
+    )?;
+    Ok(provider)
 }
 
 fn lease_names(main: &str, other: &str, migration: &[&str]) -> Outcome {
