@@ -165,61 +165,13 @@ fn locks_on_cloud_side(observation: &Observation) -> Condition {
         );
     }
     let ccm_leading = observation.ccm_lease.live_holder(now).is_some();
-    let migration_off = match &observation.pods {
-        Visibility::Visible(pods) => {
-            let ccms: Vec<&ManagerPod> = pods
-                .iter()
-                .filter(|p| p.component == CLOUD_CONTROLLER_MANAGER)
-                .collect();
-            (!ccms.is_empty()).then(|| ccms.iter().all(|p| !p.leader_migration))
-        }
-        Visibility::Hidden(_) => None,
-    };
-    let mut on_kcm = Vec::new();
-    let mut unheld = Vec::new();
-    let mut unattributed = Vec::new();
-    let mut since = None::<i64>;
-    for (lease, _) in &observation.migration_leases {
-        match lease.live_holder(now) {
-            Some(holder) => match component_of(observation, holder) {
-                Some(CLOUD_CONTROLLER_MANAGER) => since = since.max(lease.acquired),
-                Some(_) => on_kcm.push(format!("{} (held by {holder})", lease.name)),
-                None => unattributed.push(format!("{} (held by {holder})", lease.name)),
-            },
-            None if ccm_leading && migration_off == Some(true) => {
-                since = since.max(observation.ccm_lease.acquired)
-            }
-            None => unheld.push(lease.name.clone()),
-        }
-    }
+    let migration_off = ccm_migration_off(observation);
+    let holders = lock_holders(observation, ccm_leading && migration_off == Some(true));
     let names = |list: &[String]| list.join(", ");
-    if !on_kcm.is_empty() {
-        if let Some(evidence) = kcm_without_cloud_provider(observation) {
-            return condition(
-                kind,
-                Status::False,
-                "HeldByExternalKubeControllerManager",
-                format!(
-                    "kube-controller-manager holds {} but has no cloud provider to run its controllers with \
-                     ({evidence}): they run nowhere. Restart kube-controller-manager without \
-                     --enable-leader-migration (it contends for the migration Lease whenever leader migration \
-                     is on, whatever its configuration assigns, and never releases it); once the Lease \
-                     expires, cloud-controller-manager's leader takes it",
-                    names(&on_kcm)
-                ),
-            );
-        }
-        return condition(
-            kind,
-            Status::False,
-            "HeldByKubeControllerManager",
-            format!(
-                "kube-controller-manager still runs the migrated controllers: {}",
-                names(&on_kcm)
-            ),
-        );
+    if !holders.on_kcm.is_empty() {
+        return held_by_kcm(observation, &holders.on_kcm);
     }
-    if !unheld.is_empty() {
+    if !holders.unheld.is_empty() {
         let why = if ccm_leading && migration_off.is_none() {
             " (cloud-controller-manager leads, but its pods are not visible to tell whether it runs without leader migration)"
         } else {
@@ -234,17 +186,17 @@ fn locks_on_cloud_side(observation: &Observation) -> Condition {
             kind,
             status,
             "NotHeld",
-            format!("no one holds {}{why}", names(&unheld)),
+            format!("no one holds {}{why}", names(&holders.unheld)),
         );
     }
-    if !unattributed.is_empty() {
+    if !holders.unattributed.is_empty() {
         return condition(
             kind,
             Status::Unknown,
             "HolderUnknown",
             format!(
                 "held by a process that holds neither main Lease: {}",
-                names(&unattributed)
+                names(&holders.unattributed)
             ),
         );
     }
@@ -260,9 +212,95 @@ fn locks_on_cloud_side(observation: &Observation) -> Condition {
         "every migration lock is held by the cloud-controller-manager's leader".to_owned()
     };
     Condition {
-        since,
+        since: holders.since,
         ..condition(kind, Status::True, "OnCloudSide", message)
     }
+}
+
+/// Whether every visible cloud-controller-manager pod runs without leader migration; `None` when no such
+/// pod is visible, so an unheld lock cannot be put down to leader migration being off.
+fn ccm_migration_off(observation: &Observation) -> Option<bool> {
+    match &observation.pods {
+        Visibility::Visible(pods) => {
+            let ccms: Vec<&ManagerPod> = pods
+                .iter()
+                .filter(|p| p.component == CLOUD_CONTROLLER_MANAGER)
+                .collect();
+            (!ccms.is_empty()).then(|| ccms.iter().all(|p| !p.leader_migration))
+        }
+        Visibility::Hidden(_) => None,
+    }
+}
+
+/// The migration locks sorted by who holds them, for [`locks_on_cloud_side`] to judge; each list is in
+/// the configuration's order.
+#[derive(Debug)]
+struct LockHolders {
+    /// Held by kube-controller-manager's leader, as `lease (held by holder)`.
+    on_kcm: Vec<String>,
+    /// Held by no one, where leader migration being off does not explain it: the Leases' names.
+    unheld: Vec<String>,
+    /// Held by a process that holds neither main Lease, as `lease (held by holder)`.
+    unattributed: Vec<String>,
+    /// The latest acquisition among the locks on the cloud side (an unused lock counts from when the
+    /// cloud-controller-manager's leader took its main Lease), where the Leases tell.
+    since: Option<i64>,
+}
+
+/// Sorts the migration locks by holder. `unheld_is_cloud_side`: the cloud-controller-manager's leader runs
+/// without leader migration, so an unheld lock is on the cloud side rather than unheld.
+fn lock_holders(observation: &Observation, unheld_is_cloud_side: bool) -> LockHolders {
+    let now = observation.now;
+    let mut holders = LockHolders {
+        on_kcm: Vec::new(),
+        unheld: Vec::new(),
+        unattributed: Vec::new(),
+        since: None,
+    };
+    for (lease, _) in &observation.migration_leases {
+        match lease.live_holder(now) {
+            Some(holder) => match component_of(observation, holder) {
+                Some(CLOUD_CONTROLLER_MANAGER) => holders.since = holders.since.max(lease.acquired),
+                Some(_) => holders.on_kcm.push(format!("{} (held by {holder})", lease.name)),
+                None => holders
+                    .unattributed
+                    .push(format!("{} (held by {holder})", lease.name)),
+            },
+            None if unheld_is_cloud_side => holders.since = holders.since.max(observation.ccm_lease.acquired),
+            None => holders.unheld.push(lease.name.clone()),
+        }
+    }
+    holders
+}
+
+/// kube-controller-manager holds the locks in `on_kcm`: it runs their controllers, or, when the cluster
+/// shows it has no cloud provider, runs them nowhere (and what to do about that).
+fn held_by_kcm(observation: &Observation, on_kcm: &[String]) -> Condition {
+    let kind = CONDITIONS[2];
+    if let Some(evidence) = kcm_without_cloud_provider(observation) {
+        return condition(
+            kind,
+            Status::False,
+            "HeldByExternalKubeControllerManager",
+            format!(
+                "kube-controller-manager holds {} but has no cloud provider to run its controllers with \
+                 ({evidence}): they run nowhere. Restart kube-controller-manager without \
+                 --enable-leader-migration (it contends for the migration Lease whenever leader migration \
+                 is on, whatever its configuration assigns, and never releases it); once the Lease \
+                 expires, cloud-controller-manager's leader takes it",
+                on_kcm.join(", ")
+            ),
+        );
+    }
+    condition(
+        kind,
+        Status::False,
+        "HeldByKubeControllerManager",
+        format!(
+            "kube-controller-manager still runs the migrated controllers: {}",
+            on_kcm.join(", ")
+        ),
+    )
 }
 
 /// Why kube-controller-manager cannot be running cloud controllers, if the cluster shows it: every visible

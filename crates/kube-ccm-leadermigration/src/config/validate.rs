@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use super::decode::{Document, DocumentLines};
 use super::errors::{FieldError, Problem};
 use super::{
-    ANY_COMPONENT, CLOUD_CONTROLLER_MANAGER, Component, KUBE_CONTROLLER_MANAGER, LEASES,
-    LeaderMigrationConfiguration, LoadedConfig, MigratedController, MigrationConfig, MigrationLock,
+    ANY_COMPONENT, CLOUD_CONTROLLER_MANAGER, Component, ControllerLeaderConfiguration,
+    KUBE_CONTROLLER_MANAGER, LEASES, LeaderMigrationConfiguration, LoadedConfig, MigratedController,
+    MigrationConfig, MigrationLock,
 };
 use crate::controller_name::{ControllerCatalog, ControllerName};
 
@@ -48,7 +49,7 @@ pub fn upstream_errors(config: &LeaderMigrationConfiguration) -> Vec<FieldError>
     errors
 }
 
-/// Where a controller was first claimed, to report a second claim.
+/// A claim on a controller: where an entry lists it, to report a second claim against the first.
 struct Claim<'a> {
     lease: &'a str,
     document: usize,
@@ -56,12 +57,16 @@ struct Claim<'a> {
 }
 
 /// Validates every document of one file, and the rules between documents.
+///
+/// Each document's checks run in groups, in this order: upstream's rules, the lease name, the lock kind,
+/// then each controller entry; its problems are then sorted by line (the sort is stable, so problems on
+/// one line keep that order).
 pub(super) fn validate_documents(
     documents: &[Document],
     catalog: &ControllerCatalog,
 ) -> Result<LoadedConfig, Vec<Problem>> {
     let mut problems = Vec::new();
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<Problem> = Vec::new();
     let mut claims: HashMap<ControllerName, Claim<'_>> = HashMap::new();
     let mut leases: HashMap<&str, usize> = HashMap::new();
     let mut locks = Vec::new();
@@ -73,141 +78,29 @@ pub(super) fn validate_documents(
             .iter()
             .map(|error| Problem::from_field_error(line_of(lines, &error.path), error))
             .collect();
-        let at = |path: &str, error: FieldError| Problem::from_field_error(line_of(lines, path), &error);
+        document_problems.extend(lease_name_problem(config, lines, document_index, &mut leases));
+        document_problems.extend(resource_lock_problem(config, lines));
 
-        // The lease name.
-        if !config.leader_name.is_empty() {
-            if let Some(detail) = dns1123_subdomain_error(&config.leader_name) {
-                document_problems.push(at(
-                    "leaderName",
-                    FieldError::invalid("leaderName", &config.leader_name, detail),
-                ));
-            } else if [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER]
-                .contains(&config.leader_name.as_str())
-            {
-                document_problems.push(
-                    at(
-                        "leaderName",
-                        FieldError::invalid("leaderName", &config.leader_name, "is the main leader-election lease of a controller manager"),
-                    )
-                    .hint("the migration lease must be a Lease of its own; upstream's default is cloud-provider-extraction-migration"),
-                );
-            } else if let Some(first) = leases.insert(config.leader_name.as_str(), document_index) {
-                document_problems.push(at(
-                    "leaderName",
-                    FieldError::duplicate(
-                        "leaderName",
-                        &config.leader_name,
-                        format!("already the lease of document {}", first + 1),
-                    ),
-                ));
-            }
-        }
-
-        // The lock kind.
-        if config.resource_lock == ENDPOINTS {
-            document_problems.push(
-                at(
-                    "resourceLock",
-                    FieldError::not_supported(
-                        "resourceLock",
-                        ENDPOINTS,
-                        "client-go no longer has Endpoints locks (removed by kubernetes/kubernetes#106852); upstream accepts the value here and then fails at start-up",
-                    ),
-                )
-                .hint(format!("use resourceLock: {LEASES}, or apiVersion controllermanager.config.k8s.io/v1, which implies it")),
-            );
-        }
-
-        // The controllers.
         let mut controllers = Vec::new();
         for (index, leader) in config.controller_leaders.iter().enumerate() {
-            let name_path = format!("controllerLeaders[{index}].name");
-            let component_path = format!("controllerLeaders[{index}].component");
-            if !leader.component.is_empty()
-                && ![ANY_COMPONENT, KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER]
-                    .contains(&leader.component.as_str())
-            {
-                warnings.push(
-                    Problem::error(
-                        line_of(lines, &component_path),
-                        Some(component_path.clone()),
-                        format!("{:?} is neither kube-controller-manager, cloud-controller-manager nor \"*\"", leader.component),
-                    )
-                    .warning()
-                    .hint(format!(
-                        "only a manager started with --leader-migration-component={} will run {}; every other one treats it as owned elsewhere",
-                        leader.component, leader.name
-                    )),
-                );
-            }
-            if leader.name.is_empty() {
-                continue;
-            }
-            if leader.name == ANY_COMPONENT {
-                document_problems.push(
-                    at(
-                        &name_path,
-                        FieldError::invalid(
-                            &name_path,
-                            &leader.name,
-                            "\"*\" is a wildcard for component, not for name",
-                        ),
-                    )
-                    .hint("list each controller to migrate by name"),
-                );
-                continue;
-            }
-            let Some(entry) = catalog.resolve(&leader.name) else {
-                let mut problem = at(
-                    &name_path,
-                    FieldError::invalid(&name_path, &leader.name, "not a known controller"),
-                );
-                if let Some(suggestion) = closest_name(&leader.name, catalog) {
-                    problem = problem.hint(format!("did you mean {suggestion}?"));
+            warnings.extend(component_warning(leader, index, lines));
+            let name = match resolve_leader(leader, index, lines, catalog) {
+                Ok(Some(name)) => name,
+                Ok(None) => continue,
+                Err(problem) => {
+                    document_problems.push(problem);
+                    continue;
                 }
-                document_problems.push(problem);
-                continue;
             };
-            let name = entry.name;
-            let resolved = if name.as_str() == leader.name {
-                String::new()
-            } else {
-                format!(" ({} is an alias of {name})", leader.name)
+            let claim = Claim {
+                lease: &config.leader_name,
+                document: document_index,
+                written: &leader.name,
             };
-            match claims.get(&name) {
-                Some(claim) if claim.document == document_index => document_problems.push(at(
-                    &name_path,
-                    FieldError::duplicate(
-                        &name_path,
-                        name.as_str(),
-                        format!("already listed as {:?}{resolved}", claim.written),
-                    ),
-                )),
-                Some(claim) => document_problems.push(
-                    at(
-                        &name_path,
-                        FieldError::duplicate(
-                            &name_path,
-                            name.as_str(),
-                            format!(
-                                "already governed by lease {:?} (document {}){resolved}",
-                                claim.lease,
-                                claim.document + 1
-                            ),
-                        ),
-                    )
-                    .hint("no controller may be in two migration locks"),
-                ),
+            match claim_problem(&claims, name, &claim, index, lines) {
+                Some(problem) => document_problems.push(problem),
                 None => {
-                    claims.insert(
-                        name,
-                        Claim {
-                            lease: &config.leader_name,
-                            document: document_index,
-                            written: &leader.name,
-                        },
-                    );
+                    claims.insert(name, claim);
                 }
             }
             if !leader.component.is_empty() {
@@ -233,6 +126,166 @@ pub(super) fn validate_documents(
     } else {
         problems.extend(warnings);
         Err(problems)
+    }
+}
+
+/// A problem located at `path`'s line: the one way every check below turns a field error into a problem.
+fn problem_at(lines: &DocumentLines, path: &str, error: FieldError) -> Problem {
+    Problem::from_field_error(line_of(lines, path), &error)
+}
+
+/// The lease name's problem, if any: not a DNS subdomain, the main lease of a controller manager, or
+/// already an earlier document's lease. A lease name that passes the first two is recorded in `leases`
+/// (replacing an earlier document's), so that later documents are checked against it.
+fn lease_name_problem<'a>(
+    config: &'a LeaderMigrationConfiguration,
+    lines: &DocumentLines,
+    document_index: usize,
+    leases: &mut HashMap<&'a str, usize>,
+) -> Option<Problem> {
+    if config.leader_name.is_empty() {
+        return None;
+    }
+    let at = |error: FieldError| problem_at(lines, "leaderName", error);
+    if let Some(detail) = dns1123_subdomain_error(&config.leader_name) {
+        Some(at(FieldError::invalid("leaderName", &config.leader_name, detail)))
+    } else if [KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER].contains(&config.leader_name.as_str()) {
+        Some(
+            at(FieldError::invalid(
+                "leaderName",
+                &config.leader_name,
+                "is the main leader-election lease of a controller manager",
+            ))
+            .hint("the migration lease must be a Lease of its own; upstream's default is cloud-provider-extraction-migration"),
+        )
+    } else if let Some(first) = leases.insert(config.leader_name.as_str(), document_index) {
+        Some(at(FieldError::duplicate(
+            "leaderName",
+            &config.leader_name,
+            format!("already the lease of document {}", first + 1),
+        )))
+    } else {
+        None
+    }
+}
+
+/// The lock kind's problem, if any: `endpoints`, which upstream accepts but client-go can no longer lock
+/// with.
+fn resource_lock_problem(config: &LeaderMigrationConfiguration, lines: &DocumentLines) -> Option<Problem> {
+    (config.resource_lock == ENDPOINTS).then(|| {
+        problem_at(
+            lines,
+            "resourceLock",
+            FieldError::not_supported(
+                "resourceLock",
+                ENDPOINTS,
+                "client-go no longer has Endpoints locks (removed by kubernetes/kubernetes#106852); upstream accepts the value here and then fails at start-up",
+            ),
+        )
+        .hint(format!("use resourceLock: {LEASES}, or apiVersion controllermanager.config.k8s.io/v1, which implies it"))
+    })
+}
+
+/// A warning for a `controllerLeaders` entry whose component is none a manager is started with: allowed,
+/// but most likely a typo that leaves its controller to no one.
+fn component_warning(
+    leader: &ControllerLeaderConfiguration,
+    index: usize,
+    lines: &DocumentLines,
+) -> Option<Problem> {
+    if leader.component.is_empty()
+        || [ANY_COMPONENT, KUBE_CONTROLLER_MANAGER, CLOUD_CONTROLLER_MANAGER]
+            .contains(&leader.component.as_str())
+    {
+        return None;
+    }
+    let component_path = format!("controllerLeaders[{index}].component");
+    Some(
+        Problem::error(
+            line_of(lines, &component_path),
+            Some(component_path),
+            format!(
+                "{:?} is neither kube-controller-manager, cloud-controller-manager nor \"*\"",
+                leader.component
+            ),
+        )
+        .warning()
+        .hint(format!(
+            "only a manager started with --leader-migration-component={} will run {}; every other one treats it as owned elsewhere",
+            leader.component, leader.name
+        )),
+    )
+}
+
+/// The canonical name a `controllerLeaders` entry names: `Ok(None)` when it names none (upstream's rule
+/// reports that), `Err` for the wildcard or an unknown name (with the nearest known one as a hint).
+fn resolve_leader(
+    leader: &ControllerLeaderConfiguration,
+    index: usize,
+    lines: &DocumentLines,
+    catalog: &ControllerCatalog,
+) -> Result<Option<ControllerName>, Problem> {
+    if leader.name.is_empty() {
+        return Ok(None);
+    }
+    let name_path = format!("controllerLeaders[{index}].name");
+    let at = |error: FieldError| problem_at(lines, &name_path, error);
+    if leader.name == ANY_COMPONENT {
+        return Err(at(FieldError::invalid(
+            &name_path,
+            &leader.name,
+            "\"*\" is a wildcard for component, not for name",
+        ))
+        .hint("list each controller to migrate by name"));
+    }
+    let Some(entry) = catalog.resolve(&leader.name) else {
+        let mut problem = at(FieldError::invalid(
+            &name_path,
+            &leader.name,
+            "not a known controller",
+        ));
+        if let Some(suggestion) = closest_name(&leader.name, catalog) {
+            problem = problem.hint(format!("did you mean {suggestion}?"));
+        }
+        return Err(problem);
+    };
+    Ok(Some(entry.name))
+}
+
+/// The problem with `claim` on `name`, if an earlier entry claimed it: in the same document, or in
+/// another document's lock. Without one, the caller records the claim.
+fn claim_problem(
+    claims: &HashMap<ControllerName, Claim<'_>>,
+    name: ControllerName,
+    claim: &Claim<'_>,
+    index: usize,
+    lines: &DocumentLines,
+) -> Option<Problem> {
+    let first = claims.get(&name)?;
+    let name_path = format!("controllerLeaders[{index}].name");
+    let resolved = if name.as_str() == claim.written {
+        String::new()
+    } else {
+        format!(" ({} is an alias of {name})", claim.written)
+    };
+    let at = |detail: String| {
+        problem_at(
+            lines,
+            &name_path,
+            FieldError::duplicate(&name_path, name.as_str(), detail),
+        )
+    };
+    if first.document == claim.document {
+        Some(at(format!("already listed as {:?}{resolved}", first.written)))
+    } else {
+        Some(
+            at(format!(
+                "already governed by lease {:?} (document {}){resolved}",
+                first.lease,
+                first.document + 1
+            ))
+            .hint("no controller may be in two migration locks"),
+        )
     }
 }
 
@@ -539,6 +592,98 @@ mod tests {
                 "f: warning: controllerLeaders[0].component: \"cloud-controler-manager\" is neither kube-controller-manager, cloud-controller-manager nor \"*\"\n  hint: only a manager started with --leader-migration-component=cloud-controler-manager will run route; every other one treats it as owned elsewhere",
             ],
         );
+    }
+
+    #[test]
+    fn an_entry_resolves_to_a_canonical_name_or_a_problem() {
+        let catalog = crate::controller_name::test_catalog();
+        let lines = DocumentLines::default();
+        // (case, the name as written, the canonical name or the rendered problem)
+        let cases = [
+            ("no name: upstream's rule reports it", "", "nothing to check"),
+            (
+                "a canonical name",
+                "node-route-controller",
+                "node-route-controller",
+            ),
+            ("an alias", "route", "node-route-controller"),
+            (
+                "the wildcard",
+                "*",
+                "f: controllerLeaders[0].name: Invalid value: \"*\": \"*\" is a wildcard for component, not for name\n  hint: list each controller to migrate by name",
+            ),
+            (
+                "a typo, with the nearest name",
+                "cloud-nodelifecycle-controller",
+                "f: controllerLeaders[0].name: Invalid value: \"cloud-nodelifecycle-controller\": not a known controller\n  hint: did you mean cloud-node-lifecycle-controller?",
+            ),
+            (
+                "an unknown name, nothing near",
+                "grey",
+                "f: controllerLeaders[0].name: Invalid value: \"grey\": not a known controller",
+            ),
+        ];
+        for (case, written, expected) in cases {
+            let leader = ControllerLeaderConfiguration::new(written, "*");
+            let got = match resolve_leader(&leader, 0, &lines, &catalog) {
+                Ok(Some(name)) => name.as_str().to_owned(),
+                Ok(None) => "nothing to check".to_owned(),
+                Err(problem) => problem.render("f"),
+            };
+            assert_eq!(got, expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_second_claim_on_a_controller_is_a_problem() {
+        let catalog = crate::controller_name::test_catalog();
+        let resolve = |name: &str| catalog.resolve(name).expect("a known controller").name;
+        let claims = HashMap::from([(
+            resolve("route"),
+            Claim {
+                lease: "a",
+                document: 0,
+                written: "route",
+            },
+        )]);
+        let lines = DocumentLines::default();
+        // (case, the name as written, its document, the rendered problem if any)
+        let cases = [
+            (
+                "listed twice in one document",
+                "route",
+                0,
+                Some(
+                    "f: controllerLeaders[1].name: Duplicate value: \"node-route-controller\": already listed as \"route\" (route is an alias of node-route-controller)",
+                ),
+            ),
+            (
+                "by its canonical name in one document",
+                "node-route-controller",
+                0,
+                Some(
+                    "f: controllerLeaders[1].name: Duplicate value: \"node-route-controller\": already listed as \"route\"",
+                ),
+            ),
+            (
+                "in another document's lock",
+                "node-route-controller",
+                1,
+                Some(
+                    "f: controllerLeaders[1].name: Duplicate value: \"node-route-controller\": already governed by lease \"a\" (document 1)\n  hint: no controller may be in two migration locks",
+                ),
+            ),
+            ("a controller no one claimed", "service", 1, None),
+        ];
+        for (case, written, document, expected) in cases {
+            let claim = Claim {
+                lease: "b",
+                document,
+                written,
+            };
+            let got = claim_problem(&claims, resolve(written), &claim, 1, &lines).map(|p| p.render("f"));
+            assert_eq!(got.as_deref(), expected, "{case}");
+        }
     }
 
     #[test]

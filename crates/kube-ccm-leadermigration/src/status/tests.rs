@@ -262,6 +262,124 @@ fn after_migration_is_switched_off_the_unused_lock_counts_as_cloud_side() {
 }
 
 #[test]
+fn migration_is_off_only_when_every_visible_cloud_controller_manager_runs_without_it() {
+    let ccm = |name: &str, migration: bool| {
+        let mut argv = vec!["cloud-controller-manager"];
+        if migration {
+            argv.push("--enable-leader-migration");
+        }
+        pod(name, &argv)
+    };
+    let kcm = || pod("kcm", &["kube-controller-manager", "--enable-leader-migration"]);
+    let cases: Vec<(&str, Visibility<Vec<ManagerPod>>, Option<bool>)> = vec![
+        (
+            "pods not visible",
+            Visibility::Hidden("forbidden".to_owned()),
+            None,
+        ),
+        (
+            "no cloud-controller-manager pod",
+            Visibility::Visible(vec![kcm()]),
+            None,
+        ),
+        (
+            "one without leader migration",
+            Visibility::Visible(vec![kcm(), ccm("a", false)]),
+            Some(true),
+        ),
+        (
+            "one with it",
+            Visibility::Visible(vec![ccm("a", true)]),
+            Some(false),
+        ),
+        (
+            "mid-roll: one without it, one with it",
+            Visibility::Visible(vec![ccm("a", false), ccm("b", true)]),
+            Some(false),
+        ),
+    ];
+    for (case, pods, expected) in cases {
+        let observation = Observation { pods, ..mid_roll() };
+        assert_eq!(ccm_migration_off(&observation), expected, "{case}");
+    }
+}
+
+/// `(case, the migration Lease's holder, whether an unheld lock is on the cloud side, the locks on
+/// kube-controller-manager, unheld and unattributed, since)`.
+type HoldersCase<'a> = (
+    &'a str,
+    Option<&'a str>,
+    bool,
+    &'a [&'a str],
+    &'a [&'a str],
+    &'a [&'a str],
+    Option<i64>,
+);
+
+#[test]
+fn the_migration_locks_are_sorted_by_holder() {
+    let cases: Vec<HoldersCase<'_>> = vec![
+        (
+            "held by cloud-controller-manager's leader: since it took the lock",
+            Some("ccm-a"),
+            false,
+            &[],
+            &[],
+            &[],
+            Some(NOW - 30),
+        ),
+        (
+            "held by kube-controller-manager's leader",
+            Some("kcm-a"),
+            false,
+            &["cloud-provider-extraction-migration (held by kcm-a)"],
+            &[],
+            &[],
+            None,
+        ),
+        (
+            "held by neither leader",
+            Some("other"),
+            false,
+            &[],
+            &[],
+            &["cloud-provider-extraction-migration (held by other)"],
+            None,
+        ),
+        (
+            "held by no one",
+            None,
+            false,
+            &[],
+            &["cloud-provider-extraction-migration"],
+            &[],
+            None,
+        ),
+        (
+            "unused, leader migration being off: since the leader took its main Lease",
+            None,
+            true,
+            &[],
+            &[],
+            &[],
+            Some(NOW - 600),
+        ),
+    ];
+    for (case, holder, unheld_is_cloud_side, on_kcm, unheld, unattributed, since) in cases {
+        let mut observation = mid_roll();
+        observation.migration_leases[0].0 = LeaseObservation {
+            acquired: Some(NOW - 30),
+            ..lease("cloud-provider-extraction-migration", holder, 1)
+        };
+        let holders = lock_holders(&observation, unheld_is_cloud_side);
+        assert_eq!(holders.on_kcm, on_kcm, "{case}: on kube-controller-manager");
+        assert_eq!(holders.unheld, unheld, "{case}: unheld");
+        assert_eq!(holders.unattributed, unattributed, "{case}: unattributed");
+        assert_eq!(holders.since, since, "{case}: since");
+    }
+}
+
+#[test]
 fn a_holder_that_stopped_renewing_is_stale_and_no_longer_leads() {
     let mut observation = mid_roll();
     observation.kcm_lease = lease("kube-controller-manager", Some("kcm-a"), 40);

@@ -107,122 +107,111 @@ enum Section {
     Ignored,
 }
 
-impl CloudConfig {
-    /// Parses and validates `text`.
-    pub fn parse(text: &str) -> Result<Parsed, ConfigError> {
-        let mut config = CloudConfig {
-            cluster_service_shared_load_balancer_health_probe_port: 10256,
-            cluster_service_shared_load_balancer_health_probe_path: "/healthz".into(),
-            ..CloudConfig::default()
+/// A cloud-config being read, item by item, for [`CloudConfig::parse`]: one method per kind of item, and
+/// the checks that need the whole file at the end.
+struct Reader {
+    /// `[Global]` so far, with the defaults.
+    config: CloudConfig,
+    /// Unknown sections and keys so far.
+    warnings: Vec<String>,
+    /// Where the keys that follow go; an unknown section's keys go nowhere.
+    section: Option<Section>,
+    /// The `[ServiceOverride]` sections so far, with their header's line and their name; checked at the end.
+    overrides: Vec<(usize, String, ServiceOverride)>,
+}
+
+impl Reader {
+    /// A section header: `[Global]`, a named `[ServiceOverride]` (each name once), or an unknown section,
+    /// whose keys are ignored with a warning; a nameless `[ServiceOverride]` is an error.
+    fn open_section(&mut self, line: usize, name: &str, sub: Option<String>) -> Result<(), ConfigError> {
+        let lower = name.to_ascii_lowercase();
+        let section = match (lower.as_str(), &sub) {
+            ("global", None) => Section::Global,
+            ("serviceoverride", Some(key)) => {
+                if self.overrides.iter().any(|(_, k, _)| k == key) {
+                    return Err(ConfigError::new(
+                        line,
+                        format!("[ServiceOverride {key:?}] appears twice"),
+                    ));
+                }
+                self.overrides
+                    .push((line, key.clone(), ServiceOverride::default()));
+                Section::Override(self.overrides.len() - 1)
+            }
+            ("serviceoverride", None) => {
+                return Err(ConfigError::new(
+                    line,
+                    "[ServiceOverride] needs a name, e.g. [ServiceOverride \"1\"]".to_owned(),
+                ));
+            }
+            _ => {
+                let header = match &sub {
+                    Some(sub) => format!("{name} {sub:?}"),
+                    None => name.to_owned(),
+                };
+                self.warnings.push(format!(
+                    "line {line}: section [{header}] is unknown, ignored with its keys"
+                ));
+                Section::Ignored
+            }
         };
-        let mut warnings = Vec::new();
-        // Where the keys that follow go; an unknown section's keys go nowhere.
-        let mut section: Option<Section> = None;
-        let mut overrides: Vec<(usize, String, ServiceOverride)> = Vec::new();
-        for item in gcfg::read(text)? {
-            match item {
-                Item::Section { line, name, sub } => {
-                    let lower = name.to_ascii_lowercase();
-                    section = Some(match (lower.as_str(), &sub) {
-                        ("global", None) => Section::Global,
-                        ("serviceoverride", Some(key)) => {
-                            if overrides.iter().any(|(_, k, _)| k == key) {
-                                return Err(ConfigError::new(
-                                    line,
-                                    format!("[ServiceOverride {key:?}] appears twice"),
-                                ));
-                            }
-                            overrides.push((line, key.clone(), ServiceOverride::default()));
-                            Section::Override(overrides.len() - 1)
-                        }
-                        ("serviceoverride", None) => {
-                            return Err(ConfigError::new(
-                                line,
-                                "[ServiceOverride] needs a name, e.g. [ServiceOverride \"1\"]".to_owned(),
-                            ));
-                        }
-                        _ => {
-                            let header = match &sub {
-                                Some(sub) => format!("{name} {sub:?}"),
-                                None => name.clone(),
-                            };
-                            warnings.push(format!(
-                                "line {line}: section [{header}] is unknown, ignored with its keys"
-                            ));
-                            Section::Ignored
-                        }
-                    });
-                }
-                Item::Key { line, key, value } => {
-                    let Some(section) = section else {
-                        return Err(ConfigError::new(
-                            line,
-                            format!("{key}: a key outside any section"),
-                        ));
-                    };
-                    match section {
-                        Section::Global => {
-                            let at =
-                                |message: &str| ConfigError::new(line, format!("[Global] {key}: {message}"));
-                            if !config.set(&key, &value).map_err(|m| at(&m))? {
-                                warnings.push(format!("line {line}: [Global] {key}: unknown key, ignored"));
-                            }
-                        }
-                        Section::Override(index) => {
-                            let Some((_, _, entry)) = overrides.get_mut(index) else {
-                                return Err(ConfigError::new(line, format!("{key}: no such section")));
-                            };
-                            let slot = match key.to_ascii_lowercase().as_str() {
-                                "service" => &mut entry.service,
-                                "region" => &mut entry.region,
-                                "url" => &mut entry.url,
-                                "signingregion" => &mut entry.signing_region,
-                                "signingmethod" => &mut entry.signing_method,
-                                "signingname" => &mut entry.signing_name,
-                                _ => {
-                                    warnings.push(format!(
-                                        "line {line}: [ServiceOverride] {key}: unknown key, ignored"
-                                    ));
-                                    continue;
-                                }
-                            };
-                            *slot = value;
-                        }
-                        Section::Ignored => {}
-                    }
-                }
-            }
-        }
-        for (line, key, entry) in overrides {
-            let error = |message: &str| ConfigError {
+        self.section = Some(section);
+        Ok(())
+    }
+
+    /// A `key = value` line, set in the section it is in; an unknown key is a warning, a bad value or a
+    /// key outside any section an error.
+    fn set_key(&mut self, line: usize, key: &str, value: String) -> Result<(), ConfigError> {
+        let Some(section) = self.section else {
+            return Err(ConfigError::new(
                 line,
-                message: format!("[ServiceOverride {key:?}] {message}"),
-            };
-            for (field, value) in [
-                ("Service", &entry.service),
-                ("Region", &entry.region),
-                ("URL", &entry.url),
-                ("SigningRegion", &entry.signing_region),
-            ] {
-                if value.trim().is_empty() {
-                    return Err(error(&format!("{field} is required")));
+                format!("{key}: a key outside any section"),
+            ));
+        };
+        match section {
+            Section::Global => {
+                let at = |message: &str| ConfigError::new(line, format!("[Global] {key}: {message}"));
+                if !self.config.set(key, &value).map_err(|m| at(&m))? {
+                    self.warnings
+                        .push(format!("line {line}: [Global] {key}: unknown key, ignored"));
                 }
             }
-            if !entry.url.starts_with("http://") && !entry.url.starts_with("https://") {
-                return Err(error(&format!("URL {:?} is not an http(s) URL", entry.url)));
+            Section::Override(index) => {
+                let Some((_, _, entry)) = self.overrides.get_mut(index) else {
+                    return Err(ConfigError::new(line, format!("{key}: no such section")));
+                };
+                let slot = match key.to_ascii_lowercase().as_str() {
+                    "service" => &mut entry.service,
+                    "region" => &mut entry.region,
+                    "url" => &mut entry.url,
+                    "signingregion" => &mut entry.signing_region,
+                    "signingmethod" => &mut entry.signing_method,
+                    "signingname" => &mut entry.signing_name,
+                    _ => {
+                        self.warnings.push(format!(
+                            "line {line}: [ServiceOverride] {key}: unknown key, ignored"
+                        ));
+                        return Ok(());
+                    }
+                };
+                *slot = value;
             }
-            let service = normalise_service(&entry.service);
-            if config
-                .service_overrides
-                .iter()
-                .any(|o| normalise_service(&o.service) == service && o.region == entry.region)
-            {
-                return Err(error(&format!(
-                    "a second override for {} in {}",
-                    entry.service, entry.region
-                )));
-            }
-            config.service_overrides.push(entry);
+            Section::Ignored => {}
+        }
+        Ok(())
+    }
+
+    /// The checks that need the whole file: each `[ServiceOverride]`, in file order, then the default
+    /// address family and the two cluster IDs.
+    fn finish(self) -> Result<Parsed, ConfigError> {
+        let Reader {
+            mut config,
+            warnings,
+            overrides,
+            ..
+        } = self;
+        for (line, key, entry) in overrides {
+            config.add_service_override(line, &key, entry)?;
         }
         if config.node_ip_families.is_empty() {
             config.node_ip_families.push(IpFamily::V4);
@@ -240,6 +229,69 @@ impl CloudConfig {
             });
         }
         Ok(Parsed { config, warnings })
+    }
+}
+
+impl CloudConfig {
+    /// Parses and validates `text`.
+    pub fn parse(text: &str) -> Result<Parsed, ConfigError> {
+        let mut reader = Reader {
+            config: CloudConfig {
+                cluster_service_shared_load_balancer_health_probe_port: 10256,
+                cluster_service_shared_load_balancer_health_probe_path: "/healthz".into(),
+                ..CloudConfig::default()
+            },
+            warnings: Vec::new(),
+            section: None,
+            overrides: Vec::new(),
+        };
+        for item in gcfg::read(text)? {
+            match item {
+                Item::Section { line, name, sub } => reader.open_section(line, &name, sub)?,
+                Item::Key { line, key, value } => reader.set_key(line, &key, value)?,
+            }
+        }
+        reader.finish()
+    }
+
+    /// Checks the `[ServiceOverride]` named `key` (its header at `line`) and adds it: it needs every field
+    /// but the signing method and name, an http(s) URL, and no earlier override for its service and region.
+    fn add_service_override(
+        &mut self,
+        line: usize,
+        key: &str,
+        entry: ServiceOverride,
+    ) -> Result<(), ConfigError> {
+        let error = |message: &str| ConfigError {
+            line,
+            message: format!("[ServiceOverride {key:?}] {message}"),
+        };
+        for (field, value) in [
+            ("Service", &entry.service),
+            ("Region", &entry.region),
+            ("URL", &entry.url),
+            ("SigningRegion", &entry.signing_region),
+        ] {
+            if value.trim().is_empty() {
+                return Err(error(&format!("{field} is required")));
+            }
+        }
+        if !entry.url.starts_with("http://") && !entry.url.starts_with("https://") {
+            return Err(error(&format!("URL {:?} is not an http(s) URL", entry.url)));
+        }
+        let service = normalise_service(&entry.service);
+        if self
+            .service_overrides
+            .iter()
+            .any(|o| normalise_service(&o.service) == service && o.region == entry.region)
+        {
+            return Err(error(&format!(
+                "a second override for {} in {}",
+                entry.service, entry.region
+            )));
+        }
+        self.service_overrides.push(entry);
+        Ok(())
     }
 
     /// Sets a `[Global]` key; `Ok(false)` for an unknown key, `Err` for a bad value.
@@ -509,6 +561,66 @@ mod tests {
                 expected,
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn a_service_override_needs_its_fields_an_http_url_and_no_twin() {
+        let override_of = |service: &str, region: &str, url: &str, signing_region: &str| ServiceOverride {
+            service: service.to_owned(),
+            region: region.to_owned(),
+            url: url.to_owned(),
+            signing_region: signing_region.to_owned(),
+            ..ServiceOverride::default()
+        };
+        let existing = override_of("elb", "us-east-1", "https://elb.example", "us-east-1");
+        // (case, the override named "2" at line 3, the error if any)
+        let cases = [
+            (
+                "complete",
+                override_of("ec2", "us-east-1", "https://ec2.example", "us-east-1"),
+                None,
+            ),
+            (
+                "the same service in another region",
+                override_of("elb", "us-west-2", "http://elb.example", "us-west-2"),
+                None,
+            ),
+            (
+                "no service",
+                override_of(" ", "us-east-1", "https://x", "us-east-1"),
+                Some("cloud-config line 3: [ServiceOverride \"2\"] Service is required"),
+            ),
+            (
+                "no signing region",
+                override_of("ec2", "us-east-1", "https://x", ""),
+                Some("cloud-config line 3: [ServiceOverride \"2\"] SigningRegion is required"),
+            ),
+            (
+                "not an http(s) URL",
+                override_of("ec2", "us-east-1", "ftp://x", "us-east-1"),
+                Some("cloud-config line 3: [ServiceOverride \"2\"] URL \"ftp://x\" is not an http(s) URL"),
+            ),
+            (
+                "the same service and region, by the service's other name",
+                override_of("Elastic Load Balancing", "us-east-1", "https://x", "us-east-1"),
+                Some(
+                    "cloud-config line 3: [ServiceOverride \"2\"] a second override for Elastic Load Balancing in us-east-1",
+                ),
+            ),
+        ];
+        for (case, entry, expected) in cases {
+            let mut config = CloudConfig {
+                service_overrides: vec![existing.clone()],
+                ..CloudConfig::default()
+            };
+            let got = config
+                .add_service_override(3, "2", entry)
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(got.as_deref(), expected, "{case}");
+            let added = if expected.is_none() { 2 } else { 1 };
+            assert_eq!(config.service_overrides.len(), added, "{case}: added");
         }
     }
 

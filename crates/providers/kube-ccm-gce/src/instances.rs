@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use google_cloud_compute_v1::model::network_interface::Ipv6AccessType;
-use google_cloud_compute_v1::model::{Instance, NetworkInterface, instance};
+use google_cloud_compute_v1::model::{Instance, InstanceAggregatedList, NetworkInterface, instance};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube_ccm_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 
@@ -88,6 +88,108 @@ impl Lookup {
     }
 }
 
+/// What the `aggregatedList` pages showed, gathered for [`lookup`] to judge each instance by once every
+/// page is in.
+#[derive(Default)]
+struct Listed {
+    /// The instances found, by project and name (one name can be in several zones).
+    found: HashMap<(String, String), Vec<Instance>>,
+    /// Per project, the zones that did not answer.
+    unreachable: HashMap<String, BTreeSet<String>>,
+    /// The projects whose list as a whole may be partial.
+    partial: BTreeSet<String>,
+}
+
+impl Listed {
+    /// Adds one page of `project`'s list: a warning on the whole list, the zones that did not answer and
+    /// the instances. The next page's token, if there is one.
+    fn add_page(&mut self, project: &str, page: InstanceAggregatedList) -> Option<String> {
+        use google_cloud_compute_v1::model::instance_aggregated_list::warning::Code as ListCode;
+        use google_cloud_compute_v1::model::instances_scoped_list::warning::Code as ScopeCode;
+        if page
+            .warning
+            .as_ref()
+            .and_then(|w| w.code.as_ref())
+            .is_some_and(|code| matches!(code, ListCode::Unreachable | ListCode::PartialSuccess))
+        {
+            self.partial.insert(project.to_owned());
+        }
+        let zones = self.unreachable.entry(project.to_owned()).or_default();
+        zones.extend(
+            page.unreachables
+                .iter()
+                .map(|scope| last_component(scope).to_owned()),
+        );
+        for (scope, scoped) in page.items {
+            if scoped
+                .warning
+                .as_ref()
+                .and_then(|w| w.code.as_ref())
+                .is_some_and(|code| matches!(code, ScopeCode::Unreachable))
+            {
+                zones.insert(last_component(&scope).to_owned());
+            }
+            for instance in scoped.instances {
+                let name = instance.name.clone().unwrap_or_default();
+                self.found
+                    .entry((project.to_owned(), name))
+                    .or_default()
+                    .push(instance);
+            }
+        }
+        page.next_page_token.filter(|t| !t.is_empty())
+    }
+}
+
+/// What Compute says of `r`, judged from what its project's list showed: found when exactly one instance
+/// is in a zone it could be in; unknown when two are, or when the list was partial or a zone it could be
+/// in did not answer; else absent. `managed_zone` tells the zones a reference without one could be in.
+fn lookup(r: &InstanceRef, listed: &Listed, managed_zone: impl Fn(&str) -> bool) -> Lookup {
+    if !is_compute_name(&r.name) {
+        return Lookup::Invalid(format!(
+            "{:?} is not a Compute instance name, so no instance can be looked up for it",
+            r.name
+        ));
+    }
+    let candidates = listed
+        .found
+        .get(&(r.project.clone(), r.name.clone()))
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let zone_of = |i: &Instance| last_component(i.zone.as_deref().unwrap_or_default()).to_owned();
+    let in_scope = |zone: &str| match &r.zone {
+        Some(wanted) => zone == wanted,
+        None => managed_zone(zone),
+    };
+    let mut matching = candidates.iter().filter(|i| in_scope(&zone_of(i)));
+    match (matching.next(), matching.next()) {
+        (Some(one), None) => Lookup::Found(Box::new(one.clone())),
+        (Some(a), Some(b)) => Lookup::Unknown(format!(
+            "instance {} is in zones {} and {}: give the node a provider ID",
+            r.name,
+            zone_of(a),
+            zone_of(b)
+        )),
+        (None, _) => {
+            let no_zones = BTreeSet::new();
+            let silent = listed.unreachable.get(&r.project).unwrap_or(&no_zones);
+            if listed.partial.contains(&r.project) {
+                Lookup::Unknown(format!(
+                    "Compute listed the instances of project {} only in part",
+                    r.project
+                ))
+            } else if let Some(zone) = silent.iter().find(|zone| in_scope(zone)) {
+                Lookup::Unknown(format!(
+                    "zone {zone} did not answer, and instance {} could be there",
+                    r.name
+                ))
+            } else {
+                Lookup::Absent
+            }
+        }
+    }
+}
+
 impl GceProvider {
     /// Where `node`'s instance is: from its provider ID, else its name in this provider's project.
     pub fn instance_ref(&self, node: &Node) -> Result<InstanceRef, CloudError> {
@@ -133,115 +235,47 @@ impl GceProvider {
         for r in refs.iter().filter(|r| is_compute_name(&r.name)) {
             names.entry(&r.project).or_default().insert(&r.name);
         }
-        let mut found: HashMap<(String, String), Vec<Instance>> = HashMap::new();
-        // Per project: the zones that did not answer, and whether the whole list may be partial.
-        let mut unreachable: HashMap<String, BTreeSet<String>> = HashMap::new();
-        let mut partial: BTreeSet<String> = BTreeSet::new();
+        let mut listed = Listed::default();
         for (project, names) in names {
             let names: Vec<&str> = names.into_iter().collect();
             for chunk in names.chunks(NAMES_PER_REQUEST) {
-                let filter = format!("name eq \"({})\"", chunk.join("|"));
-                let mut token = String::new();
-                loop {
-                    let page = self
-                        .clients
-                        .instances
-                        .aggregated_list()
-                        .set_project(project)
-                        .set_filter(filter.clone())
-                        .set_max_results(PAGE_SIZE)
-                        .set_page_token(token.clone())
-                        .attributed()
-                        .send()
-                        .await
-                        .map_err(|e| gce_error("instances.aggregatedList", e))?;
-                    use google_cloud_compute_v1::model::instance_aggregated_list::warning::Code as ListCode;
-                    use google_cloud_compute_v1::model::instances_scoped_list::warning::Code as ScopeCode;
-                    if page
-                        .warning
-                        .as_ref()
-                        .and_then(|w| w.code.as_ref())
-                        .is_some_and(|code| matches!(code, ListCode::Unreachable | ListCode::PartialSuccess))
-                    {
-                        partial.insert(project.to_owned());
-                    }
-                    let zones = unreachable.entry(project.to_owned()).or_default();
-                    zones.extend(
-                        page.unreachables
-                            .iter()
-                            .map(|scope| last_component(scope).to_owned()),
-                    );
-                    for (scope, scoped) in page.items {
-                        if scoped
-                            .warning
-                            .as_ref()
-                            .and_then(|w| w.code.as_ref())
-                            .is_some_and(|code| matches!(code, ScopeCode::Unreachable))
-                        {
-                            zones.insert(last_component(&scope).to_owned());
-                        }
-                        for instance in scoped.instances {
-                            let name = instance.name.clone().unwrap_or_default();
-                            found
-                                .entry((project.to_owned(), name))
-                                .or_default()
-                                .push(instance);
-                        }
-                    }
-                    match page.next_page_token.filter(|t| !t.is_empty()) {
-                        Some(next) => token = next,
-                        None => break,
-                    }
-                }
+                self.list_instances(project, chunk, &mut listed).await?;
             }
         }
-        let no_zones = BTreeSet::new();
         Ok(refs
             .iter()
-            .map(|r| {
-                if !is_compute_name(&r.name) {
-                    return Lookup::Invalid(format!(
-                        "{:?} is not a Compute instance name, so no instance can be looked up for it",
-                        r.name
-                    ));
-                }
-                let candidates = found
-                    .get(&(r.project.clone(), r.name.clone()))
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                let zone_of = |i: &Instance| last_component(i.zone.as_deref().unwrap_or_default()).to_owned();
-                let in_scope = |zone: &str| match &r.zone {
-                    Some(wanted) => zone == wanted,
-                    None => self.managed_zone(zone),
-                };
-                let mut matching = candidates.iter().filter(|i| in_scope(&zone_of(i)));
-                match (matching.next(), matching.next()) {
-                    (Some(one), None) => Lookup::Found(Box::new(one.clone())),
-                    (Some(a), Some(b)) => Lookup::Unknown(format!(
-                        "instance {} is in zones {} and {}: give the node a provider ID",
-                        r.name,
-                        zone_of(a),
-                        zone_of(b)
-                    )),
-                    (None, _) => {
-                        let silent = unreachable.get(&r.project).unwrap_or(&no_zones);
-                        if partial.contains(&r.project) {
-                            Lookup::Unknown(format!(
-                                "Compute listed the instances of project {} only in part",
-                                r.project
-                            ))
-                        } else if let Some(zone) = silent.iter().find(|zone| in_scope(zone)) {
-                            Lookup::Unknown(format!(
-                                "zone {zone} did not answer, and instance {} could be there",
-                                r.name
-                            ))
-                        } else {
-                            Lookup::Absent
-                        }
-                    }
-                }
-            })
+            .map(|r| lookup(r, &listed, |zone: &str| self.managed_zone(zone)))
             .collect())
+    }
+
+    /// Lists `project`'s instances named in `names` (at most [`NAMES_PER_REQUEST`]) into `listed`, page by
+    /// page; the first error ends the look-up.
+    async fn list_instances(
+        &self,
+        project: &str,
+        names: &[&str],
+        listed: &mut Listed,
+    ) -> Result<(), CloudError> {
+        let filter = format!("name eq \"({})\"", names.join("|"));
+        let mut token = String::new();
+        loop {
+            let page = self
+                .clients
+                .instances
+                .aggregated_list()
+                .set_project(project)
+                .set_filter(filter.clone())
+                .set_max_results(PAGE_SIZE)
+                .set_page_token(token.clone())
+                .attributed()
+                .send()
+                .await
+                .map_err(|e| gce_error("instances.aggregatedList", e))?;
+            match listed.add_page(project, page) {
+                Some(next) => token = next,
+                None => return Ok(()),
+            }
+        }
     }
 
     /// The instance a `gce://<project>/<zone>/<name>` provider ID names; `None` when Compute has none.
@@ -480,6 +514,117 @@ mod tests {
         assert!(is_compute_name("node-1"));
         for bad in ["Node-1", "1node", "node_1", "", "node.example", "node-"] {
             assert!(!is_compute_name(bad), "{bad}");
+        }
+    }
+
+    /// Project p's list: `one` in zone-a, `two` in zone-a and zone-b, and zone-c did not answer; project
+    /// q's list was partial.
+    fn listed() -> Listed {
+        let instance = |name: &str, zone: &str| -> Instance {
+            serde_json::from_value(serde_json::json!({
+                "name": name,
+                "zone": format!("https://www.googleapis.com/compute/v1/projects/p/zones/{zone}"),
+            }))
+            .unwrap()
+        };
+        let key = |project: &str, name: &str| (project.to_owned(), name.to_owned());
+        Listed {
+            found: HashMap::from([
+                (key("p", "one"), vec![instance("one", "zone-a")]),
+                (
+                    key("p", "two"),
+                    vec![instance("two", "zone-a"), instance("two", "zone-b")],
+                ),
+            ]),
+            unreachable: HashMap::from([("p".to_owned(), BTreeSet::from(["zone-c".to_owned()]))]),
+            partial: BTreeSet::from(["q".to_owned()]),
+        }
+    }
+
+    /// A look-up's answer, as the table below writes it.
+    fn said(lookup: Lookup) -> String {
+        match lookup {
+            Lookup::Found(instance) => format!(
+                "found in {}",
+                last_component(instance.zone.as_deref().unwrap_or_default())
+            ),
+            Lookup::Absent => "absent".to_owned(),
+            Lookup::Invalid(why) => format!("invalid: {why}"),
+            Lookup::Unknown(why) => format!("unknown: {why}"),
+        }
+    }
+
+    #[test]
+    fn each_reference_is_found_absent_or_unknown_by_what_the_lists_showed() {
+        let listed = listed();
+        let managed = |zone: &str| ["zone-a", "zone-b", "zone-c"].contains(&zone);
+        // (case, project, the provider ID's zone, name, what Compute says)
+        let cases = [
+            (
+                "a name Compute could not have",
+                "p",
+                None,
+                "Node_1",
+                "invalid: \"Node_1\" is not a Compute instance name, so no instance can be looked up for it",
+            ),
+            (
+                "in the provider ID's zone",
+                "p",
+                Some("zone-a"),
+                "one",
+                "found in zone-a",
+            ),
+            ("by name, in a managed zone", "p", None, "one", "found in zone-a"),
+            (
+                "not in the provider ID's zone",
+                "p",
+                Some("zone-b"),
+                "one",
+                "absent",
+            ),
+            (
+                "by name, in two managed zones",
+                "p",
+                None,
+                "two",
+                "unknown: instance two is in zones zone-a and zone-b: give the node a provider ID",
+            ),
+            (
+                "one of two, by provider ID",
+                "p",
+                Some("zone-b"),
+                "two",
+                "found in zone-b",
+            ),
+            (
+                "not listed, and a zone it could be in did not answer",
+                "p",
+                None,
+                "three",
+                "unknown: zone zone-c did not answer, and instance three could be there",
+            ),
+            (
+                "not listed, and only a zone it could not be in did not answer",
+                "p",
+                Some("zone-a"),
+                "three",
+                "absent",
+            ),
+            (
+                "not listed, in a project listed only in part",
+                "q",
+                Some("zone-a"),
+                "one",
+                "unknown: Compute listed the instances of project q only in part",
+            ),
+        ];
+        for (case, project, zone, name, expected) in cases {
+            let wanted = InstanceRef {
+                project: project.to_owned(),
+                zone: zone.map(str::to_owned),
+                name: name.to_owned(),
+            };
+            assert_eq!(said(lookup(&wanted, &listed, managed)), expected, "{case}");
         }
     }
 
