@@ -158,14 +158,13 @@ fn lease_name_problem<'a>(
             ))
             .hint("the migration lease must be a Lease of its own; upstream's default is cloud-provider-extraction-migration"),
         )
-    } else if let Some(first) = leases.insert(config.leader_name.as_str(), document_index) {
+    } else {
+        let first = leases.insert(config.leader_name.as_str(), document_index)?;
         Some(at(FieldError::duplicate(
             "leaderName",
             &config.leader_name,
             format!("already the lease of document {}", first + 1),
         )))
-    } else {
-        None
     }
 }
 

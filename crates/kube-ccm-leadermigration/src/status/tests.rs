@@ -271,7 +271,8 @@ fn migration_is_off_only_when_every_visible_cloud_controller_manager_runs_withou
         pod(name, &argv)
     };
     let kcm = || pod("kcm", &["kube-controller-manager", "--enable-leader-migration"]);
-    let cases: Vec<(&str, Visibility<Vec<ManagerPod>>, Option<bool>)> = vec![
+    type Case = (&'static str, Visibility<Vec<ManagerPod>>, Option<bool>);
+    let cases: Vec<Case> = vec![
         (
             "pods not visible",
             Visibility::Hidden("forbidden".to_owned()),
