@@ -1,5 +1,5 @@
 //! The controllers checks: the framework's own manager, with every built-in controller and the provider
-//! under test, against the in-process test API server ([`test_apiserver`]). Where the contract
+//! under test, against the in-process test API server ([`test_apiserver`](crate::test_apiserver)). Where the contract
 //! checks ask the provider call by call, these ask what a cluster sees: nodes initialised, a service's load
 //! balancer through its life, routes, and a node deleted only when its instance is gone.
 //!
