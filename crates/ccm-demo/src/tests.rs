@@ -1,4 +1,3 @@
-
 use ccm_audit::Overlap;
 use clap::FromArgMatches as _;
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn provider(cluster: &str) -> AwsProvider {
