@@ -5,6 +5,7 @@ use std::time::Duration;
 use kube_ccm_leadermigration::scopes::LossPolicy;
 use kube_ccm_leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig};
 
+use crate::NodeDeletion;
 use crate::client::ClientFactory;
 use kube_ccm_provider::Cidr;
 use kube_ccm_provider::flags::FlagValues;
@@ -25,6 +26,9 @@ pub struct ControllerSettings {
     pub cidr_allocator_type: String,
     /// `--node-monitor-period`: how often the lifecycle controller looks at NotReady nodes.
     pub node_monitor_period: Duration,
+    /// `--node-deletion-*`: how certain the cloud's "gone" must be before the lifecycle controller
+    /// deletes a node.
+    pub node_deletion: NodeDeletion,
     /// `--node-status-update-frequency`: how often node addresses are refreshed.
     pub node_status_update_frequency: Duration,
     /// `--route-reconciliation-period`.
@@ -42,7 +46,8 @@ pub struct ControllerSettings {
 }
 
 impl ControllerSettings {
-    /// Upstream's defaults, except the concurrency ones (see the flags' help for why).
+    /// Upstream's defaults, except the concurrency ones (see the flags' help for why) and the node deletion's
+    /// (upstream has no such settings, and deletes on the first "gone").
     pub fn defaults(cluster_name: &str) -> ControllerSettings {
         ControllerSettings {
             cluster_name: cluster_name.to_owned(),
@@ -51,6 +56,7 @@ impl ControllerSettings {
             allocate_node_cidrs: false,
             cidr_allocator_type: "RangeAllocator".to_owned(),
             node_monitor_period: Duration::from_secs(5),
+            node_deletion: NodeDeletion::default(),
             node_status_update_frequency: Duration::from_secs(300),
             route_reconciliation_period: Duration::from_secs(10),
             concurrent_node_syncs: 128,

@@ -128,6 +128,9 @@ pub struct Metrics {
     pub(crate) taint_removal_delay: Histogram,
     pub(crate) uninitialized_nodes: Gauge,
     pub(crate) uninterpretable_provider_ids: Gauge,
+    pub(crate) node_deletion_breaker_trips: Counter,
+    pub(crate) nodes_deleted: Counter,
+    pub(crate) nodes_awaiting_deletion: Gauge,
     pub(crate) oldest_uninitialized_node_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(crate) initial_node_sync_delay: Histogram,
     pub(crate) load_balancer_syncs: Counter,
@@ -234,6 +237,24 @@ impl Metrics {
             "node_lifecycle_uninterpretable_provider_ids",
             "Not-ready nodes whose provider ID the cloud provider cannot interpret, in the cloud-node-lifecycle-controller's last round: never looked up, so never deleted or tainted (0 where it does not run)",
             uninterpretable_provider_ids.clone(),
+        );
+        let node_deletion_breaker_trips = Counter::default();
+        registry.register(
+            "node_lifecycle_deletion_breaker_trips",
+            "Rounds of the cloud-node-lifecycle-controller that deleted no node because the cloud answered \"gone\" for more of the nodes asked about than --node-deletion-breaker-ratio allows",
+            node_deletion_breaker_trips.clone(),
+        );
+        let nodes_deleted = Counter::default();
+        registry.register(
+            "node_lifecycle_deleted_nodes",
+            "Nodes the cloud-node-lifecycle-controller deleted because their instances were certainly gone",
+            nodes_deleted.clone(),
+        );
+        let nodes_awaiting_deletion = Gauge::default();
+        registry.register(
+            "node_lifecycle_nodes_awaiting_deletion",
+            "Not-ready nodes the cloud answered \"gone\" for, not deleted yet: awaiting confirmation, held by the breaker or over --node-deletion-max-per-round (0 where the cloud-node-lifecycle-controller does not run)",
+            nodes_awaiting_deletion.clone(),
         );
         let oldest_uninitialized_node_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
@@ -346,6 +367,9 @@ impl Metrics {
             taint_removal_delay,
             uninitialized_nodes,
             uninterpretable_provider_ids,
+            node_deletion_breaker_trips,
+            nodes_deleted,
+            nodes_awaiting_deletion,
             oldest_uninitialized_node_age,
             initial_node_sync_delay,
             load_balancer_syncs,

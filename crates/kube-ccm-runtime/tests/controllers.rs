@@ -547,10 +547,108 @@ async fn missing_capabilities_and_settings_skip_controllers_with_a_reason(backen
     running.stop().await;
 }
 
+/// The value of a counter or gauge without labels in the manager's exposition (0 when absent).
+fn sample(metrics: &kube_ccm_runtime::Metrics, name: &str) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn a_cloud_that_says_every_node_is_gone_deletes_none_and_a_terminated_one_still_goes(backend: Backend) {
+    // Eight nodes whose instances all run, half of them not ready.
+    let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+    let instances = (1..)
+        .zip(&names)
+        .map(|(i, n)| FakeInstance::running(n, i))
+        .collect();
+    let cluster = Cluster::start(backend, instances).await;
+    let nodes = cluster.nodes();
+    for (i, name) in names.iter().enumerate() {
+        let status = if i % 2 == 0 { "True" } else { "False" };
+        let extra = json!({"spec": {"providerID": format!("fake://{name}")}, "status": {"conditions": [{"type": "Ready", "status": status}]}});
+        nodes
+            .create(&PostParams::default(), &node(name, extra))
+            .await
+            .unwrap();
+    }
+    // A wrong cloud-config after a restart (another account, with no instances): every answer is "no
+    // such instance".
+    let lied_to = manager(&cluster, FakeCloudConfig::default(), settings());
+    let metrics = lied_to.metrics();
+    let running = start(lied_to);
+    eventually("the breaker to hold five rounds", || async {
+        sample(&metrics, "node_lifecycle_deletion_breaker_trips_total") >= 5.0
+    })
+    .await;
+    running.stop().await;
+    let held = events_when(&cluster, "NodeDeletionHeld", |e| !e.is_empty()).await;
+    assert!(
+        held.iter().all(|e| e.type_.as_deref() == Some("Warning")
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("8 of the 8 nodes asked about are gone (4 of them ready)"))),
+        "{held:?}"
+    );
+    for name in &names {
+        assert!(nodes.get_opt(name).await.unwrap().is_some(), "{name} is kept");
+    }
+    assert!(events(&cluster, "DeletingNode").await.is_empty());
+    assert_eq!(sample(&metrics, "node_lifecycle_nodes_awaiting_deletion"), 4.0);
+
+    // The right cloud-config, and one not-ready node's instance terminated: that node goes, once
+    // confirmed, and no other.
+    cluster
+        .admin(AdminRequest::SetInstanceState {
+            name: "n3".into(),
+            state: InstanceState::Terminated,
+        })
+        .await;
+    let told_truly = manager(&cluster, cluster.cloud_config(), settings());
+    let metrics = told_truly.metrics();
+    let running = start(told_truly);
+    eventually("n3 deleted", || async {
+        nodes.get_opt("n3").await.unwrap().is_none()
+    })
+    .await;
+    running.stop().await;
+    for name in names.iter().filter(|n| *n != "n3") {
+        assert!(nodes.get_opt(name).await.unwrap().is_some(), "{name} is kept");
+    }
+    assert_eq!(sample(&metrics, "node_lifecycle_deleted_nodes_total"), 1.0);
+    assert_eq!(
+        sample(&metrics, "node_lifecycle_deletion_breaker_trips_total"),
+        0.0
+    );
+
+    // The control: without the breaker (upstream's behaviour), the same wrong cloud-config deletes every
+    // not-ready node, so the first part above was a real test of it.
+    let mut upstream_like = settings();
+    upstream_like.node_deletion.breaker_ratio = 1.0;
+    let running = start(manager(&cluster, FakeCloudConfig::default(), upstream_like));
+    eventually("every not-ready node deleted", || async {
+        let mut left = Vec::new();
+        for name in ["n1", "n5", "n7"] {
+            left.extend(nodes.get_opt(name).await.unwrap());
+        }
+        left.is_empty()
+    })
+    .await;
+    running.stop().await;
+    for name in ["n0", "n2", "n4", "n6"] {
+        assert!(
+            nodes.get_opt(name).await.unwrap().is_some(),
+            "ready {name} is kept"
+        );
+    }
+}
+
 control_plane::on_both_backends!(
     nodes_are_initialized_from_the_cloud_in_two_writes,
     a_node_without_a_provider_id_stays_tainted_with_an_event,
     lifecycle_deletes_gone_nodes_and_taints_shut_down_ones,
+    a_cloud_that_says_every_node_is_gone_deletes_none_and_a_terminated_one_still_goes,
     load_balancers_follow_services_and_nodes_across_a_restart,
     routes_for_pod_cidrs_and_the_network_unavailable_condition,
     missing_capabilities_and_settings_skip_controllers_with_a_reason,

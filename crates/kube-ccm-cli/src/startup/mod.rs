@@ -24,7 +24,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use kube_ccm_leadermigration::scopes::ScopesError;
 use kube_ccm_provider::CloudProvider;
-use kube_ccm_runtime::{ClientFactory, ControllerSettings, Manager, ManagerConfig, ManagerError, Registry};
+use kube_ccm_runtime::{
+    ClientFactory, ControllerSettings, Manager, ManagerConfig, ManagerError, NodeDeletion, Registry,
+};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::kubeconfig::kubeconfig_file;
@@ -144,6 +146,11 @@ fn controller_settings(startup: &Startup) -> ControllerSettings {
         allocate_node_cidrs: settings.allocate_node_cidrs,
         cidr_allocator_type: settings.cidr_allocator_type.clone(),
         node_monitor_period: settings.node_monitor_period.0,
+        node_deletion: NodeDeletion {
+            confirm_after: settings.node_deletion_confirm_after.0,
+            breaker_ratio: f64::from(settings.node_deletion_breaker_ratio),
+            max_per_round: settings.node_deletion_max_per_round,
+        },
         node_status_update_frequency: settings.node_status_update_frequency.0,
         route_reconciliation_period: settings.route_reconciliation_period.0,
         concurrent_node_syncs: settings.concurrent_node_syncs,

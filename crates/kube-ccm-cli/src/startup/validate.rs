@@ -282,6 +282,18 @@ fn workers_and_periods(settings: &Settings, problems: &mut Problems) {
             ));
         }
     }
+    if settings.node_deletion_confirm_after.0 > DAY {
+        problems.push(format!(
+            "--node-deletion-confirm-after must be at most 24h (got {}s)",
+            settings.node_deletion_confirm_after.0.as_secs()
+        ));
+    }
+    if !(0.0..=1.0).contains(&settings.node_deletion_breaker_ratio) {
+        problems.push(format!(
+            "--node-deletion-breaker-ratio must be between 0 and 1 (got {})",
+            settings.node_deletion_breaker_ratio
+        ));
+    }
     if !settings.kube_api_qps.is_finite() {
         problems.push(format!(
             "--kube-api-qps must be a number (got {})",

@@ -76,8 +76,10 @@ pub async fn a_node_is_deleted_only_when_its_instance_is_gone(fixture: &dyn Fixt
     fixture.set_outage(true).await?;
     let outage = tokio::time::Instant::now();
     let lookups = ["instance_exists", "instance_exists_batch"];
-    // Until one look-up was answered during the outage and the pass after it begun (whatever the first
-    // answer made the controller do is done by then), no node may go.
+    // A deletion needs two "gone" answers a monitor period apart. Until a look-up that started a period
+    // after the outage's first was answered, and the pass after it begun (whatever that answer made the
+    // controller do is done by then), no node may go.
+    let period = cluster.settings().node_monitor_period;
     let nodes = cluster.nodes();
     let deleted_during_outage = |name: &str| {
         Failure(format!(
@@ -98,8 +100,13 @@ pub async fn a_node_is_deleted_only_when_its_instance_is_gone(fixture: &dyn Fixt
                 .into_iter()
                 .filter(|c| c.started >= outage)
                 .collect();
-            let answered = asked.iter().filter_map(|c| c.ended).min();
-            Ok(match answered {
+            let first = asked.iter().map(|c| c.started).min();
+            let confirming = asked
+                .iter()
+                .filter(|c| first.is_some_and(|first| c.started >= first + period))
+                .filter_map(|c| c.ended)
+                .min();
+            Ok(match confirming {
                 Some(at) if asked.iter().any(|c| c.started >= at) => Ok(()),
                 _ => Err(format!("{} look-ups asked", asked.len())),
             })

@@ -29,6 +29,7 @@ mod service;
 use crate::cached::Cached;
 
 pub use backoff::Backoff;
+pub use node_lifecycle::NodeDeletion;
 
 use crate::config::ControllerSettings;
 use crate::registry::{Capability, ControllerDefinition, ControllerRegistry};

@@ -3,9 +3,10 @@
 //! Every `--node-monitor-period` (upstream: 5 s), for each node:
 //! - Ready: the shutdown taint is removed if present.
 //! - Not ready (False, Unknown or missing): if the cloud answers that its instance no longer exists, the
-//!   Node is deleted (Event `DeletingNode`); if it exists and is shut down, the shutdown taint is added.
-//!   A look-up that fails — any error, `InstanceNotFound` included — leaves the node alone, as upstream: only
-//!   an answer deletes a node.
+//!   Node is deleted (Event `DeletingNode`) once that answer is certain ([`deletion`]: confirmed a period
+//!   later, not part of a round where the cloud says most nodes are gone, within the round's cap); if it
+//!   exists and is shut down, the shutdown taint is added. A look-up that fails — any error,
+//!   `InstanceNotFound` included — leaves the node alone, as upstream: only an answer deletes a node.
 //!
 //! Beyond upstream: a node whose provider ID belongs to another provider (`CloudProvider::owns_provider_id`)
 //! is never looked up, so never deleted; nor is one whose provider ID its own provider cannot interpret
@@ -15,24 +16,46 @@
 //! parse never has a node deleted for it; and the delete is conditional on the node's UID, so a node
 //! re-created under the same name is not deleted in its predecessor's place.
 //!
-//! Cloud look-ups for all not-ready nodes of a round are one batch call each (exists, then shutdown). A
-//! round succeeds when every look-up and write of it did.
+//! Cloud look-ups for all not-ready nodes of a round, and as many ready ones cross-checked for the breaker,
+//! are one batch call each (exists, then shutdown). A round succeeds when every look-up and write of it did.
+
+mod deletion;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::events::EventType;
 use kube_ccm_provider::names::TAINT_SHUTDOWN;
 use kube_ccm_provider::{CloudError, CloudProvider, InstancesV2, Refused};
+use parking_lot::Mutex;
 use serde_json::json;
+use tokio::time::Instant;
 
 use super::periodic::{self, Schedule};
 use crate::cached_node::CachedNode;
 use crate::context::{ControllerContext, event_reference};
 use crate::instances::instances_of;
 use crate::written::Written;
+pub use deletion::NodeDeletion;
+use deletion::{Answer, Decision, GoneSince, Round};
+
+/// The most ready nodes a round cross-checks: as many as the not-ready nodes it asks about, up to this.
+const MAX_CROSS_CHECKS: usize = 100;
+
+/// The most Warning Events a held round records (one per node whose deletion it holds; the log gives the
+/// count).
+const HELD_EVENTS: usize = 10;
+
+/// What the controller keeps between rounds, for as long as it runs (a new tenure starts afresh).
+#[derive(Debug, Default)]
+struct Memory {
+    /// The not-ready nodes answered "gone", since when.
+    gone_since: GoneSince,
+    /// Rounds so far: which ready nodes a round cross-checks rotates with it.
+    rounds: usize,
+}
 
 /// A round in which some nodes could not be checked or changed (each is logged).
 #[derive(Debug, thiserror::Error)]
@@ -56,9 +79,10 @@ pub(super) async fn run(controller: ControllerContext) {
         on_change: None,
         min_gap: Duration::ZERO,
     };
+    let memory = Mutex::new(Memory::default());
     periodic::run(controller.stop(), schedule, || async {
         let started = Instant::now();
-        let result = monitor(&controller, &api).await;
+        let result = monitor(&controller, &api, &memory).await;
         controller.record_reconcile(result.is_ok(), started.elapsed());
         if let Err(error) = result {
             tracing::warn!(%error, "cannot check every node against the cloud");
@@ -82,22 +106,33 @@ struct Selection {
     uninterpretable: Vec<(Arc<CachedNode>, Refused)>,
     /// The not-ready nodes the cloud is asked about, in the cache's order.
     check: Vec<Arc<CachedNode>>,
+    /// Ready nodes asked about too, as many as `check` (up to [`MAX_CROSS_CHECKS`]): their instances surely
+    /// run, so a cloud that answers "gone" for them trips the breaker ([`deletion`]).
+    cross_check: Vec<Arc<CachedNode>>,
 }
 
 /// Sorts the cached nodes for a round: another provider's are left out; a ready node is not looked up,
-/// only untainted if it has the shutdown taint; a not-ready one is looked up when it has no provider ID or
-/// one its provider can interpret, and reported otherwise. Pure (the provider is only asked to read
-/// provider IDs), so the choice is tested without a cloud or a cluster.
-fn select(nodes: Vec<Arc<CachedNode>>, provider: &dyn CloudProvider) -> Selection {
+/// only untainted if it has the shutdown taint, unless it is cross-checked (ready nodes with a provider ID
+/// the provider can interpret, from the `rotation`-th on, as many as the not-ready ones looked up); a
+/// not-ready one is looked up when it has no provider ID or one its provider can interpret, and reported
+/// otherwise. Pure (the provider is only asked to read provider IDs), so the choice is tested without a
+/// cloud or a cluster.
+fn select(nodes: Vec<Arc<CachedNode>>, provider: &dyn CloudProvider, rotation: usize) -> Selection {
     // Another provider's nodes are none of this one's business.
     let (ready, not_ready): (Vec<Arc<CachedNode>>, Vec<Arc<CachedNode>>) = nodes
         .into_iter()
         .filter(|n| n.provider_id().is_none_or(|id| provider.owns_provider_id(id)))
         .partition(|n| n.is_ready());
+    let interpretable = |id: &str| !id.is_empty() && provider.check_provider_id(id).is_ok();
+    let checkable: Vec<&Arc<CachedNode>> = ready
+        .iter()
+        .filter(|n| n.provider_id().is_some_and(interpretable))
+        .collect();
     let mut selection = Selection {
         untaint: ready
-            .into_iter()
+            .iter()
             .filter(|n| n.has_taint(TAINT_SHUTDOWN))
+            .cloned()
             .collect(),
         ..Selection::default()
     };
@@ -112,6 +147,14 @@ fn select(nodes: Vec<Arc<CachedNode>>, provider: &dyn CloudProvider) -> Selectio
             None => selection.check.push(node),
         }
     }
+    let wanted = selection.check.len().min(MAX_CROSS_CHECKS).min(checkable.len());
+    selection.cross_check = checkable
+        .iter()
+        .cycle()
+        .skip(rotation % checkable.len().max(1))
+        .take(wanted)
+        .map(|n| Arc::clone(n))
+        .collect();
     selection
 }
 
@@ -120,8 +163,8 @@ fn select(nodes: Vec<Arc<CachedNode>>, provider: &dyn CloudProvider) -> Selectio
 enum OnExists {
     /// It exists: whether it is shut down is asked next.
     AskShutdown,
-    /// It is gone: the node is deleted.
-    Delete,
+    /// It is gone: the node is deleted once that is certain ([`deletion`]).
+    Gone,
     /// No answer (any error, `InstanceNotFound` included: only an answer deletes a node): the node is
     /// left alone, and the round fails.
     Unknown(CloudError),
@@ -131,7 +174,7 @@ enum OnExists {
 fn on_exists(answer: Result<bool, CloudError>) -> OnExists {
     match answer {
         Ok(true) => OnExists::AskShutdown,
-        Ok(false) => OnExists::Delete,
+        Ok(false) => OnExists::Gone,
         Err(error) => OnExists::Unknown(error),
     }
 }
@@ -160,20 +203,39 @@ fn on_shutdown(node: &CachedNode, answer: Result<bool, CloudError>) -> OnShutdow
 
 /// One round: the nodes sorted ([`select`]), the uninterpretable ones reported, the ready ones untainted,
 /// then the not-ready ones checked against the cloud.
-async fn monitor(controller: &ControllerContext, api: &Api<Written<Node>>) -> Result<(), RoundFailed> {
+async fn monitor(
+    controller: &ControllerContext,
+    api: &Api<Written<Node>>,
+    memory: &Mutex<Memory>,
+) -> Result<(), RoundFailed> {
     let _working = controller.working();
     let provider = controller.provider();
     let Some(instances) = instances_of(provider.as_ref()) else {
         return Ok(());
     };
-    let selection = select(controller.nodes().store().state(), provider.as_ref());
+    let rotation = {
+        let mut memory = memory.lock();
+        memory.rounds = memory.rounds.wrapping_add(1);
+        memory.rounds
+    };
+    let selection = select(controller.nodes().store().state(), provider.as_ref(), rotation);
     let mut failures = report_uninterpretable(controller, &selection.uninterpretable).await;
     for node in &selection.untaint {
         failures += usize::from(!set_shutdown_taint(api, node, false).await);
     }
-    if !selection.check.is_empty() {
-        failures += look_up(controller, api, instances.as_ref(), selection.check).await;
+    if selection.check.is_empty() {
+        memory.lock().gone_since = GoneSince::default();
+    } else {
+        let asked = Asked {
+            not_ready: selection.check,
+            ready: selection.cross_check,
+        };
+        failures += look_up(controller, api, instances.as_ref(), asked, memory).await;
     }
+    controller
+        .metrics
+        .nodes_awaiting_deletion
+        .set(i64::try_from(memory.lock().gone_since.len()).unwrap_or(i64::MAX));
     if failures == 0 {
         Ok(())
     } else {
@@ -210,30 +272,65 @@ async fn report_uninterpretable(
     uninterpretable.len()
 }
 
-/// Asks the cloud whether the instances of `nodes` (not ready) exist, deletes the nodes whose instances
-/// are gone, then asks whether the existing ones are shut down and taints those that are ([`on_exists`],
-/// [`on_shutdown`]); the number of nodes that could not be checked or changed.
+/// The nodes a round asks the cloud about ([`Selection`]).
+struct Asked {
+    /// Not ready: each is acted on by its answers.
+    not_ready: Vec<Arc<CachedNode>>,
+    /// Ready, cross-checked: their answers only feed the breaker.
+    ready: Vec<Arc<CachedNode>>,
+}
+
+/// Asks the cloud whether the instances of the nodes exist, deletes the not-ready nodes whose instances
+/// are certainly gone ([`on_exists`], [`deletion`]), then asks whether the existing ones are shut down and
+/// taints those that are ([`on_shutdown`]); the number of nodes that could not be checked or changed.
 async fn look_up(
     controller: &ControllerContext,
     api: &Api<Written<Node>>,
     instances: &dyn InstancesV2,
-    nodes: Vec<Arc<CachedNode>>,
+    asked: Asked,
+    memory: &Mutex<Memory>,
 ) -> usize {
     let mut failures = 0;
-    // Only the few NotReady nodes are materialised for the provider.
-    let materialized: Vec<Arc<Node>> = nodes.iter().map(|n| Arc::new(n.to_node())).collect();
-    let exists = ask(controller, instances, Question::Exists, &materialized).await;
+    let nodes = asked.not_ready;
+    // Only the few nodes asked about are materialised for the provider.
+    let materialized: Vec<Arc<Node>> = nodes
+        .iter()
+        .chain(&asked.ready)
+        .map(|n| Arc::new(n.to_node()))
+        .collect();
+    let at = Instant::now();
+    let mut exists = ask(controller, instances, Question::Exists, &materialized).await;
+    let ready_answers = exists.split_off(nodes.len().min(exists.len()));
+    let mut answers = Vec::with_capacity(nodes.len());
     let mut existing = Vec::new();
-    for ((node, materialized), exists) in nodes.into_iter().zip(materialized).zip(exists) {
-        match on_exists(exists) {
-            OnExists::AskShutdown => existing.push((node, materialized)),
-            OnExists::Delete => failures += usize::from(!delete(controller, api, &node).await),
+    for ((node, materialized), exists) in nodes.iter().zip(&materialized).zip(exists) {
+        answers.push(match on_exists(exists) {
+            OnExists::AskShutdown => {
+                existing.push((node, materialized.clone()));
+                Answer::Exists
+            }
+            OnExists::Gone => Answer::Gone,
             OnExists::Unknown(error) => {
                 failures += 1;
                 tracing::warn!(node = node.name(), %error, "cannot tell whether the instance exists");
+                Answer::Unknown
             }
-        }
+        });
     }
+    let keyed: Vec<(&str, Answer)> = nodes.iter().map(|n| n.uid()).zip(answers).collect();
+    let round = Round {
+        at,
+        answers: &keyed,
+        cross_checked: ready_answers.iter().filter(|a| a.is_ok()).count(),
+        cross_checked_gone: ready_answers.iter().filter(|a| matches!(a, Ok(false))).count(),
+    };
+    let settings = controller.settings();
+    let decision =
+        memory
+            .lock()
+            .gone_since
+            .decide(&settings.node_deletion, settings.node_monitor_period, &round);
+    failures += on_gone(controller, api, &nodes, &keyed, decision, memory).await;
     if existing.is_empty() {
         return failures;
     }
@@ -247,6 +344,54 @@ async fn look_up(
                 failures += 1;
                 tracing::warn!(node = node.name(), %error, "cannot tell whether the instance is shut down");
             }
+        }
+    }
+    failures
+}
+
+/// Carries out the round's [`Decision`] about the not-ready `nodes` answered "gone" (`answers`, in their
+/// order): reports a held round (a log line, the breaker's counter, Warning Events on some of the nodes),
+/// deletes the confirmed ones; the number of deletions that failed.
+async fn on_gone(
+    controller: &ControllerContext,
+    api: &Api<Written<Node>>,
+    nodes: &[Arc<CachedNode>],
+    answers: &[(&str, Answer)],
+    decision: Decision,
+    memory: &Mutex<Memory>,
+) -> usize {
+    if let Some(held) = &decision.held {
+        controller.metrics.node_deletion_breaker_trips.inc();
+        tracing::warn!(%held, "holding node deletions: the cloud's answers look wrong (a wrong region or account in the cloud-config, or an outage); --node-deletion-breaker-ratio sets the limit");
+        let gone = nodes
+            .iter()
+            .zip(answers)
+            .filter(|(_, (_, answer))| *answer == Answer::Gone);
+        for (node, _) in gone.take(HELD_EVENTS) {
+            controller
+                .event(
+                    &event_reference(node.as_ref()),
+                    EventType::Warning,
+                    "NodeDeletionHeld",
+                    "DeleteNode",
+                    format!("Not deleting node {}: {held}", node.name()),
+                )
+                .await;
+        }
+    } else if decision.waiting > 0 {
+        tracing::info!(
+            waiting = decision.waiting,
+            "nodes whose instances the cloud says are gone wait for the answer to be confirmed, or for room in a round"
+        );
+    }
+    let mut failures = 0;
+    for i in decision.delete {
+        let node = &nodes[i];
+        if delete(controller, api, node).await {
+            memory.lock().gone_since.forget(node.uid());
+            controller.metrics.nodes_deleted.inc();
+        } else {
+            failures += 1;
         }
     }
     failures

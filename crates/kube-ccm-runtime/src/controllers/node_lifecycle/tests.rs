@@ -34,7 +34,7 @@ fn outcome(
     exists: Result<bool, CloudError>,
     shutdown: Result<bool, CloudError>,
 ) -> &'static str {
-    let selection = select(vec![node], &Fake);
+    let selection = select(vec![node], &Fake, 0);
     if !selection.untaint.is_empty() {
         return "untaint";
     }
@@ -45,7 +45,7 @@ fn outcome(
         return "not looked up";
     };
     match on_exists(exists) {
-        OnExists::Delete => "delete",
+        OnExists::Gone => "gone",
         OnExists::Unknown(_) => "no answer",
         OnExists::AskShutdown => match on_shutdown(node, shutdown) {
             OnShutdown::Taint => "taint",
@@ -84,32 +84,32 @@ fn each_answer_deletes_taints_untaints_or_leaves_the_node() {
             "untaint",
         ),
         (
-            "an instance gone: the node is deleted",
+            "an instance gone: the node goes once that is certain",
             node("a", Some("False"), id, false),
             Ok(false),
             down(),
-            "delete",
+            "gone",
         ),
         (
             "Unknown is not ready",
             node("a", Some("Unknown"), id, false),
             Ok(false),
             down(),
-            "delete",
+            "gone",
         ),
         (
             "no Ready condition is not ready",
             node("a", None, id, false),
             Ok(false),
             down(),
-            "delete",
+            "gone",
         ),
         (
             "without a provider ID, the node is still looked up",
             node("a", Some("False"), None, false),
             Ok(false),
             down(),
-            "delete",
+            "gone",
         ),
         (
             "shut down: tainted",
@@ -231,13 +231,43 @@ fn the_selection_keeps_the_caches_order() {
         node("f", None, Some("fake://zone/f"), true),
         node("g", Some("True"), None, true),
     ];
-    let selection = select(nodes, &Fake);
+    let selection = select(nodes, &Fake, 0);
     assert_eq!(names(&selection.untaint), ["a", "g"]);
     assert_eq!(names(&selection.check), ["b", "f"]);
+    assert_eq!(
+        names(&selection.cross_check),
+        ["a", "e"],
+        "as many ready nodes with interpretable IDs as not-ready ones"
+    );
     let refused: Vec<(&str, String)> = selection
         .uninterpretable
         .iter()
         .map(|(n, why)| (n.name(), why.to_string()))
         .collect();
     assert_eq!(refused, [("d", "not of the form fake://<instance>".to_owned())]);
+}
+
+#[test]
+fn the_ready_nodes_cross_checked_rotate_and_are_as_many_as_the_not_ready() {
+    let id = |n: &str| format!("fake://zone/{n}");
+    let mut nodes: Vec<Arc<CachedNode>> = ["r0", "r1", "r2"]
+        .iter()
+        .map(|n| node(n, Some("True"), Some(&id(n)), false))
+        .collect();
+    let cross = |nodes: &[Arc<CachedNode>], rotation| {
+        let selection = select(nodes.to_vec(), &Fake, rotation);
+        names(&selection.cross_check)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert!(cross(&nodes, 0).is_empty(), "no not-ready node: nothing asked");
+    nodes.push(node("down", Some("False"), Some(&id("down")), false));
+    assert_eq!(cross(&nodes, 0), ["r0"]);
+    assert_eq!(cross(&nodes, 1), ["r1"]);
+    assert_eq!(cross(&nodes, 5), ["r2"]);
+    for n in ["d1", "d2", "d3"] {
+        nodes.push(node(n, None, Some(&id(n)), false));
+    }
+    assert_eq!(cross(&nodes, 2), ["r2", "r0", "r1"], "at most every ready node");
 }
