@@ -129,7 +129,7 @@ type Named = fn(&serde_json::Value) -> bool;
 
 /// The ways `broken-ccm` (`crates/bench/src/broken.rs`) is broken, each with the finding the verdict must
 /// name when it runs in every slot of ours.
-const BROKEN: [(&str, &str, Named); 3] = [
+const BROKEN: [(&str, &str, Named); 4] = [
     (
         "late-writes",
         "a write of ours outside its tenure (service-lb-controller)",
@@ -164,6 +164,15 @@ const BROKEN: [(&str, &str, Named); 3] = [
                 .flatten()
                 .any(|o| o["excused"].is_null() && o["created_by"]["peer"] == "rust");
             duplicated && orphaned_by_ours
+        },
+    ),
+    (
+        "gone-when-not-ready",
+        "a node deleted though its instance exists",
+        |report| {
+            report["nodes_wrongly_deleted"]
+                .as_array()
+                .is_some_and(|d| !d.is_empty())
         },
     ),
 ];

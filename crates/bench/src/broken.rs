@@ -11,6 +11,9 @@
 //!   `User-Agent` names nobody.
 //! - `leak`: a load balancer is never deleted (its delete answers success), and every ensure also makes
 //!   a second load balancer for the same service (kept up to date with the first).
+//! - `gone-when-not-ready`: the provider answers that the instance of every not-ready node is gone (as one
+//!   that read a node's status instead of its cloud would), and ready ones truly: half the nodes asked
+//!   about, so the node-deletion breaker stays closed, and a node whose kubelet stalled is deleted.
 
 use parking_lot::Mutex;
 use std::process::ExitCode;
@@ -30,6 +33,7 @@ enum Broken {
     LateWrites,
     Anonymous,
     Leak,
+    GoneWhenNotReady,
 }
 
 impl Broken {
@@ -38,8 +42,9 @@ impl Broken {
             Ok("late-writes") => Ok(Broken::LateWrites),
             Ok("anonymous") => Ok(Broken::Anonymous),
             Ok("leak") => Ok(Broken::Leak),
+            Ok("gone-when-not-ready") => Ok(Broken::GoneWhenNotReady),
             other => Err(format!(
-                "NEGATIVE_CONTROL={other:?}: expected late-writes, anonymous or leak"
+                "NEGATIVE_CONTROL={other:?}: expected late-writes, anonymous, leak or gone-when-not-ready"
             )),
         }
     }
@@ -135,7 +140,7 @@ impl LoadBalancer for BrokenProvider {
         let node_names: Vec<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
         let cloud = FakeCloudClient::new(&self.endpoint);
         match self.broken {
-            Broken::LateWrites => {}
+            Broken::LateWrites | Broken::GoneWhenNotReady => {}
             Broken::Anonymous => {
                 let update = CloudRequest::UpdateLoadBalancer {
                     name: load_balancer.clone(),
@@ -205,6 +210,54 @@ impl LoadBalancer for BrokenProvider {
     }
 }
 
+/// Whether the node's Ready condition is True.
+fn ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[async_trait]
+impl InstancesV2 for BrokenProvider {
+    async fn instance_exists(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        if !ready(node) {
+            return Ok(false);
+        }
+        self.instances()?.instance_exists(cx, node).await
+    }
+
+    async fn instance_shutdown(&self, cx: &CallContext, node: &Node) -> Result<bool, CloudError> {
+        self.instances()?.instance_shutdown(cx, node).await
+    }
+
+    async fn instance_metadata(
+        &self,
+        cx: &CallContext,
+        node: &Node,
+    ) -> Result<kube_ccm_provider::InstanceMetadata, CloudError> {
+        self.instances()?.instance_metadata(cx, node).await
+    }
+
+    async fn instance_metadata_batch(
+        &self,
+        cx: &CallContext,
+        nodes: &[Arc<Node>],
+    ) -> Vec<Result<kube_ccm_provider::InstanceMetadata, CloudError>> {
+        match self.instances() {
+            Ok(inner) => inner.instance_metadata_batch(cx, nodes).await,
+            Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+}
+
+impl BrokenProvider {
+    /// The fake provider's instances.
+    fn instances(&self) -> Result<&dyn InstancesV2, CloudError> {
+        self.inner.instances_v2().ok_or(CloudError::NotImplemented)
+    }
+}
+
 #[async_trait]
 impl CloudProvider for BrokenProvider {
     fn provider_name(&self) -> &str {
@@ -220,7 +273,10 @@ impl CloudProvider for BrokenProvider {
     }
 
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
-        self.inner.instances_v2()
+        match self.broken {
+            Broken::GoneWhenNotReady => Some(self),
+            _ => self.inner.instances_v2(),
+        }
     }
 
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {

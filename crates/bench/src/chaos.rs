@@ -23,7 +23,7 @@ use ccm_audit::audit;
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams};
-use kube_ccm_fake::{AdminRequest, FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
+use kube_ccm_fake::{FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -39,7 +39,7 @@ mod server;
 mod state;
 mod verdict;
 
-use faults::{cloud_call, inject, retire};
+use faults::{calm_cloud, inject, retire, stall};
 use plane::{Peer, Plane, Slot};
 use server::Server;
 use state::State;
@@ -80,8 +80,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut run = Run::set_up(&args).await?;
     let processes = run.plane.replicas.len();
-    let (retired_nodes, events) = run.faults(&args, &mut rng).await?;
-    let (converged_after_s, state) = run.converge(&args, &retired_nodes).await?;
+    let (worked, events) = run.faults(&args, &mut rng).await?;
+    let (converged_after_s, state) = run.converge(&args, &worked).await?;
     run.plane.terminate_all()?;
 
     let mut requests = run.server.requests().await?;
@@ -118,6 +118,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
             _ => "rust: six of ours (three at N as kube-controller-manager, three at N+1)".to_owned(),
         };
         result.processes = processes;
+        result.nodes_stalled = worked.stalled.len();
         result.partition = if run.namespaces {
             "network: each replica in its own network namespace, its veth link taken down"
         } else if run.server.faults().is_none() {
@@ -138,6 +139,14 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What the workload did: the nodes it made (`node-0` to `node-{created - 1}`), those it retired (their
+/// instances terminated) and those whose kubelet it stalled (their instances running on).
+struct Worked {
+    created: u32,
+    retired: BTreeSet<String>,
+    stalled: BTreeSet<String>,
 }
 
 /// Each slot's side and manager: six of ours (three at N, three at N+1), or, with `--peers go`, all at N+1
@@ -321,16 +330,18 @@ impl Run {
     }
 
     /// The workload and the seeded faults, for `--seconds`: a node and a service every tick, now and then
-    /// a service or a node retired. Gives the retired nodes and the count of each kind of fault.
+    /// a service retired, a node retired (its instance terminated) or a node's kubelet stalled (its
+    /// instance running on). Gives what the workload did and the count of each kind of fault.
     async fn faults(
         &mut self,
         args: &Args,
         rng: &mut StdRng,
-    ) -> Result<(BTreeSet<String>, BTreeMap<&'static str, u32>)> {
+    ) -> Result<(Worked, BTreeMap<&'static str, u32>)> {
         let workload = Workload::new(self.client.clone(), self.cloud_server.url());
         let nodes: Api<Node> = Api::all(self.client.clone());
         let services: Api<Service> = Api::namespaced(self.client.clone(), "default");
         let mut retired_nodes: BTreeSet<String> = BTreeSet::new();
+        let mut stalled: BTreeSet<String> = BTreeSet::new();
         let mut events: BTreeMap<&'static str, u32> = BTreeMap::new();
         let mut index = 0u32;
         let chaos_end = Instant::now() + Duration::from_secs(args.seconds);
@@ -355,6 +366,12 @@ impl Run {
                     retire(&nodes, &self.cloud, &victim).await?;
                 }
             }
+            if index > 3 && rng.random_bool(0.1) {
+                let victim = format!("node-{}", rng.random_range(0..index));
+                if !retired_nodes.contains(&victim) && stalled.insert(victim.clone()) {
+                    stall(&nodes, &victim).await?;
+                }
+            }
             index += 1;
 
             let now = Instant::now();
@@ -375,32 +392,29 @@ impl Run {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        Ok((retired_nodes, events))
+        let worked = Worked {
+            created: index,
+            retired: retired_nodes,
+            stalled,
+        };
+        Ok((worked, events))
     }
 
     /// The faults stop; waits (at most `--converge-seconds`) for the cluster to converge. Gives how long
     /// it took (`None`: it did not) and the state last read.
-    async fn converge(
-        &mut self,
-        args: &Args,
-        retired_nodes: &BTreeSet<String>,
-    ) -> Result<(Option<f64>, State)> {
+    async fn converge(&mut self, args: &Args, worked: &Worked) -> Result<(Option<f64>, State)> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let services: Api<Service> = Api::namespaced(self.client.clone(), "default");
         let calm = Instant::now();
         self.plane.resume_due(calm + Duration::from_secs(3600))?;
         self.plane.heal_due(calm + Duration::from_secs(3600))?;
-        let knobs = Knobs {
-            latency_ms: 5,
-            ..Knobs::default()
-        };
-        cloud_call(&self.cloud, AdminRequest::SetKnobs(knobs)).await?;
+        calm_cloud(&self.cloud).await?;
         if let Some(admin) = self.server.faults() {
             admin.clear_faults().await?;
         }
         let deadline = calm + Duration::from_secs(args.converge_seconds);
         loop {
-            let state = State::read(&nodes, &services, &self.cloud, retired_nodes).await?;
+            let state = State::read(&nodes, &services, &self.cloud, &worked.retired, worked.created).await?;
             if state.converged() {
                 return Ok((Some(round(calm.elapsed().as_secs_f64())), state));
             }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::CloudError;
 use crate::fence::FencedStream;
+use crate::{CloudError, Priority, RateBudget};
 
 /// The context of one cloud call.
 ///
@@ -19,6 +19,11 @@ use crate::fence::FencedStream;
 /// retrying when [`CallContext::cancellation`] fires. The framework also runs every call through
 /// [`CallContext::guard`], which drops the call's future at the deadline or on cancellation, closing its
 /// connections; a provider that keeps work going in spawned tasks must tie them to this context itself.
+///
+/// The cloud's rate limit is shared by the whole process: before each request to the cloud's API (each
+/// attempt of a retried one), take a turn of the process's [`RateBudget`] with [`CallContext::acquire`]
+/// (or send it through [`CallContext::request`]), and report a request the cloud throttled as
+/// [`CloudError::Throttled`], which pauses every controller's requests for its retry delay.
 #[derive(Clone)]
 pub struct CallContext {
     limit: Instant,
@@ -26,6 +31,7 @@ pub struct CallContext {
     cancel: CancellationToken,
     caller: Arc<str>,
     observer: Option<Arc<dyn CallObserver>>,
+    budget: Option<(Arc<RateBudget>, Priority)>,
 }
 
 tokio::task_local! {
@@ -40,6 +46,7 @@ impl std::fmt::Debug for CallContext {
             .field("caller", &self.caller)
             .field("locked", &self.lock.is_some())
             .field("observed", &self.observer.is_some())
+            .field("priority", &self.budget.as_ref().map(|(_, p)| p))
             .finish_non_exhaustive()
     }
 }
@@ -68,6 +75,7 @@ impl CallContext {
             cancel,
             caller: caller.into(),
             observer: None,
+            budget: None,
         }
     }
 
@@ -87,6 +95,48 @@ impl CallContext {
             observer: Some(observer),
             ..self
         }
+    }
+
+    /// This context, taking its requests' tokens from `budget` at `priority` ([`CallContext::acquire`]) and
+    /// pausing it when a request is throttled (the framework sets it, shared by the whole process).
+    pub fn with_budget(self, budget: Arc<RateBudget>, priority: Priority) -> CallContext {
+        CallContext {
+            budget: Some((budget, priority)),
+            ..self
+        }
+    }
+
+    /// The priority of this call's requests in the process's budget, if it has one.
+    pub fn priority(&self) -> Option<Priority> {
+        self.budget.as_ref().map(|(_, p)| *p)
+    }
+
+    /// Waits for this call's turn to send one request to the cloud: a token of the process's
+    /// [`RateBudget`] at the call's priority (at once without a budget). Call it before each request (each
+    /// attempt of a retried one), or use [`CallContext::request`]. Fails as [`CallContext::guard`] does when
+    /// the deadline passes or the call is cancelled while waiting.
+    pub async fn acquire(&self) -> Result<(), CloudError> {
+        match &self.budget {
+            None => Ok(()),
+            Some((budget, priority)) => {
+                self.guard(async {
+                    budget.acquire(*priority).await;
+                    Ok(())
+                })
+                .await
+            }
+        }
+    }
+
+    /// One request to the cloud: [`CallContext::acquire`], then [`CallContext::call`] (timed, reported
+    /// as `request`, and pausing the budget when the cloud throttles it).
+    pub async fn request<T>(
+        &self,
+        request: &str,
+        call: impl Future<Output = Result<T, CloudError>>,
+    ) -> Result<T, CloudError> {
+        self.acquire().await?;
+        self.call(request, call).await
     }
 
     /// A context for tests and tools: `timeout` from now, never cancelled.
@@ -155,14 +205,19 @@ impl CallContext {
             cancel: self.cancel.clone(),
             caller: self.caller.clone(),
             observer: self.observer.clone(),
+            budget: self.budget.clone(),
         }
     }
 
     /// Reports one request a provider made to its cloud's API (name it as the API does, e.g.
     /// `DescribeInstances`), for the framework's per-provider metrics. A throttled request is reported with
-    /// [`CloudError::Retry`], and is counted as throttled. The framework reports each of its own calls to the
-    /// provider the same way, under the trait method's name (`ensure_load_balancer`).
+    /// [`CloudError::Throttled`], and is counted as throttled; it also pauses the process's budget for its retry
+    /// delay, so no controller sends another request before then. The framework reports each of its own
+    /// calls to the provider the same way, under the trait method's name (`ensure_load_balancer`).
     pub fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
+        if let (Err(CloudError::Throttled { after, .. }), Some((budget, _))) = (outcome, &self.budget) {
+            budget.throttled(*after);
+        }
         if let Some(observer) = &self.observer {
             observer.observe(request, elapsed, outcome);
         }

@@ -20,12 +20,24 @@ pub enum CloudError {
     /// balancer); the caller treats the call as done. `EnsureLoadBalancerDeleted` must not return it.
     #[error("implemented by alternate to cloud provider")]
     ImplementedElsewhere,
-    /// Try again after exactly this long, instead of backing off exponentially.
+    /// Try again after exactly this long, instead of backing off exponentially (a dependency still
+    /// going away, say). For the cloud's rate limit, use [`CloudError::Throttled`].
     #[error("retry after {after:?}: {message}")]
     Retry {
         /// When to try again.
         after: Duration,
         /// Why.
+        message: String,
+    },
+    /// The cloud's API refused the request for its rate limit (EC2's `RequestLimitExceeded`, Compute's
+    /// `rateLimitExceeded`, HTTP 429): try again after this long. Reported through
+    /// [`CallContext::observe`](crate::CallContext::observe), it also pauses the process's
+    /// [`RateBudget`](crate::RateBudget) for that long, so no controller adds to the storm.
+    #[error("throttled by the cloud, retry after {after:?}: {message}")]
+    Throttled {
+        /// When to try again.
+        after: Duration,
+        /// The cloud's words.
         message: String,
     },
     /// The call did not finish before its deadline (the framework abandoned it).
@@ -43,6 +55,15 @@ impl CloudError {
     /// Wraps a provider-specific error.
     pub fn provider(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> CloudError {
         CloudError::Provider(Arc::from(error.into()))
+    }
+
+    /// When to try again, for [`CloudError::Retry`] and [`CloudError::Throttled`]; `None` for the others
+    /// (the caller backs off as it would).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CloudError::Retry { after, .. } | CloudError::Throttled { after, .. } => Some(*after),
+            _ => None,
+        }
     }
 }
 

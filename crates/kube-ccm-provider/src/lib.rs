@@ -21,6 +21,7 @@
 //! - [`names`]: well-known taints, labels, annotations and finalizers.
 //! - [`gcfg`]: reading cloud-configs in upstream's INI dialect (the AWS and GCE providers' format).
 
+mod budget;
 mod caches;
 mod cidr;
 mod context;
@@ -36,6 +37,7 @@ mod registry;
 mod routes;
 pub mod service;
 
+pub use budget::{BudgetStats, MAX_PAUSE, Priority, RateBudget};
 pub use caches::{CacheEvent, FixedCaches, NoCaches, SharedCaches};
 pub use cidr::{Cidr, CidrError};
 pub use context::{CallContext, CallObserver, LockValidity};
@@ -43,6 +45,6 @@ pub use error::{CloudError, Refused};
 pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, default_load_balancer_name};
-pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, Zone, Zones};
+pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, RequestRate, Zone, Zones};
 pub use registry::{ProviderFactory, ProviderRegistry, ProviderRegistryError};
 pub use routes::{Route, Routes};

@@ -210,6 +210,22 @@ pub trait CloudProvider: std::any::Any + Send + Sync {
     fn has_cluster_id(&self) -> bool {
         true
     }
+
+    /// The request rate the process's [`RateBudget`](crate::RateBudget) allows this cloud by default (the
+    /// cloud's published limit, with room for the account's other clients); `--cloud-api-qps` and
+    /// `--cloud-api-burst` override it. `None` (the default): no limit, only the pause on throttling.
+    fn default_request_rate(&self) -> Option<RequestRate> {
+        None
+    }
+}
+
+/// Requests per second and the burst above that rate ([`CloudProvider::default_request_rate`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestRate {
+    /// Requests per second on average.
+    pub per_second: f64,
+    /// Requests at once after a quiet spell.
+    pub burst: u32,
 }
 
 #[cfg(test)]

@@ -26,8 +26,17 @@ impl<Req, Resp> Clone for Batcher<Req, Resp> {
 
 impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
     /// Starts the task; it ends when every handle is dropped. `call` answers one request per entry, in order.
-    pub(crate) fn spawn<F, Fut>(max_batch: usize, max_in_flight: usize, call: F) -> Batcher<Req, Resp>
+    /// Before a batch is gathered, `gate` is awaited with its first request (the cloud budget's turn), so
+    /// what arrives meanwhile joins it.
+    pub(crate) fn spawn<G, GFut, F, Fut>(
+        max_batch: usize,
+        max_in_flight: usize,
+        gate: G,
+        call: F,
+    ) -> Batcher<Req, Resp>
     where
+        G: Fn(&Req) -> GFut + Send + Sync + 'static,
+        GFut: Future<Output = ()> + Send,
         F: Fn(Vec<Req>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Resp>> + Send + 'static,
     {
@@ -39,6 +48,8 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
                 let Ok(permit) = slots.clone().acquire_owned().await else {
                     return;
                 };
+                // Until the call may go (the cloud budget's turn), more requests join the batch.
+                gate(&first.0).await;
                 let mut batch = vec![first];
                 while batch.len() < max_batch {
                     match receiver.try_recv() {
@@ -81,13 +92,18 @@ mod tests {
     async fn a_burst_becomes_few_batches() {
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let recorded = sizes.clone();
-        let batcher = Batcher::spawn(100, 2, move |requests: Vec<u32>| {
-            recorded.lock().push(requests.len());
-            async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                requests.into_iter().map(|r| r * 2).collect::<Vec<_>>()
-            }
-        });
+        let batcher = Batcher::spawn(
+            100,
+            2,
+            |_: &u32| async {},
+            move |requests: Vec<u32>| {
+                recorded.lock().push(requests.len());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    requests.into_iter().map(|r| r * 2).collect::<Vec<_>>()
+                }
+            },
+        );
         let answers = futures::future::join_all((0..250).map(|i| {
             let batcher = batcher.clone();
             async move { batcher.call(i).await }

@@ -7,8 +7,8 @@ use kube_ccm_leadermigration::{ControllerSelection, LeaseTimings, MigrationConfi
 
 use crate::NodeDeletion;
 use crate::client::ClientFactory;
-use kube_ccm_provider::Cidr;
 use kube_ccm_provider::flags::FlagValues;
+use kube_ccm_provider::{Cidr, RequestRate};
 
 /// Settings of the controllers, as upstream's flags.
 #[derive(Debug, Clone)]
@@ -41,6 +41,11 @@ pub struct ControllerSettings {
     pub concurrent_service_syncs: u16,
     /// The longest a cloud call may take (its deadline is also never past the caller's lock).
     pub cloud_call_timeout: Duration,
+    /// `--cloud-api-qps`: the requests a second the process's cloud budget allows (0: the provider's
+    /// default, `CloudProvider::default_request_rate`; negative: no limit).
+    pub cloud_api_qps: f64,
+    /// `--cloud-api-burst`: the budget's burst (0: the provider's default, or the rate rounded up).
+    pub cloud_api_burst: u32,
     /// The values of the flags the binary's controllers declare ([`kube_ccm_provider::flags`]).
     pub flags: FlagValues,
 }
@@ -63,6 +68,8 @@ impl ControllerSettings {
             concurrent_node_status_updates: 0,
             concurrent_service_syncs: 8,
             cloud_call_timeout: Duration::from_secs(60),
+            cloud_api_qps: 0.0,
+            cloud_api_burst: 0,
             flags: FlagValues::default(),
         }
     }
@@ -72,6 +79,23 @@ impl ControllerSettings {
     /// deadline, so a sync running that long is not waiting on a call.
     pub fn stuck_after(&self) -> Duration {
         self.cloud_call_timeout.saturating_mul(10)
+    }
+
+    /// The process's cloud budget: `--cloud-api-qps` and `--cloud-api-burst` over the provider's default.
+    pub fn request_rate(&self, provider_default: Option<RequestRate>) -> RequestRate {
+        let per_second = match self.cloud_api_qps {
+            q if q > 0.0 => q,
+            q if q < 0.0 => 0.0,
+            _ => provider_default.map_or(0.0, |r| r.per_second),
+        };
+        let burst = match (self.cloud_api_burst, provider_default) {
+            (0, Some(default)) => default.burst,
+            // A rate of its own with no burst: one second's worth.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped to u32's range
+            (0, None) => per_second.ceil().clamp(1.0, f64::from(u32::MAX)) as u32,
+            (burst, _) => burst,
+        };
+        RequestRate { per_second, burst }
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::cached::Referable;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use kube_ccm_leadermigration::ControllerName;
-use kube_ccm_provider::{CallContext, CloudProvider};
+use kube_ccm_provider::{CallContext, CloudProvider, Priority};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -95,11 +95,26 @@ impl ControllerContext {
     /// The context for one cloud call: its deadline is the call timeout from now, and never later than the
     /// validity of the lock this controller runs under, read live (a renewal while the call runs lets it go
     /// on; a process that lost its lock cannot go on acting on the cloud); it is cancelled when the
-    /// controller stops.
+    /// controller stops. Its requests take their turns from the process's cloud budget at the
+    /// controller's priority: `refresh` for the lifecycle controller, `reconcile` for the others.
     pub fn call_context(&self) -> CallContext {
+        let priority = if self.name.as_str() == "cloud-node-lifecycle-controller" {
+            Priority::Refresh
+        } else {
+            Priority::Reconcile
+        };
+        self.call_context_at(priority)
+    }
+
+    /// [`Self::call_context`], its requests at `priority` in the process's cloud budget (the node
+    /// controller's: initialising before refreshing).
+    pub fn call_context_at(&self, priority: Priority) -> CallContext {
         let deadline = Instant::now() + self.settings.cloud_call_timeout;
-        let cx = CallContext::new(deadline, self.stop.clone(), &self.caller)
+        let mut cx = CallContext::new(deadline, self.stop.clone(), &self.caller)
             .with_observer(self.metrics.cloud.clone());
+        if let Some(budget) = self.metrics.cloud.budget() {
+            cx = cx.with_budget(budget, priority);
+        }
         match &self.fence {
             Some(fence) => cx.with_lock(Arc::new(fence.clone())),
             None => cx,

@@ -36,6 +36,7 @@ pub fn metric_reference() -> String {
     const PROVIDER: &str = "provider_name_placeholder";
     let metrics = Metrics::new();
     metrics.set_provider(PROVIDER);
+    metrics.set_budget(std::sync::Arc::new(kube_ccm_provider::RateBudget::new(0.0, 1)));
     // One series in each labelled family, so that its labels show.
     let lease = LeaseLabels { name: String::new() };
     metrics.leader_election_master_status.get_or_create(&lease).set(0);

@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kube_ccm_provider::{CallObserver, CloudError};
+use kube_ccm_provider::{CallObserver, CloudError, Priority, RateBudget};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -472,6 +472,11 @@ impl Metrics {
     }
 
     /// Names the provider in the cloud families (`cloudprovider_<provider>_…`); the first name set stays.
+    /// The process's cloud budget (set once; later calls change nothing).
+    pub(crate) fn set_budget(&self, budget: Arc<RateBudget>) {
+        let _ = self.cloud.budget.set(budget);
+    }
+
     pub(crate) fn set_provider(&self, provider: &str) {
         let name: String = provider
             .chars()
@@ -493,7 +498,8 @@ impl Metrics {
 pub(crate) fn error_kind(error: &CloudError) -> Option<&'static str> {
     match error {
         CloudError::InstanceNotFound | CloudError::NotImplemented | CloudError::ImplementedElsewhere => None,
-        CloudError::Retry { .. } => Some("throttled"),
+        CloudError::Throttled { .. } => Some("throttled"),
+        CloudError::Retry { .. } => Some("retry"),
         CloudError::Timeout => Some("timeout"),
         CloudError::Cancelled => Some("cancelled"),
         // A kind added later counts as a failure until it is sorted here.
@@ -518,6 +524,8 @@ pub(crate) fn batch_outcome<T>(answers: &[Result<T, CloudError>]) -> Result<(), 
 /// name, and every request a provider reports with `CallContext::observe`.
 pub(crate) struct CloudMetrics {
     provider: OnceLock<String>,
+    /// The process's budget for the cloud's API, shared by every call context the controllers make.
+    budget: OnceLock<Arc<RateBudget>>,
     duration: Family<CloudLabels, Histogram>,
     errors: Family<CloudErrorLabels, Counter>,
 }
@@ -526,6 +534,7 @@ impl Default for CloudMetrics {
     fn default() -> Self {
         CloudMetrics {
             provider: OnceLock::new(),
+            budget: OnceLock::new(),
             duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
             errors: Family::default(),
         }
@@ -537,6 +546,13 @@ impl std::fmt::Debug for CloudMetrics {
         f.debug_struct("CloudMetrics")
             .field("provider", &self.provider)
             .finish_non_exhaustive()
+    }
+}
+
+impl CloudMetrics {
+    /// The process's cloud budget, once the manager made it.
+    pub(crate) fn budget(&self) -> Option<Arc<RateBudget>> {
+        self.budget.get().cloned()
     }
 }
 
@@ -578,12 +594,62 @@ impl Collector for CloudCollector {
         let errors = &self.0.errors;
         errors.encode(encoder.encode_descriptor(
             &format!("cloudprovider_{provider}_api_request_errors"),
-            "Failed cloud API requests, by request and how they failed: throttled, timeout, cancelled or error",
+            "Failed cloud API requests, by request and how they failed: throttled (the cloud's rate limit), retry (asked to try later), timeout, cancelled or error",
             None,
             errors.metric_type(),
         )?)?;
+        if let Some(budget) = self.0.budget.get() {
+            encode_budget(&mut encoder, provider, budget)?;
+        }
         Ok(())
     }
+}
+
+/// The budget's families: tokens granted and time waited by priority, pauses for throttling.
+fn encode_budget(
+    encoder: &mut DescriptorEncoder<'_>,
+    provider: &str,
+    budget: &RateBudget,
+) -> Result<(), std::fmt::Error> {
+    let stats = budget.stats();
+    let granted = Family::<PriorityLabels, Counter>::default();
+    let waited = Family::<PriorityLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for (i, priority) in Priority::ALL.iter().enumerate() {
+        let labels = PriorityLabels {
+            priority: priority.as_str().to_owned(),
+        };
+        granted.get_or_create(&labels).inc_by(stats.granted[i]);
+        waited
+            .get_or_create(&labels)
+            .inc_by(stats.waited[i].as_secs_f64());
+    }
+    granted.encode(encoder.encode_descriptor(
+        &format!("cloudprovider_{provider}_api_budget_requests"),
+        "Cloud API requests let through by the process's budget, by priority (initialise, reconcile, refresh)",
+        None,
+        granted.metric_type(),
+    )?)?;
+    waited.encode(encoder.encode_descriptor(
+        &format!("cloudprovider_{provider}_api_budget_wait_seconds"),
+        "Time cloud API requests waited for the process's budget (--cloud-api-qps, --cloud-api-burst), by priority",
+        None,
+        waited.metric_type(),
+    )?)?;
+    let pauses = Counter::<u64>::default();
+    pauses.inc_by(stats.pauses);
+    pauses.encode(encoder.encode_descriptor(
+        &format!("cloudprovider_{provider}_api_budget_pauses"),
+        "Times the cloud throttled a request and every request of the process paused for its retry delay",
+        None,
+        pauses.metric_type(),
+    )?)?;
+    Ok(())
+}
+
+/// A family's label: the budget's priority.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PriorityLabels {
+    priority: String,
 }
 
 #[cfg(test)]
@@ -610,13 +676,20 @@ mod tests {
         metrics.api_request("10.0.0.1:6443", "PATCH", "409", 0.02);
         metrics.api_request("10.0.0.1:6443", "GET", "<error>", 0.3);
         metrics.set_provider("my-cloud");
-        let throttled = CloudError::Retry {
+        let throttled = CloudError::Throttled {
             after: Duration::from_secs(1),
             message: "RequestLimitExceeded".into(),
         };
         metrics
             .cloud
             .observe("DescribeInstances", Duration::from_millis(20), Err(&throttled));
+        let later = CloudError::Retry {
+            after: Duration::from_secs(5),
+            message: "DependencyViolation".into(),
+        };
+        metrics
+            .cloud
+            .observe("DeleteSecurityGroup", Duration::from_millis(20), Err(&later));
         metrics
             .cloud
             .observe("DescribeInstances", Duration::from_millis(20), Ok(()));
@@ -640,6 +713,7 @@ mod tests {
             "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"DescribeInstances\"} 2",
             "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"get_load_balancer\"} 1",
             "cloudprovider_my_cloud_api_request_errors_total{request=\"DescribeInstances\",error=\"throttled\"} 1",
+            "cloudprovider_my_cloud_api_request_errors_total{request=\"DeleteSecurityGroup\",error=\"retry\"} 1",
             "workqueue_adds_total{name=\"cloud-node-controller\"} 1",
             "workqueue_depth{name=\"cloud-node-controller\"} 1",
         ] {

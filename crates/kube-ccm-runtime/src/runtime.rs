@@ -18,7 +18,7 @@ use kube_ccm_leadermigration::scopes::{
 use kube_ccm_leadermigration::user_agent::LEADER_ELECTION;
 use kube_ccm_leadermigration::{ControllerName, Placement, PlanInput, Planned};
 use kube_ccm_provider::Refused;
-use kube_ccm_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext};
+use kube_ccm_provider::{CloudError, CloudProvider, InitializeContext, LeadingContext, RateBudget};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -71,6 +71,8 @@ impl Manager {
     ) -> Manager {
         let metrics = Arc::new(Metrics::new());
         metrics.set_provider(provider.provider_name());
+        let rate = config.controllers.request_rate(provider.default_request_rate());
+        metrics.set_budget(Arc::new(RateBudget::new(rate.per_second, rate.burst)));
         let mut config = config;
         config.clients = config.clients.with_metrics(metrics.clone());
         Manager {

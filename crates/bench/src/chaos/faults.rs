@@ -41,6 +41,30 @@ pub(super) async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &st
     Ok(())
 }
 
+/// A node's kubelet stops reporting while its machine runs on: the node turns NotReady and its instance
+/// exists, so no controller may delete it (the lying cloud's faults tempt them to).
+pub(super) async fn stall(nodes: &Api<Node>, name: &str) -> Result<()> {
+    let status =
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStalled"}]}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("mark {name} NotReady"))?;
+    Ok(())
+}
+
+/// The cloud as it is when no fault holds: answering in 5 ms, seeing every instance, no rate limit.
+pub(super) async fn calm_cloud(cloud: &FakeCloudClient) -> Result<()> {
+    let knobs = Knobs {
+        latency_ms: 5,
+        ..Knobs::default()
+    };
+    cloud_call(cloud, AdminRequest::SetKnobs(knobs)).await?;
+    cloud_call(cloud, AdminRequest::SetBlind { blind: false }).await?;
+    cloud_call(cloud, AdminRequest::SetRateLimit { per_second: 0.0 }).await?;
+    Ok(())
+}
+
 /// Matches the `User-Agent` of every manager (both components), not the workload's or the judge's.
 const MANAGERS: &str = "-controller-manager/";
 
@@ -59,7 +83,7 @@ pub(super) async fn inject(
     let Some(target) = plane.pick(rng) else {
         return Ok("none");
     };
-    let mut kind = rng.random_range(0..9);
+    let mut kind = rng.random_range(0..11);
     // The real kube-apiserver has no faults of its own: a network partition instead, where there are
     // links to cut, else the cloud's faults.
     if faults.is_none() && matches!(kind, 3..=5 | 8) {
@@ -126,15 +150,18 @@ pub(super) async fn inject(
             .await?;
             "cloud_slow_failing_hanging"
         }
+        9 => {
+            // A wrong region or account: every instance answered absent until the cloud recovers.
+            cloud_call(cloud, AdminRequest::SetBlind { blind: true }).await?;
+            "cloud_says_every_instance_is_gone"
+        }
+        10 => {
+            let per_second = rng.random_range(2.0..10.0);
+            cloud_call(cloud, AdminRequest::SetRateLimit { per_second }).await?;
+            "cloud_throttles"
+        }
         _ => {
-            cloud_call(
-                cloud,
-                AdminRequest::SetKnobs(Knobs {
-                    latency_ms: 5,
-                    ..Knobs::default()
-                }),
-            )
-            .await?;
+            calm_cloud(cloud).await?;
             "cloud_recovers"
         }
     };

@@ -14,6 +14,8 @@ pub(super) struct State {
     pub(super) nodes: usize,
     pub(super) uninitialized: Vec<String>,
     pub(super) retired_left: Vec<String>,
+    /// Nodes the run made and never retired that are gone: deleted though their instances exist.
+    pub(super) wrongly_deleted: Vec<String>,
     /// `namespace/name` of every LoadBalancer service.
     pub(super) wanted: BTreeSet<String>,
     /// `(service, load balancer)` of each load balancer whose service is gone.
@@ -36,9 +38,15 @@ impl State {
         services: &Api<Service>,
         cloud: &FakeCloudClient,
         retired: &BTreeSet<String>,
+        created: u32,
     ) -> Result<State> {
         let node_list = nodes.list(&ListParams::default()).await?.items;
         let names = |n: &Node| n.metadata.name.clone().unwrap_or_default();
+        let present: BTreeSet<String> = node_list.iter().map(names).collect();
+        let wrongly_deleted = (0..created)
+            .map(|i| format!("node-{i}"))
+            .filter(|n| !retired.contains(n) && !present.contains(n))
+            .collect();
         let uninitialized = node_list
             .iter()
             .filter(|n| !retired.contains(&names(n)) && !harness::initialized(n))
@@ -90,6 +98,7 @@ impl State {
             nodes: node_list.len(),
             uninitialized,
             retired_left,
+            wrongly_deleted,
             orphaned,
             duplicated,
             undeleted,

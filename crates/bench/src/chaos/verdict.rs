@@ -62,6 +62,16 @@ pub(super) struct Report {
     pub(super) nodes: usize,
     pub(super) nodes_uninitialized: Vec<String>,
     pub(super) retired_nodes_left: Vec<String>,
+    /// Nodes deleted though their instances exist (made by the run and never retired), by ours or by a
+    /// process nobody can name: none may be.
+    pub(super) nodes_wrongly_deleted: Vec<String>,
+    /// With `--peers go`: such nodes deleted by upstream's Go cloud-controller-manager (which deletes on
+    /// the first "gone"), counted, not judged.
+    pub(super) upstream_wrong_deletions: Vec<String>,
+    /// Nodes whose kubelet the run stalled (NotReady, instance running).
+    pub(super) nodes_stalled: usize,
+    /// Cloud objects left behind at the end: load balancers orphaned (not excused) and duplicated.
+    pub(super) cloud_objects_leaked: usize,
     pub(super) load_balancer_services: usize,
     /// Load balancers whose service is gone, at the end, each with the cloud write that created it and
     /// whether (and why) it is excused (see `orphans.rs`); any not excused fails the run.
@@ -211,6 +221,19 @@ pub(super) fn judge(seen: Seen<'_>, describe: impl FnOnce(&mut Report)) -> Repor
             &state.duplicated[..state.duplicated.len().min(3)]
         ));
     }
+    let (upstream_wrong_deletions, wrongly_deleted): (Vec<String>, Vec<String>) = state
+        .wrongly_deleted
+        .iter()
+        .cloned()
+        .partition(|node| deleted_by(requests, node).is_some_and(|who| peer_of(&who) == Some(Peer::Go)));
+    if !wrongly_deleted.is_empty() {
+        failures.push(format!(
+            "{} nodes deleted though their instances exist (see nodes_wrongly_deleted), e.g. {:?}",
+            wrongly_deleted.len(),
+            &wrongly_deleted[..wrongly_deleted.len().min(3)]
+        ));
+    }
+    let cloud_objects_leaked = not_excused.len() + state.duplicated.len();
     if !plane.stuck.is_empty() {
         failures.push(format!("stuck on SIGTERM: {:?}", plane.stuck));
     }
@@ -242,6 +265,10 @@ pub(super) fn judge(seen: Seen<'_>, describe: impl FnOnce(&mut Report)) -> Repor
         nodes: state.nodes,
         nodes_uninitialized: state.uninitialized,
         retired_nodes_left: state.retired_left,
+        nodes_wrongly_deleted: wrongly_deleted,
+        upstream_wrong_deletions,
+        nodes_stalled: 0,
+        cloud_objects_leaked,
         load_balancer_services: state.wanted.len(),
         orphaned_load_balancers: orphaned,
         duplicated_load_balancers: state.duplicated,
@@ -255,6 +282,19 @@ pub(super) fn judge(seen: Seen<'_>, describe: impl FnOnce(&mut Report)) -> Repor
     };
     describe(&mut result);
     result
+}
+
+/// The identity (process) whose request deleted `node`, from the API server's records.
+fn deleted_by(requests: &[RequestEntry], node: &str) -> Option<String> {
+    let path = format!("/api/v1/nodes/{node}");
+    requests
+        .iter()
+        .filter(|r| {
+            (r.method == "DELETE" || r.verb.as_deref() == Some("delete"))
+                && r.path == path
+                && r.applied() != ccm_audit::Applied::No
+        })
+        .find_map(|r| ccm_audit::UserAgent::parse(&r.user_agent).map(|ua| ua.identity))
 }
 
 /// An overlap's kind, as the JSON names it.

@@ -173,6 +173,15 @@ fn absurd_durations_and_numbers_are_refused_not_overflowed() {
             "--route-reconciliation-period",
         ),
         ("--kube-api-qps=NaN", "--kube-api-qps"),
+        ("--cloud-api-qps=NaN", "--cloud-api-qps"),
+        (
+            "--node-deletion-breaker-ratio=1.5",
+            "--node-deletion-breaker-ratio",
+        ),
+        (
+            "--node-deletion-confirm-after=25h",
+            "--node-deletion-confirm-after",
+        ),
         ("--concurrent-service-syncs=0", "--concurrent-service-syncs"),
         ("--concurrent-node-syncs=70000", "--concurrent-node-syncs"),
     ] {

@@ -55,6 +55,7 @@ pub(crate) fn validate(
         Vec::new()
     });
     workers_and_periods(&settings, &mut problems);
+    safeguards(&settings, &mut problems);
     let serving = serving(&settings, &mut problems);
     let webhook_serving = webhook_serving(&settings, registry, &mut problems);
     let feature_gates = feature_gates(&settings, &mut problems);
@@ -282,6 +283,17 @@ fn workers_and_periods(settings: &Settings, problems: &mut Problems) {
             ));
         }
     }
+    if !settings.kube_api_qps.is_finite() {
+        problems.push(format!(
+            "--kube-api-qps must be a number (got {})",
+            settings.kube_api_qps
+        ));
+    }
+}
+
+/// The node-deletion safeguards and the cloud budget (flags of this manager's own).
+fn safeguards(settings: &Settings, problems: &mut Problems) {
+    const DAY: Duration = Duration::from_secs(24 * 3600);
     if settings.node_deletion_confirm_after.0 > DAY {
         problems.push(format!(
             "--node-deletion-confirm-after must be at most 24h (got {}s)",
@@ -294,10 +306,10 @@ fn workers_and_periods(settings: &Settings, problems: &mut Problems) {
             settings.node_deletion_breaker_ratio
         ));
     }
-    if !settings.kube_api_qps.is_finite() {
+    if !settings.cloud_api_qps.is_finite() {
         problems.push(format!(
-            "--kube-api-qps must be a number (got {})",
-            settings.kube_api_qps
+            "--cloud-api-qps must be a number (got {})",
+            settings.cloud_api_qps
         ));
     }
 }

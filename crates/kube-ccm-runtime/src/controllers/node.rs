@@ -30,7 +30,7 @@ use kube_ccm_provider::names::{
     ANNOTATION_PROVIDED_NODE_IP, LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_PAIRS, LABEL_REGION,
     LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA, TAINT_UNINITIALIZED,
 };
-use kube_ccm_provider::{CloudError, InstanceMetadata};
+use kube_ccm_provider::{CloudError, InstanceMetadata, Priority};
 use serde_json::json;
 
 use super::age_seconds;
@@ -91,12 +91,42 @@ impl NodeContext {
     }
 }
 
-/// A batcher that asks the cloud for many nodes' metadata in one call and records its latency.
+/// The budget priority of a look-up for `node`: initialising before the periodic refreshes.
+fn priority_of(node: &Node) -> Priority {
+    let uninitialised = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == TAINT_UNINITIALIZED));
+    if uninitialised {
+        Priority::Initialise
+    } else {
+        Priority::Refresh
+    }
+}
+
+/// A batcher that asks the cloud for many nodes' metadata in one call and records its latency. A batch
+/// waits for the cloud budget's turn before it is gathered, so under a tight budget batches grow rather
+/// than queue.
 fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
+    let budget = controller.metrics.cloud.budget();
     let controller = controller.clone();
-    Batcher::spawn(500, 8, move |nodes: Vec<Arc<Node>>| {
+    let gate = move |first: &Arc<Node>| {
+        let (budget, priority) = (budget.clone(), priority_of(first));
+        async move {
+            if let Some(budget) = budget {
+                budget.ready(priority).await;
+            }
+        }
+    };
+    Batcher::spawn(500, 8, gate, move |nodes: Vec<Arc<Node>>| {
         let provider = controller.provider.clone();
-        let cx = controller.call_context();
+        let priority = nodes
+            .iter()
+            .map(|n| priority_of(n))
+            .min()
+            .unwrap_or(Priority::Refresh);
+        let cx = controller.call_context_at(priority);
         async move {
             let Some(instances) = instances_of(provider.as_ref()) else {
                 return nodes.iter().map(|_| Err(CloudError::NotImplemented)).collect();
@@ -170,7 +200,7 @@ async fn report_uninitialized(controller: ControllerContext) {
 
 fn error_policy(node: Arc<CachedNode>, error: &NodeError, context: Arc<NodeContext>) -> Action {
     let after = match error {
-        NodeError::Cloud(CloudError::Retry { after, .. }) => *after,
+        NodeError::Cloud(error) if error.retry_after().is_some() => error.retry_after().unwrap_or_default(),
         _ => context.backoff.failed(node.uid()),
     };
     Action::requeue(after)

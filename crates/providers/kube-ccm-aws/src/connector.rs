@@ -1,4 +1,5 @@
-//! The SDK's HTTP client: a connection per request, fenced on the cloud call it is part of.
+//! The SDK's HTTP client: a connection per request, fenced on the cloud call it is part of, sent when the
+//! process's cloud budget gives the call its turn ([`CallContext::acquire`]).
 //!
 //! The SDK's own client pools connections and drives them in tasks of its own, so the framework's guard
 //! (which drops a call's future at its deadline) cannot reach them: a request handed to a pooled
@@ -124,6 +125,13 @@ impl FencedConnector {
         };
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let request = origin_form(request)?;
+        if let Some(call) = &call {
+            // Each request the SDK sends (each attempt of a retried one) takes a turn of the process's
+            // budget: what the account's rate limit counts.
+            call.acquire()
+                .await
+                .map_err(|e| ConnectorError::timeout(Box::new(e)))?;
+        }
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host.as_str(), port)))
             .await
             .map_err(|_| {

@@ -566,6 +566,10 @@ fn copy(error: &CloudError) -> CloudError {
             after: *after,
             message: message.clone(),
         },
+        CloudError::Throttled { after, message } => CloudError::Throttled {
+            after: *after,
+            message: message.clone(),
+        },
         CloudError::Timeout => CloudError::Timeout,
         CloudError::Cancelled => CloudError::Cancelled,
         other => CloudError::provider(other.to_string()),

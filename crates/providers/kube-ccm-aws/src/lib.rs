@@ -6,8 +6,9 @@
 //! routes ([`routes`]), and classic ELBs and NLBs for LoadBalancer services ([`load_balancer`],
 //! [`load_balancer::network`]), and upstream's tagging controller ([`tagging`], off unless named).
 //!
-//! AWS errors map to the framework's: throttling (`RequestLimitExceeded`, `Throttling…`) to a retry after
-//! [`THROTTLED_RETRY_AFTER`], after the SDK's own back-off has run out.
+//! AWS errors map to the framework's: throttling (`RequestLimitExceeded`, `Throttling…`) to
+//! `CloudError::Throttled` after [`THROTTLED_RETRY_AFTER`], once the SDK's own back-off has run out, which
+//! pauses the process's budget.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -157,6 +158,16 @@ impl CloudProvider for AwsProvider {
     fn has_cluster_id(&self) -> bool {
         !self.config.cluster_id().is_empty()
     }
+
+    /// EC2's bucket for non-mutating requests (`Describe*`: 20 a second, 100 at once, per account and
+    /// region), the requests a manager mostly sends; mutating ones have smaller buckets of their own, which
+    /// the pause on `RequestLimitExceeded` covers.
+    fn default_request_rate(&self) -> Option<kube_ccm_provider::RequestRate> {
+        Some(kube_ccm_provider::RequestRate {
+            per_second: 20.0,
+            burst: 100,
+        })
+    }
 }
 
 /// The zone-ID label (`use1-az1`), as upstream.
@@ -172,7 +183,7 @@ pub(crate) fn filter(name: &str, values: &[String]) -> aws_sdk_ec2::types::Filte
         .build()
 }
 
-/// An AWS failure (EC2, ELB) as the framework's error: throttling becomes a retry after [`THROTTLED_RETRY_AFTER`].
+/// An AWS failure (EC2, ELB) as the framework's error: throttling becomes `Throttled` after [`THROTTLED_RETRY_AFTER`].
 pub(crate) fn aws_error<E, R>(error: SdkError<E, R>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -184,7 +195,7 @@ where
         code.as_str(),
         "RequestLimitExceeded" | "Throttling" | "ThrottlingException" | "TooManyRequestsException"
     ) {
-        return CloudError::Retry {
+        return CloudError::Throttled {
             after: THROTTLED_RETRY_AFTER,
             message,
         };

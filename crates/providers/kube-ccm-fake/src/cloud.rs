@@ -19,6 +19,33 @@ struct State {
     writes: Vec<CloudWrite>,
     next_ip: u32,
     unreachable_zones: std::collections::BTreeSet<String>,
+    rate_limit: Option<RateLimit>,
+    throttled: u64,
+    blind: bool,
+}
+
+/// The cloud's API rate limit: a bucket of one second's calls, refilled continuously.
+#[derive(Debug, Clone, Copy)]
+struct RateLimit {
+    per_second: f64,
+    tokens: f64,
+    refilled: tokio::time::Instant,
+}
+
+impl RateLimit {
+    /// Takes a token for one call; false when there is none (the call is throttled).
+    fn admit(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let added = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + added).min(self.per_second.max(1.0));
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The cloud. Cloning shares it.
@@ -56,6 +83,14 @@ impl FakeCloud {
             let mut state = self.state.lock();
             state.calls += 1;
             *state.calls_by_kind.entry(request.kind().to_owned()).or_insert(0) += 1;
+            if state.rate_limit.as_mut().is_some_and(|limit| !limit.admit()) {
+                state.throttled += 1;
+                return CloudResponse::Error {
+                    message: "rate limit exceeded".into(),
+                    not_found: false,
+                    throttled: true,
+                };
+            }
             state.knobs
         };
         if let Some(injected) = injected(knobs).await {
@@ -84,6 +119,7 @@ impl FakeCloud {
                 None => CloudResponse::Error {
                     message: format!("load balancer {name} not found"),
                     not_found: true,
+                    throttled: false,
                 },
             },
             CloudRequest::DeleteLoadBalancer { name } => {
@@ -131,8 +167,21 @@ impl FakeCloud {
                 None => CloudResponse::Error {
                     message: format!("instance {name} not found"),
                     not_found: true,
+                    throttled: false,
                 },
             },
+            AdminRequest::SetRateLimit { per_second } => {
+                state.rate_limit = (per_second > 0.0).then_some(RateLimit {
+                    per_second,
+                    tokens: per_second.max(1.0),
+                    refilled: tokio::time::Instant::now(),
+                });
+                CloudResponse::Done
+            }
+            AdminRequest::SetBlind { blind } => {
+                state.blind = blind;
+                CloudResponse::Done
+            }
             AdminRequest::SetKnobs(knobs) => {
                 state.knobs = knobs;
                 CloudResponse::Done
@@ -155,6 +204,7 @@ impl FakeCloud {
                 routes: state.routes.values().cloned().collect(),
                 calls: state.calls,
                 calls_by_kind: state.calls_by_kind.clone(),
+                throttled: state.throttled,
             },
             AdminRequest::Writes { from } => CloudResponse::Writes {
                 writes: state.writes.get(from..).unwrap_or_default().to_vec(),
@@ -179,6 +229,7 @@ async fn injected(knobs: Knobs) -> Option<CloudResponse> {
         return Some(CloudResponse::Error {
             message: "injected fake cloud error".into(),
             not_found: false,
+            throttled: false,
         });
     }
     if knobs.hang_rate > 0.0 && rand::random::<f64>() < knobs.hang_rate {
@@ -187,6 +238,7 @@ async fn injected(knobs: Knobs) -> Option<CloudResponse> {
         return Some(CloudResponse::Error {
             message: "injected fake cloud hang".into(),
             not_found: false,
+            throttled: false,
         });
     }
     None
@@ -231,7 +283,7 @@ fn describe(state: &State, nodes: &[NodeRef]) -> CloudResponse {
         .iter()
         .enumerate()
         .map(|(index, node)| {
-            let found = find(state, node);
+            let found = find(state, node).filter(|_| !state.blind);
             let reachable = match found {
                 Some(instance) => !state.unreachable_zones.contains(&instance.zone),
                 None => state.unreachable_zones.is_empty(),

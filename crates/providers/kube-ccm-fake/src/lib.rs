@@ -22,5 +22,5 @@ pub use cloud::FakeCloud;
 pub use config::{ConfigError, FakeCloudConfig};
 pub use model::{CloudWrite, FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
 pub use protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
-pub use provider::{FakeProvider, PROVIDER_NAME, factory};
+pub use provider::{FakeProvider, PROVIDER_NAME, THROTTLED_RETRY_AFTER, factory};
 pub use server::{FakeCloudClient, FakeCloudServer};

@@ -133,6 +133,18 @@ pub enum AdminRequest {
     },
     /// Add or replace a route (one the cluster did not make, say).
     PutRoute(FakeRoute),
+    /// Refuse calls beyond `per_second` a second (a bucket of one second's calls), as a cloud's API rate
+    /// limit does: answered `throttled`. Zero lifts the limit.
+    SetRateLimit {
+        /// Calls a second.
+        per_second: f64,
+    },
+    /// A cloud that answers "no such instance" for every instance (`blind: true`), as one reached with a
+    /// wrong region or account does, or answers truly again.
+    SetBlind {
+        /// Whether every look-up finds nothing.
+        blind: bool,
+    },
     /// Everything the cloud holds.
     Snapshot,
     /// The changes applied, from the `from`-th on (the audit judges them against lock tenures).
@@ -181,6 +193,9 @@ pub enum CloudResponse {
         /// The same, by call (`list_routes`, `ensure_load_balancer`, …).
         #[serde(default)]
         calls_by_kind: std::collections::BTreeMap<String, u64>,
+        /// Of `calls`, those refused for the rate limit.
+        #[serde(default)]
+        throttled: u64,
     },
     /// Changes applied, in order.
     Writes {
@@ -193,5 +208,8 @@ pub enum CloudResponse {
         message: String,
         /// Whether the thing asked for does not exist.
         not_found: bool,
+        /// Whether the cloud refused the call for its rate limit ([`AdminRequest::SetRateLimit`]).
+        #[serde(default)]
+        throttled: bool,
     },
 }

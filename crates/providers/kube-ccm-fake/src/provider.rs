@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
@@ -14,6 +15,9 @@ use crate::config::FakeCloudConfig;
 use crate::model::{FakeAddress, FakeInstance, InstanceState, Knobs};
 use crate::protocol::{CloudRequest, CloudResponse, NodeRef};
 use crate::server::FakeCloudClient;
+
+/// How long a throttled call waits before it is tried again (the fake cloud's bucket holds one second).
+pub const THROTTLED_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The provider name (`--cloud-provider=fake`) and provider-ID scheme.
 pub const PROVIDER_NAME: &str = "fake";
@@ -59,6 +63,9 @@ impl FakeProvider {
 
     /// One call to the cloud, abandoned at the context's deadline or cancellation.
     async fn call(&self, cx: &CallContext, request: CloudRequest) -> Result<CloudResponse, CloudError> {
+        // One request, one turn of the process's budget.
+        cx.acquire().await?;
+        let kind = request.kind();
         let response = cx
             .guard(async {
                 Ok(match &self.backend {
@@ -70,8 +77,18 @@ impl FakeProvider {
         match response {
             CloudResponse::Error {
                 message,
-                not_found: _,
-            } => Err(CloudError::provider(message)),
+                throttled: true,
+                ..
+            } => {
+                let error = CloudError::Throttled {
+                    after: THROTTLED_RETRY_AFTER,
+                    message,
+                };
+                // Reported as a provider reports its requests: the budget pauses.
+                cx.observe(kind, Duration::ZERO, Err(&error));
+                Err(error)
+            }
+            CloudResponse::Error { message, .. } => Err(CloudError::provider(message)),
             other => Ok(other),
         }
     }

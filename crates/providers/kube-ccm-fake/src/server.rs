@@ -98,6 +98,7 @@ async fn handle(
         Err(error) => CloudResponse::Error {
             message: format!("bad request: {error}"),
             not_found: false,
+            throttled: false,
         },
     };
     reply(200, serde_json::to_vec(&response).expect("responses serialise"))
@@ -170,6 +171,7 @@ impl FakeCloudClient {
         let error = |message: String| CloudResponse::Error {
             message,
             not_found: false,
+            throttled: false,
         };
         let body = serde_json::to_vec(request).expect("requests serialise");
         let mut builder = http::Request::post("/cloud")

@@ -311,7 +311,7 @@ impl GceProvider {
     ) -> Vec<Result<Option<(InstanceRef, Instance)>, CloudError>> {
         let refs: Vec<Result<InstanceRef, CloudError>> = nodes.iter().map(|n| self.instance_ref(n)).collect();
         let wanted: Vec<InstanceRef> = refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
-        let found = match cx.call("instances.aggregatedList", self.find(&wanted)).await {
+        let found = match cx.request("instances.aggregatedList", self.find(&wanted)).await {
             Ok(found) => found,
             Err(error) => return nodes.iter().map(|_| Err(error.clone())).collect(),
         };

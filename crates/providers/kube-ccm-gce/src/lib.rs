@@ -7,8 +7,9 @@
 //! flags ([`flags`]), and a controller of its own, the node-IPAM cloud allocator ([`ipam`], for a
 //! binary's controller registry: [`controllers`]).
 //!
-//! Compute errors map to the framework's: rate limits and quota (HTTP 429, `RESOURCE_EXHAUSTED`, 403
-//! `rateLimitExceeded`) to a retry after [`RATE_LIMITED_RETRY_AFTER`], after the client's own retries.
+//! Compute errors map to the framework's: rate limits (HTTP 429, `RESOURCE_EXHAUSTED`, 403
+//! `rateLimitExceeded`) to `CloudError::Throttled` after [`RATE_LIMITED_RETRY_AFTER`], after the
+//! client's own retries, which pauses the process's budget; an operation's `QUOTA_EXCEEDED` to a retry.
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -254,6 +255,15 @@ impl CloudProvider for GceProvider {
     fn has_cluster_id(&self) -> bool {
         true
     }
+
+    /// Compute's classic per-project quotas are 1,500 requests a minute for reads and for global
+    /// mutations; 20 a second (1,200 a minute) leaves room for the project's other clients.
+    fn default_request_rate(&self) -> Option<kube_ccm_provider::RequestRate> {
+        Some(kube_ccm_provider::RequestRate {
+            per_second: 20.0,
+            burst: 100,
+        })
+    }
 }
 
 /// Whether Compute answered 404 (directly, or as a failed operation).
@@ -280,11 +290,11 @@ fn is_rate_limited(error: &GaxError) -> bool {
         })
 }
 
-/// A Compute failure as the framework's error: rate limits and quota become a retry after
+/// A Compute failure as the framework's error: rate limits become `Throttled` after
 /// [`RATE_LIMITED_RETRY_AFTER`]; `what` says which request failed.
 pub(crate) fn gce_error(what: &str, error: GaxError) -> CloudError {
     if is_rate_limited(&error) {
-        return CloudError::Retry {
+        return CloudError::Throttled {
             after: RATE_LIMITED_RETRY_AFTER,
             message: format!("{what}: {error}"),
         };
@@ -366,7 +376,13 @@ impl WriteError {
                     "{what}: operation failed: {code} {message} (HTTP {})",
                     http.unwrap_or_default()
                 );
-                if http == Some(429) || matches!(code.as_str(), "QUOTA_EXCEEDED" | "RATE_LIMIT_EXCEEDED") {
+                if http == Some(429) || code == "RATE_LIMIT_EXCEEDED" {
+                    CloudError::Throttled {
+                        after: RATE_LIMITED_RETRY_AFTER,
+                        message,
+                    }
+                } else if code == "QUOTA_EXCEEDED" {
+                    // A resource quota, not the API's rate: this write waits, the others go on.
                     CloudError::Retry {
                         after: RATE_LIMITED_RETRY_AFTER,
                         message,

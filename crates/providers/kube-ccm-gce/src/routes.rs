@@ -169,7 +169,7 @@ fn regex_escape(text: &str) -> String {
 #[async_trait]
 impl Routes for GceProvider {
     async fn list_routes(&self, cx: &CallContext, cluster_name: &str) -> Result<Vec<Route>, CloudError> {
-        cx.call("routes.list", self.list(cluster_name)).await
+        cx.request("routes.list", self.list(cluster_name)).await
     }
 
     async fn create_route(
@@ -179,7 +179,7 @@ impl Routes for GceProvider {
         name_hint: &str,
         route: &Route,
     ) -> Result<(), CloudError> {
-        cx.call("routes.insert", self.create(cluster_name, name_hint, route))
+        cx.request("routes.insert", self.create(cluster_name, name_hint, route))
             .await
     }
 
@@ -189,7 +189,7 @@ impl Routes for GceProvider {
         _cluster_name: &str,
         route: &Route,
     ) -> Result<(), CloudError> {
-        cx.call("routes.delete", self.delete(route)).await
+        cx.request("routes.delete", self.delete(route)).await
     }
 }
 

@@ -171,7 +171,7 @@ async fn rate_limits_are_retries_and_deadlines_bound_the_call() {
         times: 1,
     });
     match provider.instance_exists(&cx(), &n).await {
-        Err(CloudError::Retry { after, message }) => {
+        Err(CloudError::Throttled { after, message }) => {
             assert_eq!(after, kube_ccm_gce::RATE_LIMITED_RETRY_AFTER);
             assert!(message.contains("instances.aggregatedList"), "{message}");
         }

@@ -48,10 +48,7 @@ impl ServiceError {
             | ServiceError::Delete(error)
             | ServiceError::Ensure(error)
             | ServiceError::UpdateHosts(error)
-            | ServiceError::Orphan(error) => match error {
-                CloudError::Retry { after, .. } => Some(*after),
-                _ => None,
-            },
+            | ServiceError::Orphan(error) => error.retry_after(),
             _ => None,
         }
     }

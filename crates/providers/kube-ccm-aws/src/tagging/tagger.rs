@@ -267,7 +267,9 @@ impl Tagger {
     fn failed(&mut self, due: &Due, error: &CloudError) {
         match error {
             CloudError::Cancelled => {}
-            CloudError::Retry { after, .. } => self.retry_later(due, Some(*after)),
+            CloudError::Retry { after, .. } | CloudError::Throttled { after, .. } => {
+                self.retry_later(due, Some(*after));
+            }
             error => {
                 tracing::warn!(node = due.node.name(), instance = %due.instance, %error, "cannot tag the node's instance");
                 self.retry_later(due, None);
@@ -346,7 +348,7 @@ impl Tagger {
         };
         let after = match error {
             CloudError::Cancelled => return,
-            CloudError::Retry { after, .. } => *after,
+            CloudError::Retry { after, .. } | CloudError::Throttled { after, .. } => *after,
             _ => {
                 untag.attempts += 1;
                 Duration::from_secs(1) * 2_u32.pow(untag.attempts.min(8))

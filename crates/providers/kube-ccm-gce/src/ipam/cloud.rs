@@ -361,7 +361,7 @@ async fn set_network_available(
 
 fn error_policy(node: Arc<CachedNode>, error: &IpamError, context: Arc<Ipam>) -> Action {
     let after = match error {
-        IpamError::Cloud(CloudError::Retry { after, .. }) => *after,
+        IpamError::Cloud(CloudError::Retry { after, .. } | CloudError::Throttled { after, .. }) => *after,
         _ => context.backoff.failed(node.uid()),
     };
     tracing::warn!(node = node.name(), %error, retry_in = ?after, "node-ipam: cannot allocate");

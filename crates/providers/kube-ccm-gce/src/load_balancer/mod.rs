@@ -244,7 +244,7 @@ impl LoadBalancer for GceProvider {
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
         let name = default_load_balancer_name(service);
-        let rule = cx.call("forwardingRules.get", self.get_rule(&name)).await?;
+        let rule = cx.request("forwardingRules.get", self.get_rule(&name)).await?;
         match rule {
             Some(rule) => Ok(Some(LoadBalancerStatus {
                 ingress: Some(vec![LoadBalancerIngress {
@@ -279,7 +279,7 @@ impl LoadBalancer for GceProvider {
                 )
                 .await;
         }
-        cx.call(
+        cx.request(
             "ensure_external_load_balancer",
             self.ensure_external(service, nodes),
         )
@@ -304,7 +304,7 @@ impl LoadBalancer for GceProvider {
                 )
                 .await;
         }
-        cx.call(
+        cx.request(
             "update_external_load_balancer",
             self.update_external(service, nodes),
         )
@@ -322,10 +322,10 @@ impl LoadBalancer for GceProvider {
         }
         if wants_internal(service) {
             return cx
-                .call("delete_internal_load_balancer", self.delete_internal(service))
+                .request("delete_internal_load_balancer", self.delete_internal(service))
                 .await;
         }
-        cx.call("delete_external_load_balancer", self.delete_external(service))
+        cx.request("delete_external_load_balancer", self.delete_external(service))
             .await
     }
 }
