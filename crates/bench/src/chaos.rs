@@ -362,14 +362,17 @@ impl Run {
             }
             if index > 3 && rng.random_bool(0.1) {
                 let victim = format!("node-{}", rng.random_range(0..index));
-                if retired_nodes.insert(victim.clone()) {
-                    retire(&nodes, &self.cloud, &victim).await?;
+                if !retired_nodes.contains(&victim) && retire(&nodes, &self.cloud, &victim).await? {
+                    retired_nodes.insert(victim);
                 }
             }
             if index > 3 && rng.random_bool(0.1) {
                 let victim = format!("node-{}", rng.random_range(0..index));
-                if !retired_nodes.contains(&victim) && stalled.insert(victim.clone()) {
-                    stall(&nodes, &victim).await?;
+                if !retired_nodes.contains(&victim)
+                    && !stalled.contains(&victim)
+                    && stall(&nodes, &victim).await?
+                {
+                    stalled.insert(victim);
                 }
             }
             index += 1;

@@ -6,7 +6,10 @@
 //! throttles anyway. The framework attaches it to every [`CallContext`](crate::CallContext) it makes; a
 //! provider takes one token per request it sends with [`CallContext::acquire`](crate::CallContext::acquire)
 //! (or [`CallContext::request`](crate::CallContext::request)), and a throttled request reported with
-//! [`CloudError::Retry`](crate::CloudError::Retry) pauses the budget.
+//! [`CloudError::Throttled`](crate::CloudError::Throttled) pauses the budget.
+//!
+//! Priorities are strict, with no ageing: under sustained load of a higher priority, a lower one waits
+//! until its calls' deadlines (the lifecycle controller's rounds then fail, which deletes nothing).
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +54,9 @@ impl Priority {
     }
 }
 
+/// The lowest rate a budget takes (a token every ~17 minutes); a lower positive one is raised to it.
+pub const MIN_PER_SECOND: f64 = 0.001;
+
 /// The longest a throttled request pauses the budget, whatever retry delay it carries.
 pub const MAX_PAUSE: Duration = Duration::from_secs(60);
 
@@ -94,7 +100,11 @@ impl RateBudget {
         let burst = f64::from(burst.max(1));
         let now = Instant::now();
         RateBudget {
-            per_second: if per_second.is_finite() { per_second } else { 0.0 },
+            per_second: match per_second {
+                r if !r.is_finite() || r <= 0.0 => 0.0,
+                // A token a quarter of an hour at the least: a waiter's sleep stays a sane duration.
+                r => r.max(MIN_PER_SECOND),
+            },
             burst,
             state: Mutex::new(State {
                 tokens: burst,
@@ -150,7 +160,8 @@ impl RateBudget {
                     }
                     break;
                 } else {
-                    Some(now + Duration::from_secs_f64((1.0 - state.tokens) / self.per_second))
+                    let refill = (1.0 - state.tokens) / self.per_second;
+                    Some(now + Duration::try_from_secs_f64(refill).unwrap_or(Duration::from_secs(3600)))
                 }
             };
             match wake {
@@ -172,12 +183,17 @@ impl RateBudget {
     }
 
     /// The cloud throttled a request: every request waits `after` (at most [`MAX_PAUSE`]) from now, then
-    /// the bucket starts empty, so the requests resume at the budget's rate rather than in a burst.
+    /// the bucket starts empty, so the requests resume at the budget's rate rather than in a burst. A
+    /// throttle reported while a pause holds is the same storm (a request that was in flight, or the same
+    /// failure reported again by the call around it): it neither extends the pause nor counts.
     pub fn throttled(&self, after: Duration) {
-        let until = Instant::now() + after.min(MAX_PAUSE);
+        let now = Instant::now();
         {
             let mut state = self.state.lock();
-            state.paused_until = state.paused_until.max(until);
+            if now < state.paused_until {
+                return;
+            }
+            state.paused_until = now + after.min(MAX_PAUSE);
             state.tokens = 0.0;
             state.refilled = state.paused_until;
         }

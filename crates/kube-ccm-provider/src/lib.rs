@@ -8,7 +8,9 @@
 //!   many nodes in one call (EC2's DescribeInstances) overrides one method.
 //! - [`CallContext`]: every call's deadline (never past the caller's lock), cancellation and caller.
 //! - [`CloudError`]: `NotImplemented`, `InstanceNotFound`, `ImplementedElsewhere`, `Retry { after }`,
-//!   `Timeout`, `Cancelled`, and the provider's own errors.
+//!   `Throttled { after }`, `Timeout`, `Cancelled`, and the provider's own errors.
+//! - [`RateBudget`]: the process's share of the cloud's rate limit, a turn per request
+//!   ([`CallContext::acquire`]), with priorities and a pause when the cloud throttles.
 //! - [`ProviderRegistry`]: name → factory, built explicitly by the binary; unknown and duplicate names are
 //!   errors.
 //! - [`service`]: what a `type: LoadBalancer` service asks for (source ranges, local traffic, health
@@ -37,7 +39,7 @@ mod registry;
 mod routes;
 pub mod service;
 
-pub use budget::{BudgetStats, MAX_PAUSE, Priority, RateBudget};
+pub use budget::{BudgetStats, MAX_PAUSE, MIN_PER_SECOND, Priority, RateBudget};
 pub use caches::{CacheEvent, FixedCaches, NoCaches, SharedCaches};
 pub use cidr::{Cidr, CidrError};
 pub use context::{CallContext, CallObserver, LockValidity};

@@ -21,15 +21,26 @@ pub(super) async fn cloud_call(cloud: &FakeCloudClient, request: AdminRequest) -
     }
 }
 
-/// A node's machine goes away: the node turns NotReady and its instance is terminated, so the lifecycle
-/// controller must delete it.
-pub(super) async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &str) -> Result<()> {
-    let status =
-        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStopped"}]}});
-    nodes
+/// Marks the node NotReady for `reason`; false when the node is gone already (a wrong deletion the verdict
+/// reports, so it is not retired or stalled after the fact).
+async fn not_ready(nodes: &Api<Node>, name: &str, reason: &str) -> Result<bool> {
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": reason}]}});
+    match nodes
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
-        .with_context(|| format!("mark {name} NotReady"))?;
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(error) => Err(error).with_context(|| format!("mark {name} NotReady")),
+    }
+}
+
+/// A node's machine goes away: the node turns NotReady and its instance is terminated, so the lifecycle
+/// controller must delete it. False when the node is gone already.
+pub(super) async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &str) -> Result<bool> {
+    if !not_ready(nodes, name, "KubeletStopped").await? {
+        return Ok(false);
+    }
     cloud_call(
         cloud,
         AdminRequest::SetInstanceState {
@@ -38,19 +49,14 @@ pub(super) async fn retire(nodes: &Api<Node>, cloud: &FakeCloudClient, name: &st
         },
     )
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// A node's kubelet stops reporting while its machine runs on: the node turns NotReady and its instance
-/// exists, so no controller may delete it (the lying cloud's faults tempt them to).
-pub(super) async fn stall(nodes: &Api<Node>, name: &str) -> Result<()> {
-    let status =
-        json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStalled"}]}});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .with_context(|| format!("mark {name} NotReady"))?;
-    Ok(())
+/// exists, so no controller may delete it (the lying cloud's faults tempt them to). False when the node is
+/// gone already.
+pub(super) async fn stall(nodes: &Api<Node>, name: &str) -> Result<bool> {
+    not_ready(nodes, name, "KubeletStalled").await
 }
 
 /// The cloud as it is when no fault holds: answering in 5 ms, seeing every instance, no rate limit.

@@ -88,9 +88,11 @@ async fn a_throttle_pauses_everyone_then_resumes_at_the_rate() {
         "{waited:?}"
     );
     assert_eq!(budget.stats().pauses, 1);
-    // A later, shorter throttle does not shorten a longer pause; an absurd one is capped.
+    // An absurd retry delay is capped; a throttle reported during the pause (the same storm) neither
+    // shortens nor extends it, nor counts.
     budget.throttled(Duration::from_secs(3600));
     budget.throttled(Duration::from_secs(1));
+    assert_eq!(budget.stats().pauses, 2);
     let waited = take(&budget, Priority::Refresh, 1).await;
     assert!(
         (MAX_PAUSE..=MAX_PAUSE + Duration::from_millis(20)).contains(&waited),
@@ -110,5 +112,16 @@ async fn a_throttle_wakes_those_already_waiting() {
     assert!(
         waited >= Duration::from_secs(5),
         "waited out the pause: {waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurdly_low_rate_is_raised_not_a_panic() {
+    let budget = RateBudget::new(1e-20, 1);
+    let waited = take(&budget, Priority::Reconcile, 2).await;
+    assert_eq!(
+        waited,
+        Duration::from_secs_f64(1.0 / MIN_PER_SECOND),
+        "one token at the lowest rate after the burst"
     );
 }

@@ -111,11 +111,14 @@ fn priority_of(node: &Node) -> Priority {
 fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
     let budget = controller.metrics.cloud.budget();
     let controller = controller.clone();
-    let gate = move |first: &Arc<Node>| {
-        let (budget, priority) = (budget.clone(), priority_of(first));
+    // The gate waits as initialisation does, whatever the first node queued: a node to initialise may be
+    // queued behind a refresh, and must not wait at the refresh's priority. The batch then takes its turn
+    // at its own priority.
+    let gate = move |_: &Arc<Node>| {
+        let budget = budget.clone();
         async move {
             if let Some(budget) = budget {
-                budget.ready(priority).await;
+                budget.ready(Priority::Initialise).await;
             }
         }
     };

@@ -273,7 +273,7 @@ impl LoadBalancer for GceProvider {
         }
         if wants_internal(service) {
             return cx
-                .call(
+                .request(
                     "ensure_internal_load_balancer",
                     self.ensure_internal(service, nodes),
                 )
@@ -298,7 +298,7 @@ impl LoadBalancer for GceProvider {
         }
         if wants_internal(service) {
             return cx
-                .call(
+                .request(
                     "update_internal_load_balancer",
                     self.update_internal(service, nodes),
                 )
