@@ -95,15 +95,10 @@ impl ControllerContext {
     /// The context for one cloud call: its deadline is the call timeout from now, and never later than the
     /// validity of the lock this controller runs under, read live (a renewal while the call runs lets it go
     /// on; a process that lost its lock cannot go on acting on the cloud); it is cancelled when the
-    /// controller stops. Its requests take their turns from the process's cloud budget at the
-    /// controller's priority: `refresh` for the lifecycle controller, `reconcile` for the others.
+    /// controller stops. Its requests take their turns from the process's cloud budget at `reconcile`
+    /// priority ([`Self::call_context_at`] for another).
     pub fn call_context(&self) -> CallContext {
-        let priority = if self.name.as_str() == "cloud-node-lifecycle-controller" {
-            Priority::Refresh
-        } else {
-            Priority::Reconcile
-        };
-        self.call_context_at(priority)
+        self.call_context_at(Priority::Reconcile)
     }
 
     /// [`Self::call_context`], its requests at `priority` in the process's cloud budget (the node

@@ -1,19 +1,21 @@
 //! Metrics, with upstream's names where upstream has them.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use kube_ccm_provider::{CallObserver, CloudError, Priority, RateBudget};
-use prometheus_client::collector::Collector;
+use kube_ccm_provider::RateBudget;
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod cloud;
+
 use crate::workqueue::{QueueCollector, QueueFamilies, Queues, WorkQueue};
+use cloud::CloudCollector;
+pub(crate) use cloud::{CloudMetrics, batch_outcome};
 
 /// `{name}`: a Lease.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -39,20 +41,6 @@ pub(crate) struct ReconcileLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ControllerOnly {
     pub(crate) controller: String,
-}
-
-/// `{request}`: a cloud API request.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct CloudLabels {
-    pub(crate) request: String,
-}
-
-/// `{request, error}`: a failed cloud API request and how it failed (`throttled`, `timeout`, `cancelled`,
-/// `error`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct CloudErrorLabels {
-    pub(crate) request: String,
-    pub(crate) error: String,
 }
 
 /// `{code, webhook}`: upstream's `cloud_provider_webhook_request_*`.
@@ -492,258 +480,5 @@ impl Metrics {
     }
 }
 
-/// How a cloud request failed, for `cloudprovider_<provider>_api_request_errors_total{error}`; `None` for
-/// the answers that are not failures (an instance that does not exist, a feature the provider lacks, a load
-/// balancer implemented elsewhere).
-pub(crate) fn error_kind(error: &CloudError) -> Option<&'static str> {
-    match error {
-        CloudError::InstanceNotFound | CloudError::NotImplemented | CloudError::ImplementedElsewhere => None,
-        CloudError::Throttled { .. } => Some("throttled"),
-        CloudError::Retry { .. } => Some("retry"),
-        CloudError::Timeout => Some("timeout"),
-        CloudError::Cancelled => Some("cancelled"),
-        // A kind added later counts as a failure until it is sorted here.
-        _ => Some("error"),
-    }
-}
-
-/// A batch call's outcome: its first failure, if any answer failed (see [`error_kind`]).
-pub(crate) fn batch_outcome<T>(answers: &[Result<T, CloudError>]) -> Result<(), &CloudError> {
-    match answers
-        .iter()
-        .filter_map(|answer| answer.as_ref().err())
-        .find(|error| error_kind(error).is_some())
-    {
-        Some(error) => Err(error),
-        None => Ok(()),
-    }
-}
-
-/// The cloud families, named after the provider (`cloudprovider_aws_api_request_duration_seconds`, as the
-/// in-tree providers name theirs): every call of the framework to the provider, under the trait method's
-/// name, and every request a provider reports with `CallContext::observe`.
-pub(crate) struct CloudMetrics {
-    provider: OnceLock<String>,
-    /// The process's budget for the cloud's API, shared by every call context the controllers make.
-    budget: OnceLock<Arc<RateBudget>>,
-    duration: Family<CloudLabels, Histogram>,
-    errors: Family<CloudErrorLabels, Counter>,
-}
-
-impl Default for CloudMetrics {
-    fn default() -> Self {
-        CloudMetrics {
-            provider: OnceLock::new(),
-            budget: OnceLock::new(),
-            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
-            errors: Family::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for CloudMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CloudMetrics")
-            .field("provider", &self.provider)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CloudMetrics {
-    /// The process's cloud budget, once the manager made it.
-    pub(crate) fn budget(&self) -> Option<Arc<RateBudget>> {
-        self.budget.get().cloned()
-    }
-}
-
-impl CallObserver for CloudMetrics {
-    fn observe(&self, request: &str, elapsed: Duration, outcome: Result<(), &CloudError>) {
-        let labels = CloudLabels {
-            request: request.to_owned(),
-        };
-        self.duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-        if let Some(error) = outcome.err().and_then(error_kind) {
-            self.errors
-                .get_or_create(&CloudErrorLabels {
-                    request: labels.request,
-                    error: error.to_owned(),
-                })
-                .inc();
-        }
-    }
-}
-
-/// Encodes [`CloudMetrics`] under the provider's name, once it is known.
-#[derive(Debug)]
-struct CloudCollector(Arc<CloudMetrics>);
-
-impl Collector for CloudCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let Some(provider) = self.0.provider.get() else {
-            return Ok(());
-        };
-        let duration = &self.0.duration;
-        duration.encode(encoder.encode_descriptor(
-            &format!("cloudprovider_{provider}_api_request_duration_seconds"),
-            "Latency of a cloud API request, by request (the framework's calls by trait method, the provider's own requests as its API names them)",
-            None,
-            duration.metric_type(),
-        )?)?;
-        let errors = &self.0.errors;
-        errors.encode(encoder.encode_descriptor(
-            &format!("cloudprovider_{provider}_api_request_errors"),
-            "Failed cloud API requests, by request and how they failed: throttled (the cloud's rate limit), retry (asked to try later), timeout, cancelled or error",
-            None,
-            errors.metric_type(),
-        )?)?;
-        if let Some(budget) = self.0.budget.get() {
-            encode_budget(&mut encoder, provider, budget)?;
-        }
-        Ok(())
-    }
-}
-
-/// The budget's families: tokens granted and time waited by priority, pauses for throttling.
-fn encode_budget(
-    encoder: &mut DescriptorEncoder<'_>,
-    provider: &str,
-    budget: &RateBudget,
-) -> Result<(), std::fmt::Error> {
-    let stats = budget.stats();
-    let granted = Family::<PriorityLabels, Counter>::default();
-    let waited = Family::<PriorityLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
-    for (i, priority) in Priority::ALL.iter().enumerate() {
-        let labels = PriorityLabels {
-            priority: priority.as_str().to_owned(),
-        };
-        granted.get_or_create(&labels).inc_by(stats.granted[i]);
-        waited
-            .get_or_create(&labels)
-            .inc_by(stats.waited[i].as_secs_f64());
-    }
-    granted.encode(encoder.encode_descriptor(
-        &format!("cloudprovider_{provider}_api_budget_requests"),
-        "Cloud API requests let through by the process's budget, by priority (initialise, reconcile, refresh)",
-        None,
-        granted.metric_type(),
-    )?)?;
-    waited.encode(encoder.encode_descriptor(
-        &format!("cloudprovider_{provider}_api_budget_wait_seconds"),
-        "Time cloud API requests waited for the process's budget (--cloud-api-qps, --cloud-api-burst), by priority",
-        None,
-        waited.metric_type(),
-    )?)?;
-    let pauses = Counter::<u64>::default();
-    pauses.inc_by(stats.pauses);
-    pauses.encode(encoder.encode_descriptor(
-        &format!("cloudprovider_{provider}_api_budget_pauses"),
-        "Times the cloud throttled a request and every request of the process paused for its retry delay",
-        None,
-        pauses.metric_type(),
-    )?)?;
-    Ok(())
-}
-
-/// A family's label: the budget's priority.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PriorityLabels {
-    priority: String,
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upstream_names_are_exposed() {
-        let metrics = Metrics::new();
-        metrics
-            .leader_election_master_status
-            .get_or_create(&LeaseLabels {
-                name: "cloud-controller-manager".into(),
-            })
-            .set(1);
-        metrics
-            .running_managed_controllers
-            .get_or_create(&ControllerLabels {
-                name: "service-lb-controller".into(),
-                manager: "cloud-controller-manager".into(),
-            })
-            .set(1);
-        metrics.reconciled("cloud-node-controller", true, 0.01);
-        metrics.api_request("10.0.0.1:6443", "PATCH", "409", 0.02);
-        metrics.api_request("10.0.0.1:6443", "GET", "<error>", 0.3);
-        metrics.set_provider("my-cloud");
-        let throttled = CloudError::Throttled {
-            after: Duration::from_secs(1),
-            message: "RequestLimitExceeded".into(),
-        };
-        metrics
-            .cloud
-            .observe("DescribeInstances", Duration::from_millis(20), Err(&throttled));
-        let later = CloudError::Retry {
-            after: Duration::from_secs(5),
-            message: "DependencyViolation".into(),
-        };
-        metrics
-            .cloud
-            .observe("DeleteSecurityGroup", Duration::from_millis(20), Err(&later));
-        metrics
-            .cloud
-            .observe("DescribeInstances", Duration::from_millis(20), Ok(()));
-        metrics.cloud.observe(
-            "get_load_balancer",
-            Duration::from_millis(5),
-            Err(&CloudError::InstanceNotFound),
-        );
-        metrics.work_queue("cloud-node-controller").add("node-1");
-        let text = metrics.encode();
-        for needle in [
-            "leader_election_master_status{name=\"cloud-controller-manager\"} 1",
-            "running_managed_controllers{name=\"service-lb-controller\",manager=\"cloud-controller-manager\"} 1",
-            "controller_reconciles_total{controller=\"cloud-node-controller\",result=\"success\"} 1",
-            "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
-            "service_controller_loadbalancer_sync_total 0",
-            "route_controller_route_sync_total 0",
-            "rest_client_requests_total{code=\"409\",host=\"10.0.0.1:6443\",method=\"PATCH\"} 1",
-            "rest_client_requests_total{code=\"<error>\",host=\"10.0.0.1:6443\",method=\"GET\"} 1",
-            "rest_client_request_duration_seconds_bucket{le=\"0.025\",verb=\"PATCH\",host=\"10.0.0.1:6443\"} 1",
-            "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"DescribeInstances\"} 2",
-            "cloudprovider_my_cloud_api_request_duration_seconds_count{request=\"get_load_balancer\"} 1",
-            "cloudprovider_my_cloud_api_request_errors_total{request=\"DescribeInstances\",error=\"throttled\"} 1",
-            "cloudprovider_my_cloud_api_request_errors_total{request=\"DeleteSecurityGroup\",error=\"retry\"} 1",
-            "workqueue_adds_total{name=\"cloud-node-controller\"} 1",
-            "workqueue_depth{name=\"cloud-node-controller\"} 1",
-        ] {
-            assert!(text.contains(needle), "{needle} missing from\n{text}");
-        }
-        assert!(
-            !text.contains("request=\"get_load_balancer\",error="),
-            "an instance that does not exist is an answer, not an error:\n{text}"
-        );
-        let classic = metrics.encode_text();
-        for needle in [
-            "# HELP controller_reconciles_total Reconciliations by controller and result.\n# TYPE controller_reconciles_total counter\n",
-            "# TYPE leader_election_master_status gauge\n",
-            "# TYPE cloudprovider_my_cloud_api_request_errors_total counter\n",
-        ] {
-            assert!(classic.contains(needle), "{needle} missing from\n{classic}");
-        }
-        assert!(!classic.contains("# EOF") && text.ends_with("# EOF\n"));
-        if std::path::Path::new("/proc/self/stat").exists() {
-            for family in [
-                "# TYPE process_cpu_seconds counter",
-                "process_cpu_seconds_total ",
-                "process_resident_memory_bytes ",
-                "process_virtual_memory_bytes ",
-                "process_start_time_seconds ",
-                "process_open_fds ",
-                "process_max_fds ",
-            ] {
-                assert!(text.contains(family), "{family} missing from\n{text}");
-            }
-        }
-    }
-}
+mod tests;

@@ -24,15 +24,6 @@ const NOT_READY: u32 = 20;
 /// What the cloud allows: calls a second.
 const CLOUD_LIMIT: f64 = 10.0;
 
-/// A sample of the manager's exposition: the value of the series `name` with exactly these labels.
-fn sample(metrics: &kube_ccm_runtime::Metrics, series: &str) -> f64 {
-    metrics
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// What one run saw.
 #[derive(Debug)]
 struct Outcome {

@@ -547,15 +547,6 @@ async fn missing_capabilities_and_settings_skip_controllers_with_a_reason(backen
     running.stop().await;
 }
 
-/// The value of a counter or gauge without labels in the manager's exposition (0 when absent).
-fn sample(metrics: &kube_ccm_runtime::Metrics, name: &str) -> f64 {
-    metrics
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 async fn a_cloud_that_says_every_node_is_gone_deletes_none_and_a_terminated_one_still_goes(backend: Backend) {
     // Eight nodes whose instances all run, half of them not ready.
     let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::events::EventType;
 use kube_ccm_provider::names::TAINT_SHUTDOWN;
-use kube_ccm_provider::{CloudError, CloudProvider, InstancesV2, Refused};
+use kube_ccm_provider::{CloudError, CloudProvider, InstancesV2, Priority, Refused};
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::time::Instant;
@@ -414,7 +414,8 @@ async fn ask(
     question: Question,
     nodes: &[Arc<Node>],
 ) -> Vec<Result<bool, CloudError>> {
-    let cx = controller.call_context();
+    // Periodic work: it waits behind initialisation and reconciling in the cloud budget.
+    let cx = controller.call_context_at(Priority::Refresh);
     let started = Instant::now();
     let answers = cx
         .guard(async {

@@ -213,3 +213,13 @@ pub fn load_balancer_nodes(snapshot: &CloudResponse) -> Vec<Vec<String>> {
         other => panic!("not a snapshot: {other:?}"),
     }
 }
+
+/// The value of one series of the manager's exposition, written as it appears there (`name{labels}`, or the
+/// bare name); 0 when absent.
+pub fn sample(metrics: &kube_ccm_runtime::Metrics, series: &str) -> f64 {
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
