@@ -153,6 +153,8 @@ impl LoadBalancer for BrokenProvider {
                 let second = CloudRequest::EnsureLoadBalancer {
                     name: format!("{load_balancer}-leak"),
                     service: format!("{namespace}/{name}"),
+                    // Untagged: a leak no sweep may take for this cluster's.
+                    cluster: String::new(),
                     ports: Vec::new(),
                     nodes: node_names.clone(),
                 };

@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube_ccm_provider::{
-    CallContext, CloudError, CloudProvider, Clusters, InitializeContext, InstanceMetadata, Instances,
-    InstancesV2, LeadingContext, LoadBalancer, Routes, Zones,
+    CallContext, CloudError, CloudProvider, ClusterLoadBalancer, Clusters, InitializeContext,
+    InstanceMetadata, Instances, InstancesV2, LeadingContext, LoadBalancer, Routes, Zones,
 };
 use tokio::time::Instant;
 
@@ -28,14 +28,18 @@ pub enum Fault {
     /// `ensure_load_balancer` does its work in a spawned task with a context of its own, so it goes on
     /// after its call was abandoned (a write after the lock may have passed on).
     IgnoresDeadline,
+    /// `list_load_balancers` lists load balancers by the cloud's ID, not by the name their services give
+    /// them: the orphan sweep would take every live load balancer for an orphan.
+    ListsByCloudId,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 3] = [
+    pub const ALL: [Fault; 4] = [
         Fault::GoneOnError,
         Fault::NonIdempotentEnsure,
         Fault::IgnoresDeadline,
+        Fault::ListsByCloudId,
     ];
 
     /// The checks the suite must fail for this fault.
@@ -55,6 +59,7 @@ impl Fault {
                 "a_cancelled_call_writes_nothing_later",
                 "no_cloud_write_lands_after_the_lock_is_lost",
             ],
+            Fault::ListsByCloudId => &["listed_load_balancers_are_named_as_their_services_and_deleted_whole"],
         }
     }
 }
@@ -348,6 +353,31 @@ impl LoadBalancer for Broken {
                 .await
         };
         self.calls.note("ensure_load_balancer_deleted", call).await
+    }
+
+    async fn list_load_balancers(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+    ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        let mut listed = self.balancer()?.list_load_balancers(cx, cluster_name).await?;
+        if self.fault == Some(Fault::ListsByCloudId) {
+            for load_balancer in &mut listed {
+                load_balancer.name = format!("lb-{}", load_balancer.name);
+            }
+        }
+        Ok(listed)
+    }
+
+    async fn delete_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        load_balancer: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        self.balancer()?
+            .delete_load_balancer(cx, cluster_name, load_balancer)
+            .await
     }
 }
 

@@ -351,6 +351,10 @@ macro_rules! negative_controls {
         fn negative_control_ignores_deadline() {
             $crate::assert_negative_control($fixture, $crate::broken::Fault::IgnoresDeadline);
         }
+        #[test]
+        fn negative_control_lists_by_cloud_id() {
+            $crate::assert_negative_control($fixture, $crate::broken::Fault::ListsByCloudId);
+        }
     };
 }
 
@@ -397,6 +401,7 @@ macro_rules! __checks {
             update_follows_the_nodes,
             delete_is_idempotent,
             a_new_process_adopts_an_existing_load_balancer,
+            listed_load_balancers_are_named_as_their_services_and_deleted_whole,
             routes_are_created_listed_and_deleted,
             a_call_abandoned_at_its_deadline_writes_nothing_later,
             a_cancelled_call_writes_nothing_later,
@@ -449,7 +454,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), count, "{names:?}");
         let of = |suite| super::CHECKS.iter().filter(|c| c.suite == suite).count();
-        assert_eq!(of(super::Suite::Contract), 12);
+        assert_eq!(of(super::Suite::Contract), 13);
         assert_eq!(of(super::Suite::Controllers), 4);
         assert_eq!(of(super::Suite::Fencing), 1);
     }

@@ -22,6 +22,22 @@ pub fn default_load_balancer_name(service: &Service) -> String {
     name
 }
 
+/// A load balancer the cloud holds for this cluster, found by [`LoadBalancer::list_load_balancers`] for
+/// the orphan sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterLoadBalancer {
+    /// The name [`LoadBalancer::load_balancer_name`] gave it: the sweep keeps it while a service of the
+    /// cluster still maps to this name.
+    pub name: String,
+    /// `namespace/name` of the service it was made for, when the cloud records it (a tag, a
+    /// description): the sweep reads that service before deleting, and records its Events on it.
+    pub service: Option<String>,
+    /// The cloud's identifiers of what was found for it (load balancer, target groups, security groups,
+    /// forwarding rules, …), for the provider's delete and for the log. A half-made or half-deleted load
+    /// balancer lists only the parts that are left.
+    pub parts: Vec<String>,
+}
+
 /// A cloud's load balancers (upstream's `LoadBalancer`). Every method must be idempotent: a call abandoned
 /// at its deadline is made again, perhaps by another process.
 ///
@@ -139,6 +155,30 @@ pub trait LoadBalancer: Send + Sync {
         cluster_name: &str,
         service: &Service,
     ) -> Result<(), CloudError>;
+
+    /// Every load balancer (or part of one) the cloud holds that is *provably this cluster's*: tagged or
+    /// named for `cluster_name` as this provider (and upstream's) makes them, grouped by the name
+    /// [`LoadBalancer::load_balancer_name`] gave them. Anything whose owner cannot be told must be left
+    /// out: the orphan sweep deletes what this lists and no service of the cluster claims. The default,
+    /// `NotImplemented`, turns the sweep off for the provider.
+    async fn list_load_balancers(
+        &self,
+        _cx: &CallContext,
+        _cluster_name: &str,
+    ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        Err(CloudError::NotImplemented)
+    }
+
+    /// Deletes `load_balancer` (found by [`LoadBalancer::list_load_balancers`]) and every part of it;
+    /// `Ok` when it is already gone. Called only once no service claims it.
+    async fn delete_load_balancer(
+        &self,
+        _cx: &CallContext,
+        _cluster_name: &str,
+        _load_balancer: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        Err(CloudError::NotImplemented)
+    }
 }
 
 #[cfg(test)]

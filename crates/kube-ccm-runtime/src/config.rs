@@ -5,8 +5,8 @@ use std::time::Duration;
 use kube_ccm_leadermigration::scopes::LossPolicy;
 use kube_ccm_leadermigration::{ControllerSelection, LeaseTimings, MigrationConfig};
 
-use crate::NodeDeletion;
 use crate::client::ClientFactory;
+use crate::{NodeDeletion, OrphanSweep};
 use kube_ccm_provider::flags::FlagValues;
 use kube_ccm_provider::{Cidr, RequestRate};
 
@@ -29,6 +29,8 @@ pub struct ControllerSettings {
     /// `--node-deletion-*`: how certain the cloud's "gone" must be before the lifecycle controller
     /// deletes a node.
     pub node_deletion: NodeDeletion,
+    /// `--load-balancer-orphan-*`: when the service controller deletes load balancers no service claims.
+    pub load_balancer_sweep: OrphanSweep,
     /// `--node-status-update-frequency`: how often node addresses are refreshed.
     pub node_status_update_frequency: Duration,
     /// `--route-reconciliation-period`.
@@ -62,6 +64,7 @@ impl ControllerSettings {
             cidr_allocator_type: "RangeAllocator".to_owned(),
             node_monitor_period: Duration::from_secs(5),
             node_deletion: NodeDeletion::default(),
+            load_balancer_sweep: OrphanSweep::default(),
             node_status_update_frequency: Duration::from_secs(300),
             route_reconciliation_period: Duration::from_secs(10),
             concurrent_node_syncs: 128,

@@ -46,7 +46,7 @@ pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced,
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};
-pub use controllers::{Backoff, NodeDeletion};
+pub use controllers::{Backoff, MAX_PER_SWEEP, NodeDeletion, OrphanSweep};
 pub use exposition::metric_reference;
 pub use health::{Health, Verdict};
 pub use informers::{Cache, Informer};

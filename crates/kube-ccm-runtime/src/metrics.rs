@@ -125,6 +125,8 @@ pub struct Metrics {
     pub(crate) nodesync_errors: Counter,
     pub(crate) nodesync_latency: Histogram,
     pub(crate) update_load_balancer_host_latency: Histogram,
+    pub(crate) orphaned_load_balancers: Gauge,
+    pub(crate) orphaned_load_balancers_deleted: Counter,
     pub(crate) route_syncs: Counter,
     pub(crate) webhook_requests: Family<WebhookLabels, Counter>,
     pub(crate) webhook_request_duration: Family<WebhookLabels, Histogram>,
@@ -281,6 +283,18 @@ impl Metrics {
             "[ALPHA] A metric measuring the latency for updating each load balancer hosts",
             update_load_balancer_host_latency.clone(),
         );
+        let orphaned_load_balancers = Gauge::default();
+        registry.register(
+            "service_controller_orphaned_load_balancers",
+            "Load balancers of this cluster that no service claims, found by the service controller's last orphan sweep and not deleted (yet: in their grace period, over a sweep's limit, failed, or kept by --load-balancer-orphan-dry-run)",
+            orphaned_load_balancers.clone(),
+        );
+        let orphaned_load_balancers_deleted = Counter::default();
+        registry.register(
+            "service_controller_orphaned_load_balancers_deleted",
+            "Load balancers of this cluster the orphan sweep deleted because no service claimed them for --load-balancer-orphan-grace",
+            orphaned_load_balancers_deleted.clone(),
+        );
         let route_syncs = Counter::default();
         registry.register(
             "route_controller_route_sync",
@@ -364,6 +378,8 @@ impl Metrics {
             nodesync_errors,
             nodesync_latency,
             update_load_balancer_host_latency,
+            orphaned_load_balancers,
+            orphaned_load_balancers_deleted,
             route_syncs,
             webhook_requests,
             webhook_request_duration,

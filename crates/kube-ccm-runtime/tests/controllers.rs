@@ -4,10 +4,13 @@ mod support;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use std::time::Duration;
+
 use kube_ccm_fake::{
-    AdminRequest, CloudRequest, CloudResponse, FakeCloudConfig, FakeInstance, InstanceState,
+    AdminRequest, CloudRequest, CloudResponse, FakeCloudConfig, FakeInstance, FakeLoadBalancer, InstanceState,
 };
 use kube_ccm_provider::names::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
+use kube_ccm_runtime::OrphanSweep;
 use serde_json::json;
 
 use support::*;
@@ -635,12 +638,140 @@ async fn a_cloud_that_says_every_node_is_gone_deletes_none_and_a_terminated_one_
     }
 }
 
+/// The orphan sweep: this cluster's load balancers that no service claims go, after the grace period; the
+/// dry run only reports them; another cluster's and untagged ones are never touched.
+async fn the_orphan_sweep_deletes_only_this_clusters_unclaimed_load_balancers(backend: Backend) {
+    let cluster = Cluster::start(backend, vec![FakeInstance::running("n1", 1)]).await;
+    cluster
+        .nodes()
+        .create(&PostParams::default(), &node("n1", json!({})))
+        .await
+        .unwrap();
+    let services = cluster.services();
+    for name in ["web", "kept"] {
+        let lb: Service = serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+        )
+        .unwrap();
+        services.create(&PostParams::default(), &lb).await.unwrap();
+    }
+    let put = |name: &str, cluster: &str, service: &str| {
+        AdminRequest::PutLoadBalancer(FakeLoadBalancer {
+            name: name.to_owned(),
+            service: service.to_owned(),
+            cluster: cluster.to_owned(),
+            ports: vec![80],
+            nodes: vec!["n1".to_owned()],
+            ip: "198.51.100.1".to_owned(),
+        })
+    };
+    // Left by a manager killed before it wrote the status (its service deleted since), another cluster's,
+    // and an untagged one.
+    cluster
+        .admin(put("aleftover", "test-cluster", "default/leftover"))
+        .await;
+    cluster
+        .admin(put("aother", "another-cluster", "default/web"))
+        .await;
+    cluster.admin(put("auntagged", "", "default/web")).await;
+    let names = || async {
+        match cluster.snapshot().await {
+            CloudResponse::Snapshot { load_balancers, .. } => {
+                load_balancers.into_iter().map(|lb| lb.name).collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let sweeping = |dry_run| {
+        let mut settings = settings();
+        settings.load_balancer_sweep = OrphanSweep {
+            period: Duration::from_millis(200),
+            grace: Duration::from_millis(600),
+            dry_run,
+        };
+        settings
+    };
+
+    // A dry run reports the leftover on its (gone) service, and deletes nothing.
+    let dry = manager(&cluster, cluster.cloud_config(), sweeping(true));
+    let dry_metrics = dry.metrics();
+    let running = start(dry);
+    eventually("both services' load balancers", || async {
+        let web = services.get("web").await.unwrap();
+        let kept = services.get("kept").await.unwrap();
+        has_ingress(&web) && has_ingress(&kept)
+    })
+    .await;
+    let reported = events_when(&cluster, "OrphanedLoadBalancer", |e| !e.is_empty()).await;
+    assert_eq!(reported[0].involved_object.name.as_deref(), Some("leftover"));
+    assert_eq!(names().await.len(), 5, "a dry run deletes nothing");
+    eventually("the orphan counted", || async {
+        sample(&dry_metrics, "service_controller_orphaned_load_balancers") == 1.0
+    })
+    .await;
+    running.stop().await;
+
+    // While no manager runs, `web` is deleted with its finalizer removed by hand: its load balancer is
+    // orphaned too.
+    let web_lb = names().await;
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    services.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually("web to be gone", || async {
+        services.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+
+    let sweeper = manager(&cluster, cluster.cloud_config(), sweeping(false));
+    let metrics = sweeper.metrics();
+    let running = start(sweeper);
+    eventually("the two orphans deleted", || async {
+        sample(
+            &metrics,
+            "service_controller_orphaned_load_balancers_deleted_total",
+        ) == 2.0
+    })
+    .await;
+    let kept = services.get("kept").await.unwrap();
+    let kept_ip = kept.status.unwrap().load_balancer.unwrap().ingress.unwrap()[0]
+        .ip
+        .clone();
+    let left = names().await;
+    assert_eq!(left.len(), 3, "{left:?} (was {web_lb:?})");
+    assert!(left.contains(&"aother".to_owned()) && left.contains(&"auntagged".to_owned()));
+    assert!(!left.contains(&"aleftover".to_owned()));
+    match cluster.snapshot().await {
+        CloudResponse::Snapshot { load_balancers, .. } => assert!(
+            load_balancers
+                .iter()
+                .any(|lb| lb.service == "default/kept" && Some(&lb.ip) == kept_ip.as_ref()),
+            "the live service keeps its load balancer"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let deleted = events_when(&cluster, "DeletedOrphanedLoadBalancer", |e| e.len() == 2).await;
+    let mut about: Vec<_> = deleted
+        .iter()
+        .filter_map(|e| e.involved_object.name.clone())
+        .collect();
+    about.sort();
+    assert_eq!(about, ["leftover", "web"]);
+    running.stop().await;
+}
+
 control_plane::on_both_backends!(
     nodes_are_initialized_from_the_cloud_in_two_writes,
     a_node_without_a_provider_id_stays_tainted_with_an_event,
     lifecycle_deletes_gone_nodes_and_taints_shut_down_ones,
     a_cloud_that_says_every_node_is_gone_deletes_none_and_a_terminated_one_still_goes,
     load_balancers_follow_services_and_nodes_across_a_restart,
+    the_orphan_sweep_deletes_only_this_clusters_unclaimed_load_balancers,
     routes_for_pod_cidrs_and_the_network_unavailable_condition,
     missing_capabilities_and_settings_skip_controllers_with_a_reason,
 );

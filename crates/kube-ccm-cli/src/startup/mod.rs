@@ -25,7 +25,8 @@ use anyhow::{Context, Result};
 use kube_ccm_leadermigration::scopes::ScopesError;
 use kube_ccm_provider::CloudProvider;
 use kube_ccm_runtime::{
-    ClientFactory, ControllerSettings, Manager, ManagerConfig, ManagerError, NodeDeletion, Registry,
+    ClientFactory, ControllerSettings, Manager, ManagerConfig, ManagerError, NodeDeletion, OrphanSweep,
+    Registry,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -150,6 +151,11 @@ fn controller_settings(startup: &Startup) -> ControllerSettings {
             confirm_after: settings.node_deletion_confirm_after.0,
             breaker_ratio: f64::from(settings.node_deletion_breaker_ratio),
             max_per_round: settings.node_deletion_max_per_round,
+        },
+        load_balancer_sweep: OrphanSweep {
+            period: settings.load_balancer_orphan_sweep_period.0,
+            grace: settings.load_balancer_orphan_grace.0,
+            dry_run: settings.load_balancer_orphan_dry_run,
         },
         node_status_update_frequency: settings.node_status_update_frequency.0,
         route_reconciliation_period: settings.route_reconciliation_period.0,

@@ -291,7 +291,7 @@ fn workers_and_periods(settings: &Settings, problems: &mut Problems) {
     }
 }
 
-/// The node-deletion safeguards and the cloud budget (flags of this manager's own).
+/// The node-deletion safeguards, the orphan sweep and the cloud budget (flags of this manager's own).
 fn safeguards(settings: &Settings, problems: &mut Problems) {
     const DAY: Duration = Duration::from_secs(24 * 3600);
     if settings.node_deletion_confirm_after.0 > DAY {
@@ -304,6 +304,18 @@ fn safeguards(settings: &Settings, problems: &mut Problems) {
         problems.push(format!(
             "--node-deletion-breaker-ratio must be between 0 and 1 (got {})",
             settings.node_deletion_breaker_ratio
+        ));
+    }
+    if settings.load_balancer_orphan_grace.0 > 7 * DAY {
+        problems.push(format!(
+            "--load-balancer-orphan-grace must be at most 168h (got {}s)",
+            settings.load_balancer_orphan_grace.0.as_secs()
+        ));
+    }
+    if settings.load_balancer_orphan_sweep_period.0 > DAY {
+        problems.push(format!(
+            "--load-balancer-orphan-sweep-period must be at most 24h (got {}s)",
+            settings.load_balancer_orphan_sweep_period.0.as_secs()
         ));
     }
     if !settings.cloud_api_qps.is_finite() {

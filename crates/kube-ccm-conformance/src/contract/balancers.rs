@@ -182,3 +182,80 @@ pub async fn a_new_process_adopts_an_existing_load_balancer(fixture: &dyn Fixtur
         format!("after a new process ensured an existing load balancer the cloud holds {count}")
     })
 }
+
+/// `list_load_balancers` (the orphan sweep's question) lists a load balancer under the name
+/// `load_balancer_name` gives its service, and with that service when it names one; `delete_load_balancer`
+/// of what it listed removes every part of it, and succeeds again when it is gone. A provider that lists
+/// under another name (a cloud ID, say) would have the sweep delete every live load balancer. Not
+/// applicable to a provider that lists none (`NotImplemented`: no sweep).
+pub async fn listed_load_balancers_are_named_as_their_services_and_deleted_whole(
+    fixture: &dyn Fixture,
+) -> Result<(), Failure> {
+    let provider = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*provider)?;
+    let cluster = fixture.cluster_name();
+    match lb.list_load_balancers(&cx(), cluster).await {
+        Err(CloudError::NotImplemented) => {
+            return fail(format!(
+                "{NOT_APPLICABLE}the provider lists no load balancers (no orphan sweep)"
+            ));
+        }
+        other => answer("list_load_balancers", other)?,
+    };
+    let (_, a) = launched(fixture, &*provider, "conformance-list-a").await?;
+    let svc = service("listed");
+    answer(
+        "ensure_load_balancer",
+        lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a])).await,
+    )?;
+    let name = lb.load_balancer_name(cluster, &svc);
+    let listed = answer(
+        "list_load_balancers",
+        lb.list_load_balancers(&cx(), cluster).await,
+    )?;
+    let Some(found) = listed.iter().find(|l| l.name == name) else {
+        let names: Vec<_> = listed.iter().map(|l| &l.name).collect();
+        return fail(format!(
+            "list_load_balancers does not list {name:?}, the name load_balancer_name gives the service it was ensured for; it lists {names:?}"
+        ));
+    };
+    ensure(
+        found.service.as_deref().is_none_or(|s| s == "conformance/listed"),
+        || {
+            format!(
+                "list_load_balancers names the service of {name:?} {:?}, not \"conformance/listed\"",
+                found.service
+            )
+        },
+    )?;
+    answer(
+        "delete_load_balancer",
+        lb.delete_load_balancer(&cx(), cluster, found).await,
+    )?;
+    let got = answer(
+        "get_load_balancer (deleted by delete_load_balancer)",
+        lb.get_load_balancer(&cx(), cluster, &svc).await,
+    )?;
+    ensure(got.is_none(), || {
+        format!("after delete_load_balancer, get_load_balancer answered {got:?}")
+    })?;
+    eventually("nothing of the deleted load balancer listed", || async {
+        let listed = answer(
+            "list_load_balancers",
+            lb.list_load_balancers(&cx(), cluster).await,
+        )?;
+        Ok(match listed.iter().find(|l| l.name == name) {
+            None => Ok(()),
+            Some(left) => Err(format!("{left:?}")),
+        })
+    })
+    .await?;
+    let left = fixture.load_balancers().await?;
+    ensure(left.is_empty(), || {
+        format!("load balancers left in the cloud after delete_load_balancer: {left:?}")
+    })?;
+    answer(
+        "delete_load_balancer (again)",
+        lb.delete_load_balancer(&cx(), cluster, found).await,
+    )
+}

@@ -30,6 +30,7 @@ use crate::cached::Cached;
 
 pub use backoff::Backoff;
 pub use node_lifecycle::NodeDeletion;
+pub use service::{MAX_PER_SWEEP, OrphanSweep};
 
 use crate::config::ControllerSettings;
 use crate::registry::{Capability, ControllerDefinition, ControllerRegistry};

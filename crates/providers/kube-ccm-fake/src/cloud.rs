@@ -106,9 +106,18 @@ impl FakeCloud {
             CloudRequest::EnsureLoadBalancer {
                 name,
                 service,
+                cluster,
                 ports,
                 nodes,
-            } => ensure(&mut state, name, service, ports, nodes),
+            } => ensure(&mut state, name, service, cluster, ports, nodes),
+            CloudRequest::ListLoadBalancers { cluster } => CloudResponse::LoadBalancers {
+                load_balancers: state
+                    .load_balancers
+                    .values()
+                    .filter(|lb| !lb.cluster.is_empty() && lb.cluster == cluster)
+                    .cloned()
+                    .collect(),
+            },
             CloudRequest::UpdateLoadBalancer { name, mut nodes } => match state.load_balancers.get_mut(&name)
             {
                 Some(load_balancer) => {
@@ -176,6 +185,12 @@ impl FakeCloud {
                     tokens: per_second.max(1.0),
                     refilled: tokio::time::Instant::now(),
                 });
+                CloudResponse::Done
+            }
+            AdminRequest::PutLoadBalancer(load_balancer) => {
+                state
+                    .load_balancers
+                    .insert(load_balancer.name.clone(), load_balancer);
                 CloudResponse::Done
             }
             AdminRequest::SetBlind { blind } => {
@@ -252,12 +267,13 @@ fn record(state: &mut State, request: &CloudRequest, caller: &str) {
         CloudRequest::EnsureLoadBalancer {
             name,
             service,
+            cluster,
             ports,
             nodes,
         } => state.load_balancers.get(name).is_some_and(|lb| {
             let mut sorted = nodes.clone();
             sorted.sort();
-            &lb.service == service && &lb.ports == ports && lb.nodes == sorted
+            &lb.service == service && &lb.cluster == cluster && &lb.ports == ports && lb.nodes == sorted
         }),
         _ => false,
     };
@@ -303,6 +319,7 @@ fn ensure(
     state: &mut State,
     name: String,
     service: String,
+    cluster: String,
     ports: Vec<i32>,
     mut nodes: Vec<String>,
 ) -> CloudResponse {
@@ -318,6 +335,7 @@ fn ensure(
     let load_balancer = FakeLoadBalancer {
         name: name.clone(),
         service,
+        cluster,
         ports,
         nodes,
         ip,
@@ -385,6 +403,7 @@ mod tests {
         let ensure = |nodes: Vec<&str>| CloudRequest::EnsureLoadBalancer {
             name: "a1".into(),
             service: "default/s".into(),
+            cluster: "k".into(),
             ports: vec![80],
             nodes: nodes.into_iter().map(str::to_owned).collect(),
         };
@@ -419,6 +438,7 @@ mod tests {
         let ensure = |nodes: &[&str]| CloudRequest::EnsureLoadBalancer {
             name: "a1".into(),
             service: "default/s".into(),
+            cluster: "k".into(),
             ports: vec![80],
             nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
         };

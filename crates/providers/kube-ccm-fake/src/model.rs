@@ -113,6 +113,9 @@ pub struct FakeLoadBalancer {
     pub name: String,
     /// `namespace/name` of the service.
     pub service: String,
+    /// The cluster it was made for (its tag; empty: untagged, nobody's provably).
+    #[serde(default)]
+    pub cluster: String,
     /// Ports it forwards.
     pub ports: Vec<i32>,
     /// Nodes it sends traffic to, sorted.

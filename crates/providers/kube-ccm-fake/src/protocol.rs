@@ -27,6 +27,7 @@ impl CloudRequest {
             | CloudRequest::DeleteRoute { name } => Some(name),
             CloudRequest::DescribeInstances { .. }
             | CloudRequest::GetLoadBalancer { .. }
+            | CloudRequest::ListLoadBalancers { .. }
             | CloudRequest::ListRoutes
             | CloudRequest::Admin(_) => None,
         }
@@ -40,6 +41,7 @@ impl CloudRequest {
             CloudRequest::EnsureLoadBalancer { .. } => "ensure_load_balancer",
             CloudRequest::UpdateLoadBalancer { .. } => "update_load_balancer",
             CloudRequest::DeleteLoadBalancer { .. } => "delete_load_balancer",
+            CloudRequest::ListLoadBalancers { .. } => "list_load_balancers",
             CloudRequest::ListRoutes => "list_routes",
             CloudRequest::CreateRoute { .. } => "create_route",
             CloudRequest::DeleteRoute { .. } => "delete_route",
@@ -68,6 +70,9 @@ pub enum CloudRequest {
         name: String,
         /// `namespace/name` of the service.
         service: String,
+        /// The cluster it is for (its tag).
+        #[serde(default)]
+        cluster: String,
         /// Ports to forward.
         ports: Vec<i32>,
         /// Backend nodes.
@@ -84,6 +89,11 @@ pub enum CloudRequest {
     DeleteLoadBalancer {
         /// Its name.
         name: String,
+    },
+    /// The load balancers tagged for `cluster` (never the untagged ones).
+    ListLoadBalancers {
+        /// The cluster.
+        cluster: String,
     },
     /// Every route.
     ListRoutes,
@@ -131,6 +141,8 @@ pub enum AdminRequest {
         /// Whether it answers.
         reachable: bool,
     },
+    /// Add or replace a load balancer (another cluster's, an untagged one, a leftover).
+    PutLoadBalancer(FakeLoadBalancer),
     /// Add or replace a route (one the cluster did not make, say).
     PutRoute(FakeRoute),
     /// Refuse calls beyond `per_second` a second (a bucket of one second's calls), as a cloud's API rate
@@ -172,6 +184,11 @@ pub enum CloudResponse {
     LoadBalancer {
         /// `None`: it does not exist.
         load_balancer: Option<FakeLoadBalancer>,
+    },
+    /// Load balancers.
+    LoadBalancers {
+        /// Them, by name.
+        load_balancers: Vec<FakeLoadBalancer>,
     },
     /// Every route.
     Routes {

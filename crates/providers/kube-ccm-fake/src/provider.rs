@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
 use kube_ccm_provider::{
-    CallContext, CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, Route, Routes,
+    CallContext, CloudError, CloudProvider, ClusterLoadBalancer, InstanceMetadata, InstancesV2, LoadBalancer,
+    Route, Routes,
 };
 
 use crate::cloud::FakeCloud;
@@ -258,6 +259,7 @@ impl LoadBalancer for FakeProvider {
         let request = CloudRequest::EnsureLoadBalancer {
             name: self.load_balancer_name(cluster_name, service),
             service: service_key(service),
+            cluster: cluster_name.to_owned(),
             ports,
             nodes: node_names(nodes),
         };
@@ -295,6 +297,40 @@ impl LoadBalancer for FakeProvider {
         service: &Service,
     ) -> Result<(), CloudError> {
         let name = self.load_balancer_name(cluster_name, service);
+        self.call(cx, CloudRequest::DeleteLoadBalancer { name })
+            .await
+            .map(|_| ())
+    }
+
+    /// Those tagged for the cluster; an untagged one is nobody's provably.
+    async fn list_load_balancers(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+    ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        let request = CloudRequest::ListLoadBalancers {
+            cluster: cluster_name.to_owned(),
+        };
+        match self.call(cx, request).await? {
+            CloudResponse::LoadBalancers { load_balancers } => Ok(load_balancers
+                .into_iter()
+                .map(|lb| ClusterLoadBalancer {
+                    parts: vec![lb.name.clone()],
+                    service: Some(lb.service).filter(|s| !s.is_empty()),
+                    name: lb.name,
+                })
+                .collect()),
+            other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    async fn delete_load_balancer(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        load_balancer: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        let name = load_balancer.name.clone();
         self.call(cx, CloudRequest::DeleteLoadBalancer { name })
             .await
             .map(|_| ())

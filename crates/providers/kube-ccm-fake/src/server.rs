@@ -249,6 +249,7 @@ mod tests {
         CloudRequest::EnsureLoadBalancer {
             name: name.into(),
             service: "default/web".into(),
+            cluster: "k".into(),
             ports: vec![80],
             nodes: vec![],
         }

@@ -11,6 +11,7 @@
 //!   type is not a deletion, which is why this does not use kube-runtime's `finalizer` helper.
 //! - A service deleted without our finalizer, or re-created under its name with a new UID, has the load
 //!   balancer this process ensured for it deleted (upstream's `processLoadBalancerDelete`).
+//! - Load balancers of this cluster that no service claims are deleted by the orphan sweep ([`sweep`]).
 //! - A hosts update that fails on a load balancer that is gone is done (nothing to update); otherwise the
 //!   retry is a full ensure.
 //! - Node set: upstream's stable predicates (not deleting, not excluded by label, not tainted for deletion
@@ -25,6 +26,7 @@
 //!   UnAvailableLoadBalancer, DeleteLoadBalancerFailed.
 
 mod node_set;
+mod sweep;
 mod sync;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -39,6 +41,7 @@ use kube::runtime::events::EventType;
 use tokio::sync::mpsc;
 
 use self::node_set::{NodeSet, spec_hash, sync_trigger};
+pub use self::sweep::{MAX_PER_SWEEP, OrphanSweep};
 pub(crate) use self::sync::ServiceError;
 use self::sync::{Target, clean_up, delete_orphan, ensure, update_hosts};
 use super::backoff::Backoff;
@@ -265,6 +268,7 @@ pub(super) async fn run(controller: ControllerContext) {
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
     let orphans = tokio::spawn(delete_orphans(context.clone()));
+    let sweep = tokio::spawn(sweep::sweep_orphans(context.clone()));
     // Every service at the start, each as it changes, and every one again on each node-set trigger.
     let (queue, store) = (controller.queue.clone(), services.store());
     let triggers = futures::stream::unfold(triggers, |mut receiver| async move {
@@ -285,6 +289,7 @@ pub(super) async fn run(controller: ControllerContext) {
         .await;
     watcher.abort();
     orphans.abort();
+    sweep.abort();
 }
 
 /// Triggers a pass over every service when nodes are added or deleted, or a provider ID or exclude label
