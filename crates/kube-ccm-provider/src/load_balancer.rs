@@ -27,7 +27,9 @@ pub fn default_load_balancer_name(service: &Service) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterLoadBalancer {
     /// The name [`LoadBalancer::load_balancer_name`] gave it: the sweep keeps it while a service of the
-    /// cluster still maps to this name.
+    /// cluster still maps to this name. Empty for a leftover part whose load balancer's name the cloud
+    /// cannot tell (a target group whose load balancer is gone): the sweep keeps that while `service`
+    /// exists, and always when `service` is `None`.
     pub name: String,
     /// `namespace/name` of the service it was made for, when the cloud records it (a tag, a
     /// description): the sweep reads that service before deleting, and records its Events on it.
@@ -36,6 +38,17 @@ pub struct ClusterLoadBalancer {
     /// forwarding rules, …), for the provider's delete and for the log. A half-made or half-deleted load
     /// balancer lists only the parts that are left.
     pub parts: Vec<String>,
+}
+
+impl ClusterLoadBalancer {
+    /// What tells it from the others: its name, or for a leftover part without one, the parts.
+    pub fn key(&self) -> String {
+        if self.name.is_empty() {
+            self.parts.join(",")
+        } else {
+            self.name.clone()
+        }
+    }
 }
 
 /// A cloud's load balancers (upstream's `LoadBalancer`). Every method must be idempotent: a call abandoned

@@ -10,7 +10,8 @@
 //!   (tagged or named for it). A provider without it has no sweep.
 //! - **Claimed**: a load balancer is claimed while any service in the cache, of any type, maps to its name
 //!   ([`LoadBalancer::load_balancer_name`]), or this process ensured it for a service it is still cleaning
-//!   up after.
+//!   up after. A leftover part the cloud knows no load balancer name for is claimed while the service the
+//!   cloud recorded for it exists, and always when it recorded none.
 //! - **Grace**: deleted only when unclaimed on every sweep for at least [`OrphanSweep::grace`]; a sweep
 //!   that finds it claimed (or does not list it) forgets it. The memory lives for one tenure.
 //! - **A live read**: before deleting, the service the cloud recorded for it (a tag) is read from the API
@@ -70,38 +71,58 @@ pub(super) struct Found {
     pub(super) waiting: usize,
 }
 
-/// The load balancers found unclaimed, by name: since when, and whether a dry run reported it.
+/// What the cluster's services claim: the names their load balancers have, and the services
+/// (`namespace/name`), for leftover parts without a name.
+#[derive(Debug, Default)]
+pub(super) struct Claims {
+    pub(super) names: HashSet<String>,
+    pub(super) services: HashSet<String>,
+}
+
+impl Claims {
+    fn claim(&self, lb: &ClusterLoadBalancer) -> bool {
+        if lb.name.is_empty() {
+            lb.service.as_ref().is_none_or(|s| self.services.contains(s))
+        } else {
+            self.names.contains(&lb.name)
+        }
+    }
+}
+
+/// The load balancers found unclaimed, by [`ClusterLoadBalancer::key`]: since when, and whether a dry run
+/// reported it.
 #[derive(Debug, Default)]
 pub(super) struct Unclaimed {
     since: HashMap<String, (Instant, bool)>,
 }
 
 impl Unclaimed {
-    /// One sweep at `now`: `listed` by the cloud, `claimed` the names the cluster's services give theirs.
+    /// One sweep at `now`: `listed` by the cloud, `claims` what the cluster's services claim.
     pub(super) fn sweep(
         &mut self,
         listed: Vec<ClusterLoadBalancer>,
-        claimed: &HashSet<String>,
+        claims: &Claims,
         now: Instant,
         grace: Duration,
     ) -> Found {
-        let unclaimed: Vec<ClusterLoadBalancer> = listed
+        let unclaimed: Vec<(String, ClusterLoadBalancer)> = listed
             .into_iter()
-            .filter(|lb| !claimed.contains(&lb.name))
+            .filter(|lb| !claims.claim(lb))
+            .map(|lb| (lb.key(), lb))
             .collect();
-        let names: HashSet<&str> = unclaimed.iter().map(|lb| lb.name.as_str()).collect();
-        self.since.retain(|name, _| names.contains(name.as_str()));
+        let keys: HashSet<&str> = unclaimed.iter().map(|(key, _)| key.as_str()).collect();
+        self.since.retain(|key, _| keys.contains(key.as_str()));
         let mut due = Vec::new();
         let mut waiting = 0;
-        for lb in unclaimed {
-            let since = self.since.entry(lb.name.clone()).or_insert((now, false)).0;
+        for (key, lb) in unclaimed {
+            let since = self.since.entry(key).or_insert((now, false)).0;
             if now.duration_since(since) >= grace {
                 due.push((since, lb));
             } else {
                 waiting += 1;
             }
         }
-        due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.name.cmp(&y.name)));
+        due.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.key().cmp(&y.key())));
         waiting += due.len().saturating_sub(MAX_PER_SWEEP);
         due.truncate(MAX_PER_SWEEP);
         Found {
@@ -110,16 +131,16 @@ impl Unclaimed {
         }
     }
 
-    /// Whether `name` is yet to be reported by a dry run (and it is, from now on).
-    pub(super) fn report(&mut self, name: &str) -> bool {
+    /// Whether `key` is yet to be reported by a dry run (and it is, from now on).
+    pub(super) fn report(&mut self, key: &str) -> bool {
         self.since
-            .get_mut(name)
+            .get_mut(key)
             .is_some_and(|(_, reported)| !std::mem::replace(reported, true))
     }
 
-    /// `name` was deleted, or found claimed after all.
-    pub(super) fn forget(&mut self, name: &str) {
-        self.since.remove(name);
+    /// `key` was deleted, or found claimed after all.
+    pub(super) fn forget(&mut self, key: &str) {
+        self.since.remove(key);
     }
 }
 
@@ -172,7 +193,7 @@ async fn sweep_once(
         .await?;
     let found = unclaimed.sweep(
         listed,
-        &claimed(context, load_balancers, cluster),
+        &claims(context, load_balancers, cluster),
         Instant::now(),
         settings.grace,
     );
@@ -181,7 +202,7 @@ async fn sweep_once(
         let reference = orphan.service.as_deref().and_then(service_reference);
         if settings.dry_run {
             left += 1;
-            if unclaimed.report(&orphan.name) {
+            if unclaimed.report(&orphan.key()) {
                 tracing::warn!(load_balancer = %orphan.name, service = ?orphan.service, parts = ?orphan.parts, "a load balancer outlived its service (dry run: kept)");
                 let note = format!(
                     "Load balancer {} outlived its service; --load-balancer-orphan-dry-run keeps it",
@@ -202,7 +223,7 @@ async fn sweep_once(
             continue;
         }
         if still_claimed(context, load_balancers, cluster, &orphan).await {
-            unclaimed.forget(&orphan.name);
+            unclaimed.forget(&orphan.key());
             continue;
         }
         let cx = controller.call_context();
@@ -214,7 +235,7 @@ async fn sweep_once(
             .await
         {
             Ok(()) => {
-                unclaimed.forget(&orphan.name);
+                unclaimed.forget(&orphan.key());
                 controller.metrics.orphaned_load_balancers_deleted.inc();
                 tracing::info!(load_balancer = %orphan.name, service = ?orphan.service, parts = ?orphan.parts, "deleted a load balancer that outlived its service");
                 if let Some(reference) = &reference {
@@ -255,21 +276,20 @@ async fn sweep_once(
     Ok(())
 }
 
-/// The names of the load balancers the cluster's services claim: every cached service's, of any type,
-/// and those this process ensured (a service deleted without our finalizer, still being cleaned up).
-fn claimed(context: &ServiceContext, load_balancers: &dyn LoadBalancer, cluster: &str) -> HashSet<String> {
-    let services = context.controller.services().store().state();
-    let mut names: HashSet<String> = services
-        .iter()
-        .map(|s| load_balancers.load_balancer_name(cluster, &s.object()))
-        .collect();
-    names.extend(
-        context
-            .ensured()
-            .values()
-            .map(|s| load_balancers.load_balancer_name(cluster, s)),
-    );
-    names
+/// What the cluster's services claim: every cached service, of any type, and those this process ensured
+/// a load balancer for (a service deleted without our finalizer, still being cleaned up).
+fn claims(context: &ServiceContext, load_balancers: &dyn LoadBalancer, cluster: &str) -> Claims {
+    let mut claims = Claims::default();
+    let cached = context.controller.services().store().state();
+    let ensured: Vec<Arc<Service>> = context.ensured().values().cloned().collect();
+    let services = cached.iter().map(|s| Arc::new(s.object())).chain(ensured);
+    for service in services {
+        claims
+            .names
+            .insert(load_balancers.load_balancer_name(cluster, &service));
+        claims.services.insert(super::key(&service));
+    }
+    claims
 }
 
 /// Whether the service the cloud recorded for `orphan` exists on the API server and claims it; an
@@ -281,12 +301,14 @@ async fn still_claimed(
     orphan: &ClusterLoadBalancer,
 ) -> bool {
     let Some((namespace, name)) = orphan.service.as_deref().and_then(|k| k.split_once('/')) else {
-        return false;
+        return orphan.name.is_empty();
     };
     let api: Api<Service> = Api::namespaced(context.controller.client().clone(), namespace);
     match api.get_opt(name).await {
         Ok(None) => false,
-        Ok(Some(service)) => load_balancers.load_balancer_name(cluster, &service) == orphan.name,
+        Ok(Some(service)) => {
+            orphan.name.is_empty() || load_balancers.load_balancer_name(cluster, &service) == orphan.name
+        }
         Err(error) => {
             tracing::warn!(load_balancer = %orphan.name, %error, "cannot read the service of a load balancer that seems orphaned; keeping it this sweep");
             true

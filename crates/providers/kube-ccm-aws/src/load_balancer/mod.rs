@@ -14,19 +14,24 @@
 //!   ([`network::wanted`]: TLS listeners, health checks, attributes, target-group attributes, static
 //!   addresses, tags, target node labels) take them as upstream does; what upstream refuses for a kind is
 //!   refused before any write ([`not_implemented`]).
+//! - **Orphans** ([`orphans`]): the cluster's load balancers and leftover parts listed by their tags, for
+//!   the framework's sweep.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, SecurityGroup};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
-use kube_ccm_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
+use kube_ccm_provider::{
+    CallContext, CloudError, ClusterLoadBalancer, LoadBalancer, default_load_balancer_name,
+};
 
 use crate::instances::instance_key_of;
 use crate::{AwsProvider, aws_error};
 
 pub mod classic;
 pub mod network;
+pub mod orphans;
 pub mod security;
 
 pub use classic::{Wanted, WantedAttributes, WantedHealthCheck, WantedListener, wanted};
@@ -367,6 +372,24 @@ impl LoadBalancer for AwsProvider {
             Kind::Network => cx.guard(self.delete_nlb(cluster_name, service)).await,
             Kind::Classic => cx.guard(self.delete_classic(service)).await,
         }
+    }
+
+    async fn list_load_balancers(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+    ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        cx.guard(self.cluster_load_balancers()).await
+    }
+
+    async fn delete_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        load_balancer: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        cx.guard(self.delete_cluster_load_balancer(cluster_name, load_balancer))
+            .await
     }
 }
 

@@ -21,6 +21,7 @@ mod conformance;
 mod elb;
 mod instances;
 mod nlb;
+mod orphans;
 mod routes;
 
 /// moto, and the SDK configuration that reaches it.

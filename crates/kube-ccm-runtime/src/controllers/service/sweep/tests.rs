@@ -14,8 +14,11 @@ fn names(found: &Found) -> Vec<&str> {
     found.due.iter().map(|lb| lb.name.as_str()).collect()
 }
 
-fn claimed(names: &[&str]) -> HashSet<String> {
-    names.iter().map(|n| (*n).to_owned()).collect()
+fn claimed(names: &[&str]) -> Claims {
+    Claims {
+        names: names.iter().map(|n| (*n).to_owned()).collect(),
+        services: HashSet::new(),
+    }
 }
 
 const GRACE: Duration = Duration::from_secs(600);
@@ -78,6 +81,33 @@ fn the_longest_unclaimed_go_first_and_at_most_a_sweeps_worth() {
 }
 
 #[test]
+fn a_part_without_a_name_is_claimed_while_its_service_exists_and_always_without_one() {
+    let start = Instant::now();
+    let part = |service: Option<&str>, arn: &str| ClusterLoadBalancer {
+        name: String::new(),
+        service: service.map(str::to_owned),
+        parts: vec![format!("target-group/{arn}")],
+    };
+    let claims = Claims {
+        names: HashSet::new(),
+        services: ["default/live".to_owned()].into(),
+    };
+    let listed = || {
+        vec![
+            part(Some("default/live"), "1"),
+            part(Some("default/gone"), "2"),
+            part(None, "3"),
+        ]
+    };
+    let mut unclaimed = Unclaimed::default();
+    unclaimed.sweep(listed(), &claims, start, GRACE);
+    let found = unclaimed.sweep(listed(), &claims, start + GRACE, GRACE);
+    assert_eq!(found.due, [part(Some("default/gone"), "2")]);
+    assert_eq!(found.waiting, 0);
+    assert_eq!(found.due[0].key(), "target-group/2");
+}
+
+#[test]
 fn a_dry_run_reports_each_orphan_once_and_again_after_it_was_forgotten() {
     let start = Instant::now();
     let mut unclaimed = Unclaimed::default();
@@ -118,12 +148,15 @@ proptest! {
             now += Duration::from_secs(step);
             let listed: Vec<_> =
                 names.iter().enumerate().filter(|(i, _)| listed_mask & (1 << i) != 0).map(|(_, n)| lb(n)).collect();
-            let claims: HashSet<String> = names
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| claimed_mask & (1 << i) != 0)
-                .map(|(_, n)| (*n).to_owned())
-                .collect();
+            let claims = Claims {
+                names: names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| claimed_mask & (1 << i) != 0)
+                    .map(|(_, n)| (*n).to_owned())
+                    .collect(),
+                services: HashSet::new(),
+            };
             for (i, name) in names.iter().enumerate() {
                 let orphan = listed_mask & (1 << i) != 0 && claimed_mask & (1 << i) == 0;
                 if orphan {
@@ -134,7 +167,7 @@ proptest! {
             }
             let found = unclaimed.sweep(listed, &claims, now, GRACE);
             for due in &found.due {
-                prop_assert!(!claims.contains(&due.name), "{} is claimed", due.name);
+                prop_assert!(!claims.names.contains(&due.name), "{} is claimed", due.name);
                 let since = run_start[due.name.as_str()];
                 prop_assert!(now.duration_since(since) >= GRACE, "{} unclaimed only since {since:?}", due.name);
                 unclaimed.forget(&due.name);

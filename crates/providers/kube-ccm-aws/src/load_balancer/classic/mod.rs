@@ -470,7 +470,7 @@ fn ingress_source(description: &LoadBalancerDescription, service: &Service) -> O
         .cloned()
 }
 
-fn ec2_code<E: aws_sdk_ec2::error::ProvideErrorMetadata, R>(
+pub(crate) fn ec2_code<E: aws_sdk_ec2::error::ProvideErrorMetadata, R>(
     error: &aws_sdk_ec2::error::SdkError<E, R>,
 ) -> String {
     error

@@ -334,7 +334,7 @@ impl AwsProvider {
     }
 
     /// Deletes `id`; while EC2 still counts a deleted load balancer's interfaces on it, asks to be retried.
-    pub(super) async fn delete_group(&self, id: &str) -> Result<(), CloudError> {
+    pub(crate) async fn delete_group(&self, id: &str) -> Result<(), CloudError> {
         match self.ec2.delete_security_group().group_id(id).send().await {
             Ok(_) => {
                 tracing::info!(group = %id, "deleted an NLB's security group");

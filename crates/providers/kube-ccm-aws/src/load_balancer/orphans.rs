@@ -1,0 +1,456 @@
+//! The orphan sweep's questions (decision 0035): which load balancers, and leftover parts of them, are
+//! provably this cluster's, and deleting one whole.
+//!
+//! Listed, each tagged `kubernetes.io/cluster/<cluster ID>=owned` (or the legacy `KubernetesCluster`):
+//! - classic ELBs and NLBs named as this provider (and upstream's) names them, `a` + 31 hex digits (what
+//!   the AWS Load Balancer Controller makes is named otherwise, and never listed), with the service of
+//!   their `kubernetes.io/service-name` tag; an NLB's target groups and a classic ELB's own security group
+//!   `k8s-elb-<name>` as its parts;
+//! - a group `k8s-elb-<name>` whose ELB is gone, under `<name>`;
+//! - a target group on no load balancer that also names its service: under no name, so kept while that
+//!   service exists (its load balancer's name cannot be told from it).
+//!
+//! Not listed: an NLB's managed security group whose NLB is gone (its name hashes the service's UID), node
+//! security-group rules left by a delete cut short.
+//!
+//! Deleting drives the same deletes a service's would, for a stand-in service with the UID the name
+//! carries, so the node groups' rules go with the load balancer.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Service;
+use kube_ccm_provider::{CloudError, ClusterLoadBalancer};
+
+use crate::{AwsProvider, aws_error};
+
+const SERVICE_TAG: &str = "kubernetes.io/service-name";
+/// ELBv2's and ELB's `DescribeTags` take at most this many load balancers or target groups a request.
+const TAGS_PER_REQUEST: usize = 20;
+
+const ELB: &str = "elb/";
+const NLB: &str = "nlb/";
+const GROUP: &str = "security-group/";
+const TARGET_GROUP: &str = "target-group/";
+
+/// Whether `name` is one this provider gives: `a` + the service UID without dashes, 32 characters.
+pub fn is_service_load_balancer_name(name: &str) -> bool {
+    name.len() == 32
+        && name
+            .strip_prefix('a')
+            .is_some_and(|uid| uid.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// A service whose load balancer is `lb`: its recorded namespace and name, and the UID its name carries.
+fn stand_in(lb: &ClusterLoadBalancer, nlb: bool) -> Result<Service, CloudError> {
+    if !is_service_load_balancer_name(&lb.name) {
+        return Err(CloudError::provider(format!(
+            "{:?} is not a name this provider gives a load balancer",
+            lb.name
+        )));
+    }
+    let (namespace, name) = lb
+        .service
+        .as_deref()
+        .and_then(|s| s.split_once('/'))
+        .unwrap_or(("default", ""));
+    let annotations = if nlb {
+        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"})
+    } else {
+        serde_json::json!({})
+    };
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": namespace, "name": name, "uid": &lb.name[1..], "annotations": annotations},
+    }))
+    .map_err(CloudError::provider)
+}
+
+/// Tags as [`AwsProvider::tagged_for_cluster`] reads them, and the service tag.
+struct Tags(Vec<(Option<String>, Option<String>)>);
+
+impl Tags {
+    fn service(&self) -> Option<String> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.as_deref() == Some(SERVICE_TAG))
+            .and_then(|(_, v)| v.clone())
+            .filter(|v| v.contains('/'))
+    }
+}
+
+impl AwsProvider {
+    /// Tagged as the cluster's own: `kubernetes.io/cluster/<ID>=owned` (what this provider and upstream's
+    /// tag what they make; `shared` marks what the cluster only uses), or the legacy `KubernetesCluster`.
+    fn ours(&self, tags: &Tags) -> bool {
+        let (key, owned) = self.cluster_tag();
+        tags.0.iter().any(|(k, v)| {
+            (k.as_deref() == Some(key.as_str()) && v.as_deref() == Some(owned.as_str()))
+                || (k.as_deref() == Some("KubernetesCluster")
+                    && v.as_deref() == Some(self.config.cluster_id()))
+        })
+    }
+
+    /// The cluster's load balancers and leftover parts, as the module says.
+    pub(super) async fn cluster_load_balancers(&self) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        if self.config.cluster_id().is_empty() {
+            // Nothing is provably the cluster's without its ID.
+            return Err(CloudError::NotImplemented);
+        }
+        let mut found: BTreeMap<String, ClusterLoadBalancer> = BTreeMap::new();
+        for (name, tags) in self.tagged_elbs().await? {
+            if self.ours(&tags) && is_service_load_balancer_name(&name) {
+                found.insert(
+                    name.clone(),
+                    ClusterLoadBalancer {
+                        parts: vec![format!("{ELB}{name}")],
+                        service: tags.service(),
+                        name,
+                    },
+                );
+            }
+        }
+        let mut nlbs: BTreeMap<String, String> = BTreeMap::new();
+        for (arn, name, tags) in self.tagged_nlbs().await? {
+            if self.ours(&tags) && is_service_load_balancer_name(&name) {
+                nlbs.insert(arn.clone(), name.clone());
+                found.insert(
+                    name.clone(),
+                    ClusterLoadBalancer {
+                        parts: vec![format!("{NLB}{arn}")],
+                        service: tags.service(),
+                        name,
+                    },
+                );
+            }
+        }
+        let mut lone = Vec::new();
+        for (arn, load_balancers, tags) in self.tagged_target_groups().await? {
+            if !self.ours(&tags) {
+                continue;
+            }
+            match load_balancers.iter().find_map(|lb| nlbs.get(lb)) {
+                Some(name) => {
+                    if let Some(entry) = found.get_mut(name) {
+                        entry.parts.push(format!("{TARGET_GROUP}{arn}"));
+                    }
+                }
+                None if load_balancers.is_empty() && tags.service().is_some() => {
+                    lone.push(ClusterLoadBalancer {
+                        name: String::new(),
+                        service: tags.service(),
+                        parts: vec![format!("{TARGET_GROUP}{arn}")],
+                    })
+                }
+                None => {}
+            }
+        }
+        for (id, name, tags) in self.cluster_elb_groups().await? {
+            let Some(lb) = name
+                .strip_prefix("k8s-elb-")
+                .filter(|n| is_service_load_balancer_name(n))
+            else {
+                continue;
+            };
+            if !self.ours(&tags) {
+                continue;
+            }
+            found
+                .entry(lb.to_owned())
+                .or_insert_with(|| ClusterLoadBalancer {
+                    name: lb.to_owned(),
+                    service: tags.service(),
+                    parts: Vec::new(),
+                })
+                .parts
+                .push(format!("{GROUP}{id}"));
+        }
+        Ok(found.into_values().chain(lone).collect())
+    }
+
+    /// Deletes every part of `lb` (listed by [`Self::cluster_load_balancers`]).
+    pub(super) async fn delete_cluster_load_balancer(
+        &self,
+        cluster_name: &str,
+        lb: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        let has = |prefix: &str| lb.parts.iter().any(|p| p.starts_with(prefix));
+        if has(NLB) {
+            self.delete_nlb(cluster_name, &stand_in(lb, true)?).await?;
+        }
+        if has(ELB) {
+            self.delete_classic(&stand_in(lb, false)?).await?;
+        }
+        for part in &lb.parts {
+            if let Some(id) = part.strip_prefix(GROUP).filter(|_| !has(ELB)) {
+                self.delete_lone_group(id).await?;
+            }
+            if let Some(arn) = part.strip_prefix(TARGET_GROUP).filter(|_| !has(NLB)) {
+                self.delete_lone_target_group(arn).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every classic ELB's name and tags.
+    async fn tagged_elbs(&self) -> Result<Vec<(String, Tags)>, CloudError> {
+        let mut names = Vec::new();
+        let mut marker = None;
+        loop {
+            let page = self
+                .elb
+                .describe_load_balancers()
+                .set_marker(marker)
+                .send()
+                .await
+                .map_err(aws_error)?;
+            names.extend(
+                page.load_balancer_descriptions()
+                    .iter()
+                    .filter_map(|d| d.load_balancer_name().map(str::to_owned)),
+            );
+            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_owned);
+            if marker.is_none() {
+                break;
+            }
+        }
+        let mut tagged = Vec::new();
+        for chunk in names.chunks(TAGS_PER_REQUEST) {
+            let output = self
+                .elb
+                .describe_tags()
+                .set_load_balancer_names(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(aws_error)?;
+            for description in output.tag_descriptions() {
+                let Some(name) = description.load_balancer_name() else {
+                    continue;
+                };
+                let tags = description
+                    .tags()
+                    .iter()
+                    .map(|t| (Some(t.key().to_owned()), t.value().map(str::to_owned)));
+                tagged.push((name.to_owned(), Tags(tags.collect())));
+            }
+        }
+        Ok(tagged)
+    }
+
+    /// Every NLB's ARN, name and tags.
+    async fn tagged_nlbs(&self) -> Result<Vec<(String, String, Tags)>, CloudError> {
+        let mut nlbs = BTreeMap::new();
+        let mut marker = None;
+        loop {
+            let page = self
+                .elbv2
+                .describe_load_balancers()
+                .set_marker(marker)
+                .send()
+                .await
+                .map_err(aws_error)?;
+            for lb in page.load_balancers() {
+                if let (Some(arn), Some(name)) = (lb.load_balancer_arn(), lb.load_balancer_name()) {
+                    nlbs.insert(arn.to_owned(), name.to_owned());
+                }
+            }
+            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_owned);
+            if marker.is_none() {
+                break;
+            }
+        }
+        let arns: Vec<String> = nlbs.keys().cloned().collect();
+        let mut tags = self.elbv2_tags(&arns).await?;
+        Ok(nlbs
+            .into_iter()
+            .map(|(arn, name)| {
+                let tags = tags.remove(&arn).unwrap_or(Tags(Vec::new()));
+                (arn, name, tags)
+            })
+            .collect())
+    }
+
+    /// Every target group's ARN, the load balancers it serves, and its tags.
+    async fn tagged_target_groups(&self) -> Result<Vec<(String, Vec<String>, Tags)>, CloudError> {
+        let mut groups = BTreeMap::new();
+        let mut marker = None;
+        loop {
+            let page = self
+                .elbv2
+                .describe_target_groups()
+                .set_marker(marker)
+                .send()
+                .await
+                .map_err(aws_error)?;
+            for group in page.target_groups() {
+                if let Some(arn) = group.target_group_arn() {
+                    groups.insert(arn.to_owned(), group.load_balancer_arns().to_vec());
+                }
+            }
+            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_owned);
+            if marker.is_none() {
+                break;
+            }
+        }
+        let arns: Vec<String> = groups.keys().cloned().collect();
+        let mut tags = self.elbv2_tags(&arns).await?;
+        Ok(groups
+            .into_iter()
+            .map(|(arn, lbs)| {
+                let tags = tags.remove(&arn).unwrap_or(Tags(Vec::new()));
+                (arn, lbs, tags)
+            })
+            .collect())
+    }
+
+    /// The tags of ELBv2 resources, by ARN.
+    async fn elbv2_tags(&self, arns: &[String]) -> Result<BTreeMap<String, Tags>, CloudError> {
+        let mut tagged = BTreeMap::new();
+        for chunk in arns.chunks(TAGS_PER_REQUEST) {
+            let output = self
+                .elbv2
+                .describe_tags()
+                .set_resource_arns(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(aws_error)?;
+            for description in output.tag_descriptions() {
+                let Some(arn) = description.resource_arn() else {
+                    continue;
+                };
+                let tags = description
+                    .tags()
+                    .iter()
+                    .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)));
+                tagged.insert(arn.to_owned(), Tags(tags.collect()));
+            }
+        }
+        Ok(tagged)
+    }
+
+    /// The security groups called `k8s-elb-…` tagged with the cluster's tag key: ID, name, tags.
+    async fn cluster_elb_groups(&self) -> Result<Vec<(String, String, Tags)>, CloudError> {
+        let (key, _) = self.cluster_tag();
+        let mut groups = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .ec2
+                .describe_security_groups()
+                .filters(crate::filter("tag-key", std::slice::from_ref(&key)))
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(aws_error)?;
+            for group in page.security_groups() {
+                let (Some(id), Some(name)) = (group.group_id(), group.group_name()) else {
+                    continue;
+                };
+                if !name.starts_with("k8s-elb-") {
+                    continue;
+                }
+                let tags = group
+                    .tags()
+                    .iter()
+                    .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)));
+                groups.push((id.to_owned(), name.to_owned(), Tags(tags.collect())));
+            }
+            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        Ok(groups)
+    }
+
+    /// A classic ELB's group whose ELB is gone: the node groups' rules admitting it revoked, then deleted.
+    async fn delete_lone_group(&self, id: &str) -> Result<(), CloudError> {
+        let described = self.ec2.describe_security_groups().group_ids(id).send().await;
+        let group = match described {
+            Ok(output) => output.security_groups().first().cloned(),
+            Err(error) if super::classic::ec2_code(&error) == "InvalidGroup.NotFound" => None,
+            Err(error) => return Err(aws_error(error)),
+        };
+        let Some(group) = group else {
+            return Ok(());
+        };
+        if let Some(vpc) = group.vpc_id() {
+            self.node_ingress(vpc, id, &std::collections::BTreeSet::new(), false)
+                .await?;
+        }
+        self.delete_group(id).await
+    }
+
+    /// A target group on no load balancer.
+    async fn delete_lone_target_group(&self, arn: &str) -> Result<(), CloudError> {
+        match self
+            .elbv2
+            .delete_target_group()
+            .target_group_arn(arn)
+            .send()
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(target_group = %arn, "deleted a target group left without its NLB");
+                Ok(())
+            }
+            Err(error)
+                if error
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_in_use_exception()) =>
+            {
+                Err(CloudError::Retry {
+                    after: std::time::Duration::from_secs(5),
+                    message: format!("target group {arn} is in use"),
+                })
+            }
+            // Deleted already.
+            Err(error)
+                if error
+                    .as_service_error()
+                    .and_then(aws_sdk_elasticloadbalancingv2::error::ProvideErrorMetadata::code)
+                    == Some("TargetGroupNotFound") =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(aws_error(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_this_provider_gives_are_its_load_balancers() {
+        assert!(is_service_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8f"));
+        assert!(
+            !is_service_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8"),
+            "31 characters"
+        );
+        assert!(!is_service_load_balancer_name("k8s-default-web-0123456789abcdef"));
+        assert!(!is_service_load_balancer_name("b0a1b2c3d4e5f60718293a4b5c6d7e8f"));
+        assert!(!is_service_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8g"));
+    }
+
+    #[test]
+    fn the_stand_in_service_gives_the_load_balancer_its_name() {
+        let lb = ClusterLoadBalancer {
+            name: "a0a1b2c3d4e5f60718293a4b5c6d7e8f".into(),
+            service: Some("shop/web".into()),
+            parts: vec![],
+        };
+        let service = stand_in(&lb, true).unwrap();
+        assert_eq!(kube_ccm_provider::default_load_balancer_name(&service), lb.name);
+        assert_eq!(service.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(super::super::kind(&service), super::super::Kind::Network);
+        assert_eq!(
+            super::super::kind(&stand_in(&lb, false).unwrap()),
+            super::super::Kind::Classic
+        );
+        let foreign = ClusterLoadBalancer {
+            name: "k8s-default-web".into(),
+            ..lb
+        };
+        assert!(stand_in(&foreign, false).is_err());
+    }
+}
