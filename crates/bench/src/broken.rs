@@ -24,7 +24,9 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::{Api, Patch, PatchParams};
 use kube_ccm_fake::{CloudRequest, FakeCloudClient, FakeCloudConfig, FakeProvider};
-use kube_ccm_provider::{CallContext, CloudError, CloudProvider, InstancesV2, LoadBalancer, Routes};
+use kube_ccm_provider::{
+    CallContext, CloudError, CloudProvider, ClusterLoadBalancer, InstancesV2, LoadBalancer, Routes,
+};
 use kube_ccm_runtime::Registry;
 
 /// The ways this binary is broken.
@@ -208,6 +210,26 @@ impl LoadBalancer for BrokenProvider {
         }
         self.inner
             .ensure_load_balancer_deleted(cx, cluster_name, service)
+            .await
+    }
+
+    // The sweep as the real manager's: the leak's second load balancer is untagged, so it never takes it.
+    async fn list_load_balancers(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+    ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        self.inner.list_load_balancers(cx, cluster_name).await
+    }
+
+    async fn delete_load_balancer(
+        &self,
+        cx: &CallContext,
+        cluster_name: &str,
+        load_balancer: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        self.inner
+            .delete_load_balancer(cx, cluster_name, load_balancer)
             .await
     }
 }

@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 use ccm_audit::audit;
 use harness::{Admin, Environment, Side, Timings, Workload};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_ccm_fake::{FakeCloud, FakeCloudClient, FakeCloudServer, Knobs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -119,6 +119,8 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         };
         result.processes = processes;
         result.nodes_stalled = worked.stalled.len();
+        result.services_deleted = worked.services_deleted;
+        result.services_deleted_without_finalizer = worked.services_forced;
         result.partition = if run.namespaces {
             "network: each replica in its own network namespace, its veth link taken down"
         } else if run.server.faults().is_none() {
@@ -147,6 +149,10 @@ struct Worked {
     created: u32,
     retired: BTreeSet<String>,
     stalled: BTreeSet<String>,
+    /// Services deleted (each a create/delete cycle of a load balancer), and of them those deleted with
+    /// the cleanup finalizer removed by hand first.
+    services_deleted: u32,
+    services_forced: u32,
 }
 
 /// Each slot's side and manager: six of ours (three at N, three at N+1), or, with `--peers go`, all at N+1
@@ -344,18 +350,33 @@ impl Run {
         let mut stalled: BTreeSet<String> = BTreeSet::new();
         let mut events: BTreeMap<&'static str, u32> = BTreeMap::new();
         let mut index = 0u32;
+        let (mut services_deleted, mut services_forced) = (0u32, 0u32);
         let chaos_end = Instant::now() + Duration::from_secs(args.seconds);
         let mut next_fault = Instant::now() + Duration::from_millis(500);
         while Instant::now() < chaos_end {
             workload.add_node(index).await?;
             workload.add_service(index).await?;
             if index > 3 && rng.random_bool(0.25) {
-                let victim = rng.random_range(0..index);
-                match services
-                    .delete(&format!("web-{victim}"), &DeleteParams::default())
-                    .await
-                {
-                    Ok(_) => {}
+                let victim = format!("web-{}", rng.random_range(0..index));
+                // Now and then as an operator unsticking a namespace would: the finalizer removed first,
+                // so no controller sees the deletion through it (the orphan sweep's case).
+                let forced = rng.random_bool(0.3);
+                if forced {
+                    let unfinalized = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+                    match services
+                        .patch(&victim, &PatchParams::default(), &unfinalized)
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(error) => return Err(error).context("remove a service's finalizer"),
+                    }
+                }
+                match services.delete(&victim, &DeleteParams::default()).await {
+                    Ok(_) => {
+                        services_deleted += 1;
+                        services_forced += u32::from(forced);
+                    }
                     Err(kube::Error::Api(status)) if status.code == 404 => {}
                     Err(error) => return Err(error).context("delete a service"),
                 }
@@ -399,6 +420,8 @@ impl Run {
             created: index,
             retired: retired_nodes,
             stalled,
+            services_deleted,
+            services_forced,
         };
         Ok((worked, events))
     }

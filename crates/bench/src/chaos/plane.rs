@@ -120,9 +120,15 @@ impl Plane {
             }
             (Peer::Go, None) => anyhow::bail!("slot {slot} runs the Go peer, which was not found"),
             (Peer::Rust, _) => {
-                let flags: Vec<&str> = place
-                    .map(|place| vec![place.kubeconfig.as_str(), place.cloud_config.as_str()])
-                    .unwrap_or_default();
+                // The orphan sweep at chaos speed: what a forced deletion or a kill leaves goes within the
+                // run's convergence.
+                let mut flags = vec![
+                    "--load-balancer-orphan-sweep-period=1s",
+                    "--load-balancer-orphan-grace=3s",
+                ];
+                if let Some(place) = place {
+                    flags.extend([place.kubeconfig.as_str(), place.cloud_config.as_str()]);
+                }
                 Replica::start_wrapped(&self.environment, &name, side, &flags, &wrapper)?
             }
         };

@@ -73,6 +73,10 @@ pub(super) struct Report {
     /// Cloud objects left behind at the end: load balancers orphaned (not excused) and duplicated.
     pub(super) cloud_objects_leaked: usize,
     pub(super) load_balancer_services: usize,
+    /// Services the workload deleted (each a load balancer's create/delete cycle), and of them those it
+    /// deleted with the cleanup finalizer removed first (left for the orphan sweep).
+    pub(super) services_deleted: u32,
+    pub(super) services_deleted_without_finalizer: u32,
     /// Load balancers whose service is gone, at the end, each with the cloud write that created it and
     /// whether (and why) it is excused (see `orphans.rs`); any not excused fails the run.
     pub(super) orphaned_load_balancers: Vec<Orphan>,
@@ -268,6 +272,8 @@ pub(super) fn judge(seen: Seen<'_>, describe: impl FnOnce(&mut Report)) -> Repor
         nodes_wrongly_deleted: wrongly_deleted,
         upstream_wrong_deletions,
         nodes_stalled: 0,
+        services_deleted: 0,
+        services_deleted_without_finalizer: 0,
         cloud_objects_leaked,
         load_balancer_services: state.wanted.len(),
         orphaned_load_balancers: orphaned,

@@ -278,6 +278,53 @@ struct Log {
     latency: std::time::Duration,
     /// Every request answered 503 (an outage).
     outage: bool,
+    /// The account's rate limit, when one is set.
+    limit: Option<Limit>,
+    /// Requests refused for it.
+    throttled: u64,
+}
+
+/// A rate limit as AWS keeps one per account and API: a bucket of one second's requests, refilled
+/// continuously; a request finding it empty is refused.
+struct Limit {
+    per_second: f64,
+    tokens: f64,
+    refilled: std::time::Instant,
+}
+
+impl Limit {
+    fn admit(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let added = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + added).min(self.per_second.max(1.0));
+        self.refilled = now;
+        let admitted = self.tokens >= 1.0;
+        if admitted {
+            self.tokens -= 1.0;
+        }
+        admitted
+    }
+}
+
+/// AWS's answer to a request over the rate limit: EC2's 503 `RequestLimitExceeded`, or the ELB APIs' 400
+/// `Throttling`, told apart by the request's API version.
+fn throttled(body: &str) -> (u16, String) {
+    if body.contains("Version=2016-11-15") {
+        (
+            503,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code>\
+             <Message>Request limit exceeded.</Message></Error></Errors>\
+             <RequestID>00000000-0000-0000-0000-000000000000</RequestID></Response>"
+                .to_owned(),
+        )
+    } else {
+        (
+            400,
+            "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message>\
+             </Error><RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>"
+                .to_owned(),
+        )
+    }
 }
 
 /// EC2's answer in an outage: 503 `Unavailable`, which the SDK retries and then gives up on.
@@ -357,6 +404,21 @@ impl RecordingProxy {
         self.log.lock().outage = outage;
     }
 
+    /// Refuses requests beyond `per_second` a second (a bucket of one second's requests) as AWS refuses
+    /// them, throttled; zero lifts the limit. Refused requests are recorded with their status.
+    pub fn set_rate_limit(&self, per_second: f64) {
+        self.log.lock().limit = (per_second > 0.0).then(|| Limit {
+            per_second,
+            tokens: per_second.max(1.0),
+            refilled: std::time::Instant::now(),
+        });
+    }
+
+    /// Requests refused so far for the rate limit ([`RecordingProxy::set_rate_limit`]).
+    pub fn throttled(&self) -> u64 {
+        self.log.lock().throttled
+    }
+
     /// Forwards `action` to moto again (after [`RecordingProxy::answer`]).
     pub fn forward(&self, action: &str) {
         self.log.lock().answers.remove(action);
@@ -408,8 +470,16 @@ async fn forward(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    let over_limit = {
+        let mut log = log.lock();
+        let over = log.limit.as_mut().is_some_and(|limit| !limit.admit());
+        log.throttled += u64::from(over);
+        over
+    };
     let canned: Option<Answer> = if outage {
         Some(Arc::new(|_: &str| unavailable()))
+    } else if over_limit {
+        Some(Arc::new(throttled))
     } else {
         log.lock().answers.get(&action).cloned()
     };

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube_ccm_aws::{AwsProvider, CloudConfig};
 use kube_ccm_provider::{CallContext, CloudError, CloudProvider};
 
+mod budget;
 mod conformance;
 mod elb;
 mod instances;
