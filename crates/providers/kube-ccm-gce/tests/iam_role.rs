@@ -51,6 +51,7 @@ fn permissions(service: &str, method: &str) -> Option<&'static [&'static str]> {
             &["compute.httpHealthChecks.delete", "compute.globalOperations.get"]
         }
         ("target_pools", "get") => &["compute.targetPools.get"],
+        ("target_pools", "list") => &["compute.targetPools.list"],
         ("target_pools", "insert") => &[
             "compute.targetPools.create",
             "compute.instances.use",
@@ -68,6 +69,7 @@ fn permissions(service: &str, method: &str) -> Option<&'static [&'static str]> {
             "compute.regionOperations.get",
         ],
         ("forwarding_rules", "get") => &["compute.forwardingRules.get"],
+        ("forwarding_rules", "list") => &["compute.forwardingRules.list"],
         ("forwarding_rules", "insert") => &[
             "compute.forwardingRules.create",
             "compute.targetPools.use",
@@ -91,6 +93,7 @@ fn permissions(service: &str, method: &str) -> Option<&'static [&'static str]> {
         ("health_checks", "update") => &["compute.healthChecks.update", "compute.globalOperations.get"],
         ("health_checks", "delete") => &["compute.healthChecks.delete", "compute.globalOperations.get"],
         ("backend_services", "get") => &["compute.regionBackendServices.get"],
+        ("backend_services", "list") => &["compute.regionBackendServices.list"],
         ("backend_services", "insert") => &[
             "compute.regionBackendServices.create",
             "compute.healthChecks.useReadOnly",

@@ -692,3 +692,88 @@ async fn an_address_left_held_is_released_by_the_next_ensure() {
         .unwrap();
     assert!(double.addresses(PROJECT).is_empty());
 }
+
+/// The orphan sweep's questions: the cluster's load balancers, external and internal, are claimed through
+/// their links to the parts named for its ID and deleted whole; another cluster's and one that links to
+/// nothing of the cluster's (it keeps traffic local) are never listed, and stay.
+#[tokio::test]
+async fn orphans_are_listed_through_the_clusters_parts_and_deleted_whole() {
+    let (double, provider, nodes) = setup().await;
+    let lb = &provider;
+    lb.ensure_load_balancer(&cx(), "c", &db(), &nodes).await.unwrap();
+    let external_uid = "0b1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
+    let external_name = "a0b1b2c3d4e5f60718293a4b5c6d7e8f";
+    let web: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "shop", "uid": external_uid},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]},
+    }))
+    .unwrap();
+    lb.ensure_load_balancer(&cx(), "c", &web, &nodes).await.unwrap();
+    let pool = |name: &str, check: &str, service: &str| -> model::TargetPool {
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "description": format!("{{\"kubernetes.io/service-name\":\"{service}\"}}"),
+            "healthChecks": [format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/global/httpHealthChecks/{check}")],
+        }))
+        .unwrap()
+    };
+    let other = "a2222222222222222222222222222222";
+    double.put(
+        Collection::TargetPools,
+        PROJECT,
+        REGION,
+        pool(other, "k8s-0ther0000000000-node", "shop/other"),
+    );
+    let local = "a3333333333333333333333333333333";
+    double.put(
+        Collection::TargetPools,
+        PROJECT,
+        REGION,
+        pool(local, local, "shop/local"),
+    );
+
+    let listed = lb.list_load_balancers(&cx(), "c").await.unwrap();
+    let mut seen: Vec<(String, Option<String>, Vec<String>)> = listed
+        .iter()
+        .map(|l| (l.name.clone(), l.service.clone(), l.parts.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (
+                LB.to_owned(),
+                Some("shop/db".to_owned()),
+                vec![format!("backendServices/{LB}"), format!("forwardingRules/{LB}")]
+            ),
+            (
+                external_name.to_owned(),
+                Some("shop/web".to_owned()),
+                vec![
+                    format!("targetPools/{external_name}"),
+                    format!("forwardingRules/{external_name}")
+                ]
+            ),
+        ]
+    );
+
+    for orphan in &listed {
+        lb.delete_load_balancer(&cx(), "c", orphan).await.unwrap();
+        lb.delete_load_balancer(&cx(), "c", orphan).await.unwrap();
+    }
+    assert!(lb.list_load_balancers(&cx(), "c").await.unwrap().is_empty());
+    assert!(double.forwarding_rules(PROJECT).is_empty());
+    assert!(double.backend_services(PROJECT).is_empty());
+    assert_eq!(
+        names(double.target_pools(PROJECT), |p| p.name.clone()),
+        [other, local],
+        "another cluster's and the unprovable are left"
+    );
+    let firewalls = names(double.firewalls(PROJECT), |f| f.name.clone());
+    assert!(
+        !firewalls
+            .iter()
+            .any(|f| f.contains(LB) || f.contains(external_name)),
+        "the load balancers' firewalls went with them: {firewalls:?}"
+    );
+}

@@ -8,6 +8,8 @@
 //!   `cloud.google.com/load-balancer-type`, or the class `networking.gke.io/l4-regional-internal-legacy`).
 //! - [`firewall`]: firewalls, compared as Compute returns them, and the nodes' target tags.
 //! - [`health_check`]: upstream's health checks, shared per cluster or per service.
+//! - `orphans.rs`: the cluster's load balancers, claimed through links to parts named for the cluster ID,
+//!   for the framework's orphan sweep.
 //!
 //! Services for other implementations (`spec.loadBalancerClass` other than upstream's legacy classes,
 //! `cloud.google.com/l4-rbs: enabled`) are `ImplementedElsewhere`. A service that changes kind has the
@@ -18,6 +20,7 @@ pub mod firewall;
 pub mod health_check;
 pub mod instance_groups;
 pub mod internal;
+mod orphans;
 
 use std::sync::Arc;
 
@@ -26,7 +29,9 @@ use google_cloud_compute_v1::model::{self, Address, ForwardingRule};
 use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use kube_ccm_provider::service::{annotation, load_balancer_class, service_key};
-use kube_ccm_provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name};
+use kube_ccm_provider::{
+    CallContext, CloudError, ClusterLoadBalancer, LoadBalancer, default_load_balancer_name,
+};
 
 use crate::client::Attributed as _;
 use crate::instances::{InstanceRef, Lookup};
@@ -327,6 +332,28 @@ impl LoadBalancer for GceProvider {
         }
         cx.request("delete_external_load_balancer", self.delete_external(service))
             .await
+    }
+
+    async fn list_load_balancers(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+    ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
+        cx.request("list_load_balancers", self.cluster_load_balancers())
+            .await
+    }
+
+    async fn delete_load_balancer(
+        &self,
+        cx: &CallContext,
+        _cluster_name: &str,
+        load_balancer: &ClusterLoadBalancer,
+    ) -> Result<(), CloudError> {
+        cx.request(
+            "delete_load_balancer",
+            self.delete_cluster_load_balancer(load_balancer),
+        )
+        .await
     }
 }
 
