@@ -348,6 +348,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
                 latency_ms: burst.cloud_latency_ms,
                 error_rate: 0.0,
                 hang_rate: 0.0,
+                lost_answer_rate: 0.0,
             },
         ),
         ([127, 0, 0, 1], 0).into(),

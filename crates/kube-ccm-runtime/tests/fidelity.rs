@@ -196,6 +196,7 @@ async fn lifecycle_deletes_only_on_an_answer_and_only_its_providers_nodes(backen
             latency_ms: 0,
             error_rate: 1.0,
             hang_rate: 0.0,
+            lost_answer_rate: 0.0,
         }))
         .await;
     nodes
@@ -329,6 +330,7 @@ async fn a_new_service_is_ensured_once_and_a_removed_address_comes_back(backend:
             latency_ms: 100,
             error_rate: 0.0,
             hang_rate: 0.0,
+            lost_answer_rate: 0.0,
         }))
         .await;
     let running = start(manager(&cluster, cluster.cloud_config(), settings()));

@@ -89,7 +89,7 @@ pub(super) async fn inject(
     let Some(target) = plane.pick(rng) else {
         return Ok("none");
     };
-    let mut kind = rng.random_range(0..11);
+    let mut kind = rng.random_range(0..12);
     // The real kube-apiserver has no faults of its own: a network partition instead, where there are
     // links to cut, else the cloud's faults.
     if faults.is_none() && matches!(kind, 3..=5 | 8) {
@@ -151,6 +151,7 @@ pub(super) async fn inject(
                     latency_ms: rng.random_range(5..lease_ms / 2),
                     error_rate: rng.random_range(0.0..0.3),
                     hang_rate: rng.random_range(0.0..0.1),
+                    lost_answer_rate: 0.0,
                 }),
             )
             .await?;
@@ -165,6 +166,20 @@ pub(super) async fn inject(
             let per_second = rng.random_range(2.0..10.0);
             cloud_call(cloud, AdminRequest::SetRateLimit { per_second }).await?;
             "cloud_throttles"
+        }
+        11 => {
+            // Writes land and their answers are lost: the caller times out on a write that happened, and
+            // must neither duplicate nor leak what it made.
+            cloud_call(
+                cloud,
+                AdminRequest::SetKnobs(Knobs {
+                    latency_ms: 5,
+                    lost_answer_rate: rng.random_range(0.1..0.5),
+                    ..Knobs::default()
+                }),
+            )
+            .await?;
+            "cloud_applies_then_loses_the_answer"
         }
         _ => {
             calm_cloud(cloud).await?;

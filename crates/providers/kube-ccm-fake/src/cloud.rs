@@ -96,6 +96,25 @@ impl FakeCloud {
         if let Some(injected) = injected(knobs).await {
             return injected;
         }
+        let lost = request.mutated_object().is_some()
+            && knobs.lost_answer_rate > 0.0
+            && rand::random::<f64>() < knobs.lost_answer_rate;
+        let answer = self.apply(request, caller);
+        if lost {
+            // Applied, and the answer held until the caller gives up (an hour bounds one that never does):
+            // the caller cannot tell this from a call that never reached the cloud.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return CloudResponse::Error {
+                message: "injected lost answer".into(),
+                not_found: false,
+                throttled: false,
+            };
+        }
+        answer
+    }
+
+    /// Applies one call (not an admin request) and answers it.
+    fn apply(&self, request: CloudRequest, caller: &str) -> CloudResponse {
         let mut state = self.state.lock();
         record(&mut state, &request, caller);
         match request {
@@ -433,6 +452,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lost_answer_leaves_the_write_applied_and_the_caller_waiting() {
+        let knobs = Knobs {
+            lost_answer_rate: 1.0,
+            ..Knobs::default()
+        };
+        let cloud = FakeCloud::new(vec![], knobs);
+        let ensure = CloudRequest::EnsureLoadBalancer {
+            name: "a1".into(),
+            service: "default/s".into(),
+            cluster: "k".into(),
+            ports: vec![80],
+            nodes: vec![],
+        };
+        let answered = tokio::time::timeout(Duration::from_millis(200), cloud.handle(ensure)).await;
+        assert!(answered.is_err(), "the answer never comes: {answered:?}");
+        let CloudResponse::Snapshot { load_balancers, .. } =
+            cloud.handle(CloudRequest::Admin(AdminRequest::Snapshot)).await
+        else {
+            panic!("not a snapshot")
+        };
+        assert_eq!(load_balancers.len(), 1, "the write was applied");
+        // Reads are never lost.
+        let read = cloud.handle(CloudRequest::ListRoutes);
+        assert!(tokio::time::timeout(Duration::from_secs(5), read).await.is_ok());
+    }
+
+    #[tokio::test]
     async fn an_ensure_that_changes_nothing_is_no_write() {
         let cloud = FakeCloud::default();
         let ensure = |nodes: &[&str]| CloudRequest::EnsureLoadBalancer {
@@ -474,6 +520,7 @@ mod tests {
                 latency_ms: 0,
                 error_rate: 1.0,
                 hang_rate: 0.0,
+                lost_answer_rate: 0.0,
             },
         );
         assert!(matches!(

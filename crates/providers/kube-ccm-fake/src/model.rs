@@ -151,6 +151,10 @@ pub struct Knobs {
     /// Probability that a call never answers (it is held until its caller gives up, and then not applied).
     #[serde(default)]
     pub hang_rate: f64,
+    /// Probability that a call that changes something is applied and its answer then never comes (held
+    /// until its caller gives up): the write landed, the caller saw a timeout.
+    #[serde(default)]
+    pub lost_answer_rate: f64,
 }
 
 /// A change the cloud applied, and who asked for it.

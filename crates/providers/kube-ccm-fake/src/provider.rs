@@ -56,6 +56,7 @@ impl FakeProvider {
                     latency_ms: config.latency_ms,
                     error_rate: config.error_rate,
                     hang_rate: 0.0,
+                    lost_answer_rate: 0.0,
                 },
             )),
         };
