@@ -182,6 +182,11 @@ fn absurd_durations_and_numbers_are_refused_not_overflowed() {
             "--node-deletion-confirm-after=25h",
             "--node-deletion-confirm-after",
         ),
+        ("--load-balancer-orphan-grace=1s", "--load-balancer-orphan-grace"),
+        (
+            "--load-balancer-orphan-sweep-period=48h",
+            "--load-balancer-orphan-sweep-period",
+        ),
         ("--concurrent-service-syncs=0", "--concurrent-service-syncs"),
         ("--concurrent-node-syncs=70000", "--concurrent-node-syncs"),
     ] {

@@ -312,6 +312,14 @@ fn safeguards(settings: &Settings, problems: &mut Problems) {
             settings.load_balancer_orphan_grace.0.as_secs()
         ));
     }
+    let period = settings.load_balancer_orphan_sweep_period.0;
+    if !period.is_zero() && settings.load_balancer_orphan_grace.0 < period {
+        problems.push(format!(
+            "--load-balancer-orphan-grace must be at least --load-balancer-orphan-sweep-period (got {}s and {}s), so that two sweeps see a load balancer unclaimed before it is deleted",
+            settings.load_balancer_orphan_grace.0.as_secs_f64(),
+            period.as_secs_f64()
+        ));
+    }
     if settings.load_balancer_orphan_sweep_period.0 > DAY {
         problems.push(format!(
             "--load-balancer-orphan-sweep-period must be at most 24h (got {}s)",

@@ -19,7 +19,8 @@
 //! - At most [`MAX_PER_SWEEP`] deletions a sweep, each fenced by the controller's lock, as every write.
 //! - **Dry run** ([`OrphanSweep::dry_run`]): the Warning Event `OrphanedLoadBalancer` once per load
 //!   balancer, no deletion. Otherwise `DeletedOrphanedLoadBalancer` (Normal) or
-//!   `DeleteOrphanedLoadBalancerFailed` (Warning), on the service the cloud recorded (gone by then).
+//!   `DeleteOrphanedLoadBalancerFailed` (Warning), on the service the cloud recorded, by namespace and name
+//!   (gone, or re-created with another UID).
 //! - Metrics: `service_controller_orphaned_load_balancers` (unclaimed, not deleted yet) and
 //!   `service_controller_orphaned_load_balancers_deleted_total`.
 
@@ -156,11 +157,7 @@ pub(super) async fn sweep_orphans(context: Arc<ServiceContext>) {
     }
     let mut unclaimed = Unclaimed::default();
     loop {
-        let outcome = {
-            let _working = controller.working();
-            sweep_once(&context, load_balancers, &mut unclaimed, &settings).await
-        };
-        match outcome {
+        match sweep_once(&context, load_balancers, &mut unclaimed, &settings).await {
             Ok(()) => {}
             Err(CloudError::NotImplemented) => {
                 tracing::info!("the cloud provider lists no load balancers: no orphan sweep");
@@ -184,13 +181,17 @@ async fn sweep_once(
 ) -> Result<(), CloudError> {
     let controller = &context.controller;
     let cluster = &controller.settings().cluster_name;
+    // Each call is a unit of work of its own for the health check: a sweep of many deletions may take
+    // longer than one unit may.
     let cx = controller.call_context_at(Priority::Refresh);
-    let listed = cx
-        .call(
+    let listed = {
+        let _working = controller.working();
+        cx.call(
             "list_load_balancers",
             load_balancers.list_load_balancers(&cx, cluster),
         )
-        .await?;
+        .await?
+    };
     let found = unclaimed.sweep(
         listed,
         &claims(context, load_balancers, cluster),
@@ -222,18 +223,24 @@ async fn sweep_once(
             }
             continue;
         }
-        if still_claimed(context, load_balancers, cluster, &orphan).await {
+        let claimed = {
+            let _working = controller.working();
+            still_claimed(context, load_balancers, cluster, &orphan).await
+        };
+        if claimed {
             unclaimed.forget(&orphan.key());
             continue;
         }
         let cx = controller.call_context();
-        match cx
-            .call(
+        let deleted = {
+            let _working = controller.working();
+            cx.call(
                 "delete_load_balancer",
                 load_balancers.delete_load_balancer(&cx, cluster, &orphan),
             )
             .await
-        {
+        };
+        match deleted {
             Ok(()) => {
                 unclaimed.forget(&orphan.key());
                 controller.metrics.orphaned_load_balancers_deleted.inc();
@@ -293,7 +300,7 @@ fn claims(context: &ServiceContext, load_balancers: &dyn LoadBalancer, cluster: 
 }
 
 /// Whether the service the cloud recorded for `orphan` exists on the API server and claims it; an
-/// unanswered read counts as claimed (asked again next sweep).
+/// unanswered read counts as claimed (and the grace starts again).
 async fn still_claimed(
     context: &ServiceContext,
     load_balancers: &dyn LoadBalancer,

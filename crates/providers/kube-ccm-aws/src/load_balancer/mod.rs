@@ -385,11 +385,10 @@ impl LoadBalancer for AwsProvider {
     async fn delete_load_balancer(
         &self,
         cx: &CallContext,
-        cluster_name: &str,
+        _cluster_name: &str,
         load_balancer: &ClusterLoadBalancer,
     ) -> Result<(), CloudError> {
-        cx.guard(self.delete_cluster_load_balancer(cluster_name, load_balancer))
-            .await
+        cx.guard(self.delete_cluster_load_balancer(load_balancer)).await
     }
 }
 

@@ -13,12 +13,14 @@
 //! Not listed: an NLB's managed security group whose NLB is gone (its name hashes the service's UID), node
 //! security-group rules left by a delete cut short.
 //!
-//! Deleting drives the same deletes a service's would, for a stand-in service with the UID the name
-//! carries, so the node groups' rules go with the load balancer.
+//! Deleting touches only what was listed and what is provably the load balancer's own: the ELB or NLB by
+//! its name, the node groups' rules admitting its own group `k8s-elb-<name>` (never those admitting a
+//! shared or annotated group, which other load balancers may use), an NLB's node rules (described with its
+//! name), an NLB's groups only when tagged owned for the cluster *and* for the orphan's service, and the
+//! target groups listed with it.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Service;
 use kube_ccm_provider::{CloudError, ClusterLoadBalancer};
 
 use crate::{AwsProvider, aws_error};
@@ -40,28 +42,36 @@ pub fn is_service_load_balancer_name(name: &str) -> bool {
             .is_some_and(|uid| uid.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
-/// A service whose load balancer is `lb`: its recorded namespace and name, and the UID its name carries.
-fn stand_in(lb: &ClusterLoadBalancer, nlb: bool) -> Result<Service, CloudError> {
-    if !is_service_load_balancer_name(&lb.name) {
-        return Err(CloudError::provider(format!(
-            "{:?} is not a name this provider gives a load balancer",
-            lb.name
-        )));
+/// The next page's marker: `None` at the end; a marker repeated is an error, not a loop.
+fn next_page(previous: Option<String>, next: Option<&str>) -> Result<Option<String>, CloudError> {
+    match next.filter(|m| !m.is_empty()) {
+        None => Ok(None),
+        Some(next) if previous.as_deref() == Some(next) => Err(CloudError::provider(format!(
+            "the cloud answered the page marker {next:?} twice"
+        ))),
+        Some(next) => Ok(Some(next.to_owned())),
     }
-    let (namespace, name) = lb
-        .service
-        .as_deref()
-        .and_then(|s| s.split_once('/'))
-        .unwrap_or(("default", ""));
-    let annotations = if nlb {
-        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"})
-    } else {
-        serde_json::json!({})
-    };
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"namespace": namespace, "name": name, "uid": &lb.name[1..], "annotations": annotations},
-    }))
-    .map_err(CloudError::provider)
+}
+
+/// Adds `part` to the load balancer `name` in `found` (an ELB and an NLB of one name are one entry, so
+/// neither is left behind).
+fn merge(
+    found: &mut BTreeMap<String, ClusterLoadBalancer>,
+    name: &str,
+    service: Option<String>,
+    part: String,
+) {
+    let entry = found
+        .entry(name.to_owned())
+        .or_insert_with(|| ClusterLoadBalancer {
+            name: name.to_owned(),
+            service: None,
+            parts: Vec::new(),
+        });
+    if entry.service.is_none() {
+        entry.service = service;
+    }
+    entry.parts.push(part);
 }
 
 /// Tags as [`AwsProvider::tagged_for_cluster`] reads them, and the service tag.
@@ -98,28 +108,14 @@ impl AwsProvider {
         let mut found: BTreeMap<String, ClusterLoadBalancer> = BTreeMap::new();
         for (name, tags) in self.tagged_elbs().await? {
             if self.ours(&tags) && is_service_load_balancer_name(&name) {
-                found.insert(
-                    name.clone(),
-                    ClusterLoadBalancer {
-                        parts: vec![format!("{ELB}{name}")],
-                        service: tags.service(),
-                        name,
-                    },
-                );
+                merge(&mut found, &name, tags.service(), format!("{ELB}{name}"));
             }
         }
         let mut nlbs: BTreeMap<String, String> = BTreeMap::new();
         for (arn, name, tags) in self.tagged_nlbs().await? {
             if self.ours(&tags) && is_service_load_balancer_name(&name) {
                 nlbs.insert(arn.clone(), name.clone());
-                found.insert(
-                    name.clone(),
-                    ClusterLoadBalancer {
-                        parts: vec![format!("{NLB}{arn}")],
-                        service: tags.service(),
-                        name,
-                    },
-                );
+                merge(&mut found, &name, tags.service(), format!("{NLB}{arn}"));
             }
         }
         let mut lone = Vec::new();
@@ -153,39 +149,89 @@ impl AwsProvider {
             if !self.ours(&tags) {
                 continue;
             }
-            found
-                .entry(lb.to_owned())
-                .or_insert_with(|| ClusterLoadBalancer {
-                    name: lb.to_owned(),
-                    service: tags.service(),
-                    parts: Vec::new(),
-                })
-                .parts
-                .push(format!("{GROUP}{id}"));
+            merge(&mut found, lb, tags.service(), format!("{GROUP}{id}"));
         }
         Ok(found.into_values().chain(lone).collect())
     }
 
-    /// Deletes every part of `lb` (listed by [`Self::cluster_load_balancers`]).
+    /// Deletes every part of `lb` (listed by [`Self::cluster_load_balancers`]): the load balancers first,
+    /// then their groups and target groups.
     pub(super) async fn delete_cluster_load_balancer(
         &self,
-        cluster_name: &str,
         lb: &ClusterLoadBalancer,
     ) -> Result<(), CloudError> {
-        let has = |prefix: &str| lb.parts.iter().any(|p| p.starts_with(prefix));
-        if has(NLB) {
-            self.delete_nlb(cluster_name, &stand_in(lb, true)?).await?;
+        if !is_service_load_balancer_name(&lb.name) && !lb.name.is_empty() {
+            return Err(CloudError::provider(format!(
+                "{:?} is not a name this provider gives a load balancer",
+                lb.name
+            )));
         }
-        if has(ELB) {
-            self.delete_classic(&stand_in(lb, false)?).await?;
+        if lb.parts.iter().any(|p| p.starts_with(NLB)) {
+            self.delete_orphaned_nlb(lb).await?;
+        }
+        if lb.parts.iter().any(|p| p.starts_with(ELB)) && self.describe_elb(&lb.name).await?.is_some() {
+            self.elb
+                .delete_load_balancer()
+                .load_balancer_name(&lb.name)
+                .send()
+                .await
+                .map_err(aws_error)?;
+            tracing::info!(name = %lb.name, "deleted a classic ELB no service claims");
         }
         for part in &lb.parts {
-            if let Some(id) = part.strip_prefix(GROUP).filter(|_| !has(ELB)) {
+            if let Some(id) = part.strip_prefix(GROUP) {
                 self.delete_lone_group(id).await?;
             }
-            if let Some(arn) = part.strip_prefix(TARGET_GROUP).filter(|_| !has(NLB)) {
+            if let Some(arn) = part.strip_prefix(TARGET_GROUP) {
                 self.delete_lone_target_group(arn).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// The NLB `lb.name`, its node rules, and its security groups that are provably its own.
+    async fn delete_orphaned_nlb(&self, lb: &ClusterLoadBalancer) -> Result<(), CloudError> {
+        let Some(nlb) = self.describe_nlb(&lb.name).await? else {
+            return Ok(());
+        };
+        let mut own_groups = Vec::new();
+        if !nlb.security_groups().is_empty() && lb.service.is_some() {
+            let described = self
+                .ec2
+                .describe_security_groups()
+                .set_group_ids(Some(nlb.security_groups().to_vec()))
+                .send()
+                .await
+                .map_err(aws_error)?;
+            for group in described.security_groups() {
+                let tags = Tags(
+                    group
+                        .tags()
+                        .iter()
+                        .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)))
+                        .collect(),
+                );
+                if self.ours(&tags) && tags.service() == lb.service {
+                    own_groups.extend(group.group_id().map(str::to_owned));
+                }
+            }
+        }
+        if let Some(vpc) = nlb.vpc_id() {
+            let (groups, rules) = (
+                std::collections::BTreeSet::new(),
+                std::collections::BTreeSet::new(),
+            );
+            self.nlb_node_rules(vpc, &lb.name, &groups, &rules).await?;
+        }
+        self.elbv2
+            .delete_load_balancer()
+            .set_load_balancer_arn(nlb.load_balancer_arn().map(str::to_owned))
+            .send()
+            .await
+            .map_err(aws_error)?;
+        tracing::info!(name = %lb.name, "deleted an NLB no service claims");
+        for id in &own_groups {
+            self.delete_lone_group(id).await?;
         }
         Ok(())
     }
@@ -198,7 +244,7 @@ impl AwsProvider {
             let page = self
                 .elb
                 .describe_load_balancers()
-                .set_marker(marker)
+                .set_marker(marker.clone())
                 .send()
                 .await
                 .map_err(aws_error)?;
@@ -207,21 +253,38 @@ impl AwsProvider {
                     .iter()
                     .filter_map(|d| d.load_balancer_name().map(str::to_owned)),
             );
-            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_owned);
+            marker = next_page(marker, page.next_marker())?;
             if marker.is_none() {
                 break;
             }
         }
         let mut tagged = Vec::new();
         for chunk in names.chunks(TAGS_PER_REQUEST) {
-            let output = self
+            let output = match self
                 .elb
                 .describe_tags()
                 .set_load_balancer_names(Some(chunk.to_vec()))
                 .send()
                 .await
-                .map_err(aws_error)?;
-            for description in output.tag_descriptions() {
+            {
+                Ok(output) => vec![output],
+                // One of them went since the list: asked one by one, those that fail left out (listed
+                // again next sweep, if still there).
+                Err(error) if chunk.len() > 1 => {
+                    tracing::debug!(error = %aws_error(error), "DescribeTags of ELBs: asking one by one");
+                    let mut outputs = Vec::new();
+                    for name in chunk {
+                        let one = self.elb.describe_tags().load_balancer_names(name).send().await;
+                        outputs.extend(one.ok());
+                    }
+                    outputs
+                }
+                Err(error) => {
+                    tracing::debug!(error = %aws_error(error), "DescribeTags of an ELB failed; left out");
+                    Vec::new()
+                }
+            };
+            for description in output.iter().flat_map(|o| o.tag_descriptions()) {
                 let Some(name) = description.load_balancer_name() else {
                     continue;
                 };
@@ -243,7 +306,7 @@ impl AwsProvider {
             let page = self
                 .elbv2
                 .describe_load_balancers()
-                .set_marker(marker)
+                .set_marker(marker.clone())
                 .send()
                 .await
                 .map_err(aws_error)?;
@@ -252,7 +315,7 @@ impl AwsProvider {
                     nlbs.insert(arn.to_owned(), name.to_owned());
                 }
             }
-            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_owned);
+            marker = next_page(marker, page.next_marker())?;
             if marker.is_none() {
                 break;
             }
@@ -276,7 +339,7 @@ impl AwsProvider {
             let page = self
                 .elbv2
                 .describe_target_groups()
-                .set_marker(marker)
+                .set_marker(marker.clone())
                 .send()
                 .await
                 .map_err(aws_error)?;
@@ -285,7 +348,7 @@ impl AwsProvider {
                     groups.insert(arn.to_owned(), group.load_balancer_arns().to_vec());
                 }
             }
-            marker = page.next_marker().filter(|m| !m.is_empty()).map(str::to_owned);
+            marker = next_page(marker, page.next_marker())?;
             if marker.is_none() {
                 break;
             }
@@ -305,14 +368,30 @@ impl AwsProvider {
     async fn elbv2_tags(&self, arns: &[String]) -> Result<BTreeMap<String, Tags>, CloudError> {
         let mut tagged = BTreeMap::new();
         for chunk in arns.chunks(TAGS_PER_REQUEST) {
-            let output = self
+            let output = match self
                 .elbv2
                 .describe_tags()
                 .set_resource_arns(Some(chunk.to_vec()))
                 .send()
                 .await
-                .map_err(aws_error)?;
-            for description in output.tag_descriptions() {
+            {
+                Ok(output) => vec![output],
+                // One of them went since the list: as for ELBs, one by one.
+                Err(error) if chunk.len() > 1 => {
+                    tracing::debug!(error = %aws_error(error), "DescribeTags of ELBv2 resources: asking one by one");
+                    let mut outputs = Vec::new();
+                    for arn in chunk {
+                        let one = self.elbv2.describe_tags().resource_arns(arn).send().await;
+                        outputs.extend(one.ok());
+                    }
+                    outputs
+                }
+                Err(error) => {
+                    tracing::debug!(error = %aws_error(error), "DescribeTags of an ELBv2 resource failed; left out");
+                    Vec::new()
+                }
+            };
+            for description in output.iter().flat_map(|o| o.tag_descriptions()) {
                 let Some(arn) = description.resource_arn() else {
                     continue;
                 };
@@ -329,14 +408,15 @@ impl AwsProvider {
     /// The security groups called `k8s-elb-…` tagged with the cluster's tag key: ID, name, tags.
     async fn cluster_elb_groups(&self) -> Result<Vec<(String, String, Tags)>, CloudError> {
         let (key, _) = self.cluster_tag();
+        let keys = [key, "KubernetesCluster".to_owned()];
         let mut groups = Vec::new();
         let mut token = None;
         loop {
             let page = self
                 .ec2
                 .describe_security_groups()
-                .filters(crate::filter("tag-key", std::slice::from_ref(&key)))
-                .set_next_token(token)
+                .filters(crate::filter("tag-key", &keys))
+                .set_next_token(token.clone())
                 .send()
                 .await
                 .map_err(aws_error)?;
@@ -353,7 +433,7 @@ impl AwsProvider {
                     .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)));
                 groups.push((id.to_owned(), name.to_owned(), Tags(tags.collect())));
             }
-            token = page.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            token = next_page(token, page.next_token())?;
             if token.is_none() {
                 break;
             }
@@ -433,24 +513,27 @@ mod tests {
     }
 
     #[test]
-    fn the_stand_in_service_gives_the_load_balancer_its_name() {
-        let lb = ClusterLoadBalancer {
-            name: "a0a1b2c3d4e5f60718293a4b5c6d7e8f".into(),
-            service: Some("shop/web".into()),
-            parts: vec![],
-        };
-        let service = stand_in(&lb, true).unwrap();
-        assert_eq!(kube_ccm_provider::default_load_balancer_name(&service), lb.name);
-        assert_eq!(service.metadata.namespace.as_deref(), Some("shop"));
-        assert_eq!(super::super::kind(&service), super::super::Kind::Network);
-        assert_eq!(
-            super::super::kind(&stand_in(&lb, false).unwrap()),
-            super::super::Kind::Classic
+    fn an_elb_and_an_nlb_of_one_name_are_one_entry() {
+        let mut found = BTreeMap::new();
+        let name = "a0a1b2c3d4e5f60718293a4b5c6d7e8f";
+        merge(&mut found, name, None, format!("{ELB}{name}"));
+        merge(&mut found, name, Some("shop/web".into()), format!("{NLB}arn"));
+        merge(
+            &mut found,
+            name,
+            Some("shop/other".into()),
+            format!("{GROUP}sg-1"),
         );
-        let foreign = ClusterLoadBalancer {
-            name: "k8s-default-web".into(),
-            ..lb
-        };
-        assert!(stand_in(&foreign, false).is_err());
+        assert_eq!(found.len(), 1);
+        let entry = &found[name];
+        assert_eq!(entry.service.as_deref(), Some("shop/web"));
+        assert_eq!(
+            entry.parts,
+            [
+                format!("{ELB}{name}"),
+                format!("{NLB}arn"),
+                format!("{GROUP}sg-1")
+            ]
+        );
     }
 }

@@ -12,8 +12,8 @@
 //! The forwarding rule of a claimed pool or backend service is listed with it. Not listed, since nothing
 //! links them to the cluster: an external load balancer that keeps traffic local (its pool checks its own
 //! health check), and parts left without a pool, backend service or rule (an address, a firewall, a
-//! health check). Shared parts (`k8s-<ID>-node`, `k8s-ig--<ID>`) are never parts of one load balancer:
-//! the deletes below try them, and Compute refuses while another load balancer uses them.
+//! health check). Shared parts (`k8s-<ID>-node`, `k8s-ig--<ID>`, `k8s-<ID>-internal-…`) are never
+//! deleted here: the service controller's deletes take them down with the last load balancer using them.
 //!
 //! Deleting drives the provider's own deletes for a stand-in service carrying the UID the name holds.
 
@@ -147,9 +147,9 @@ impl GceProvider {
         let internal = lb.parts.iter().any(|p| p.starts_with(BACKEND));
         let service = stand_in(lb, internal)?;
         if internal {
-            self.delete_internal(&service).await
+            self.delete_internal_parts(&service, false).await
         } else {
-            self.delete_external(&service).await
+            self.delete_external_parts(&service, false).await
         }
     }
 

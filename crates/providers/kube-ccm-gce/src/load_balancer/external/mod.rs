@@ -331,6 +331,16 @@ impl GceProvider {
     }
 
     pub(super) async fn delete_external(&self, service: &Service) -> Result<(), CloudError> {
+        self.delete_external_parts(service, true).await
+    }
+
+    /// [`Self::delete_external`]; with `shared: false` the cluster's shared health check is left alone
+    /// (the orphan sweep's delete: another deleter of shared parts would race the ensures that make them).
+    pub(super) async fn delete_external_parts(
+        &self,
+        service: &Service,
+        shared: bool,
+    ) -> Result<(), CloudError> {
         let name = default_load_balancer_name(service);
         self.delete_firewall(&format!("k8s-fw-{name}")).await?;
         self.delete_address(&name).await?;
@@ -350,7 +360,7 @@ impl GceProvider {
         .is_some();
         self.delete_health_check(&name, &format!("k8s-{name}-http-hc"))
             .await?;
-        if let (false, Ok(cluster_id)) = (local, self.load_cluster_id().await) {
+        if let (false, true, Ok(cluster_id)) = (local, shared, self.load_cluster_id().await) {
             self.delete_health_check(
                 &format!("k8s-{cluster_id}-node"),
                 &format!("k8s-{cluster_id}-node-http-hc"),

@@ -450,6 +450,17 @@ impl GceProvider {
     }
 
     pub(super) async fn delete_internal(&self, service: &Service) -> Result<(), CloudError> {
+        self.delete_internal_parts(service, true).await
+    }
+
+    /// [`Self::delete_internal`]; with `shared: false` the cluster's shared parts (backend service
+    /// `k8s-<ID>-internal-…`, health check `k8s-<ID>-node`, instance groups) are left alone (the orphan
+    /// sweep's delete: another deleter of shared parts would race the ensures that make them).
+    pub(super) async fn delete_internal_parts(
+        &self,
+        service: &Service,
+        shared: bool,
+    ) -> Result<(), CloudError> {
         let cluster_id = self.load_cluster_id().await?;
         let name = default_load_balancer_name(service);
         // What the rule points at, when it is still there: the spec may have changed since (traffic
@@ -480,16 +491,22 @@ impl GceProvider {
                 (backend, vec![check])
             }
         };
+        let shared_backend = backend.starts_with(&format!("k8s-{cluster_id}-internal-"));
+        let shared_check = format!("k8s-{cluster_id}-node");
         self.delete_address(&name).await?;
         self.delete_rule(&name).await?;
-        self.delete_backend_service(&backend).await?;
+        if shared || !shared_backend {
+            self.delete_backend_service(&backend).await?;
+        }
         self.delete_firewall(&format!("k8s-fw-{name}")).await?;
         self.delete_firewall(&name).await?;
-        for check in &checks {
+        for check in checks.iter().filter(|c| shared || **c != shared_check) {
             self.delete_internal_health_check(check, &format!("{check}-hc"))
                 .await?;
         }
-        self.delete_instance_groups(&group_name(&cluster_id)).await?;
+        if shared {
+            self.delete_instance_groups(&group_name(&cluster_id)).await?;
+        }
         self.remove_ilb_finalizer(service).await
     }
 }
