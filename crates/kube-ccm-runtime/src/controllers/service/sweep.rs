@@ -200,87 +200,107 @@ async fn sweep_once(
     );
     let mut left = found.waiting;
     for orphan in found.due {
-        let reference = orphan.service.as_deref().and_then(service_reference);
-        if settings.dry_run {
-            left += 1;
-            if unclaimed.report(&orphan.key()) {
-                tracing::warn!(load_balancer = %orphan.name, service = ?orphan.service, parts = ?orphan.parts, "a load balancer outlived its service (dry run: kept)");
-                let note = format!(
-                    "Load balancer {} outlived its service; --load-balancer-orphan-dry-run keeps it",
-                    orphan.name
-                );
-                if let Some(reference) = &reference {
-                    controller
-                        .event(
-                            reference,
-                            EventType::Warning,
-                            "OrphanedLoadBalancer",
-                            "DeleteLoadBalancer",
-                            note,
-                        )
-                        .await;
-                }
-            }
-            continue;
-        }
-        let claimed = {
-            let _working = controller.working();
-            still_claimed(context, load_balancers, cluster, &orphan).await
+        let kept = if settings.dry_run {
+            report(context, unclaimed, &orphan).await;
+            true
+        } else {
+            !delete(context, load_balancers, unclaimed, &orphan).await
         };
-        if claimed {
-            unclaimed.forget(&orphan.key());
-            continue;
-        }
-        let cx = controller.call_context();
-        let deleted = {
-            let _working = controller.working();
-            cx.call(
-                "delete_load_balancer",
-                load_balancers.delete_load_balancer(&cx, cluster, &orphan),
-            )
-            .await
-        };
-        match deleted {
-            Ok(()) => {
-                unclaimed.forget(&orphan.key());
-                controller.metrics.orphaned_load_balancers_deleted.inc();
-                tracing::info!(load_balancer = %orphan.name, service = ?orphan.service, parts = ?orphan.parts, "deleted a load balancer that outlived its service");
-                if let Some(reference) = &reference {
-                    let note = format!("Deleted load balancer {}: its service is gone", orphan.name);
-                    controller
-                        .event(
-                            reference,
-                            EventType::Normal,
-                            "DeletedOrphanedLoadBalancer",
-                            "DeleteLoadBalancer",
-                            note,
-                        )
-                        .await;
-                }
-            }
-            Err(error) => {
-                left += 1;
-                tracing::warn!(load_balancer = %orphan.name, %error, "cannot delete a load balancer that outlived its service; trying again next sweep");
-                if let Some(reference) = &reference {
-                    let note = format!("Error deleting load balancer {}: {error}", orphan.name);
-                    controller
-                        .event(
-                            reference,
-                            EventType::Warning,
-                            "DeleteOrphanedLoadBalancerFailed",
-                            "DeleteLoadBalancer",
-                            note,
-                        )
-                        .await;
-                }
-            }
-        }
+        left += usize::from(kept);
     }
     controller
         .metrics
         .orphaned_load_balancers
         .set(i64::try_from(left).unwrap_or(i64::MAX));
     Ok(())
+}
+
+/// The dry run's report of `orphan`, once per load balancer.
+async fn report(context: &ServiceContext, unclaimed: &mut Unclaimed, orphan: &ClusterLoadBalancer) {
+    if !unclaimed.report(&orphan.key()) {
+        return;
+    }
+    tracing::warn!(load_balancer = %orphan.name, service = ?orphan.service, parts = ?orphan.parts, "a load balancer outlived its service (dry run: kept)");
+    let note = format!(
+        "Load balancer {} outlived its service; --load-balancer-orphan-dry-run keeps it",
+        orphan.name
+    );
+    event(context, orphan, EventType::Warning, "OrphanedLoadBalancer", note).await;
+}
+
+/// Deletes `orphan` unless the live read finds it claimed; whether it is gone (a claimed one is kept and
+/// its grace starts again).
+async fn delete(
+    context: &ServiceContext,
+    load_balancers: &dyn LoadBalancer,
+    unclaimed: &mut Unclaimed,
+    orphan: &ClusterLoadBalancer,
+) -> bool {
+    let controller = &context.controller;
+    let cluster = &controller.settings().cluster_name;
+    let claimed = {
+        let _working = controller.working();
+        still_claimed(context, load_balancers, cluster, orphan).await
+    };
+    if claimed {
+        unclaimed.forget(&orphan.key());
+        return false;
+    }
+    let cx = controller.call_context();
+    let deleted = {
+        let _working = controller.working();
+        cx.call(
+            "delete_load_balancer",
+            load_balancers.delete_load_balancer(&cx, cluster, orphan),
+        )
+        .await
+    };
+    match deleted {
+        Ok(()) => {
+            unclaimed.forget(&orphan.key());
+            controller.metrics.orphaned_load_balancers_deleted.inc();
+            tracing::info!(load_balancer = %orphan.name, service = ?orphan.service, parts = ?orphan.parts, "deleted a load balancer that outlived its service");
+            let note = format!("Deleted load balancer {}: its service is gone", orphan.name);
+            event(
+                context,
+                orphan,
+                EventType::Normal,
+                "DeletedOrphanedLoadBalancer",
+                note,
+            )
+            .await;
+            true
+        }
+        Err(error) => {
+            tracing::warn!(load_balancer = %orphan.name, %error, "cannot delete a load balancer that outlived its service; trying again next sweep");
+            let note = format!("Error deleting load balancer {}: {error}", orphan.name);
+            event(
+                context,
+                orphan,
+                EventType::Warning,
+                "DeleteOrphanedLoadBalancerFailed",
+                note,
+            )
+            .await;
+            false
+        }
+    }
+}
+
+/// An Event about `orphan` on the service the cloud recorded for it, if it recorded one.
+async fn event(
+    context: &ServiceContext,
+    orphan: &ClusterLoadBalancer,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) {
+    if let Some(reference) = orphan.service.as_deref().and_then(service_reference) {
+        context
+            .controller
+            .event(&reference, kind, reason, "DeleteLoadBalancer", note)
+            .await;
+    }
 }
 
 /// What the cluster's services claim: every cached service, of any type, and those this process ensured
