@@ -295,7 +295,7 @@ impl GceProvider {
             name: name.to_owned(),
         };
         let found = cx
-            .call(
+            .request(
                 "instances.aggregatedList",
                 self.find(std::slice::from_ref(&wanted)),
             )

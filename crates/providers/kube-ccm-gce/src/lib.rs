@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use google_cloud_compute_v1::model;
 use google_cloud_gax::error::Error as GaxError;
-use google_cloud_gax::error::rpc::Code;
+use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use kube_ccm_provider::{
     CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Refused, Routes,
 };
@@ -276,17 +276,33 @@ pub(crate) fn is_conflict(error: &GaxError) -> bool {
     error.http_status_code() == Some(409) || error.status().is_some_and(|s| s.code == Code::AlreadyExists)
 }
 
-/// Whether the project's rate limit or a quota refused the request.
+/// Whether the project's rate limit or a quota refused the request: 429 or `RESOURCE_EXHAUSTED`, or
+/// Compute's 403 with the reason `rateLimitExceeded` (legacy `errors`, which the client reads into
+/// `ErrorInfo` details only when there are no others), `userRateLimitExceeded`, or `RATE_LIMIT_EXCEEDED`
+/// (an AIP-193 `ErrorInfo`).
 fn is_rate_limited(error: &GaxError) -> bool {
+    const REASONS: [&str; 3] = [
+        "rateLimitExceeded",
+        "userRateLimitExceeded",
+        "RATE_LIMIT_EXCEEDED",
+    ];
     if error.http_status_code() == Some(429)
         || error.status().is_some_and(|s| s.code == Code::ResourceExhausted)
     {
         return true;
     }
-    error.http_status_code() == Some(403)
-        && error.http_payload().is_some_and(|body| {
+    if error.http_status_code() != Some(403) {
+        return false;
+    }
+    let in_details = error.status().is_some_and(|status| {
+        status.details.iter().any(|detail| {
+            matches!(detail, StatusDetails::ErrorInfo(info) if REASONS.contains(&info.reason.as_str()))
+        })
+    });
+    in_details
+        || error.http_payload().is_some_and(|body| {
             let body = String::from_utf8_lossy(body);
-            body.contains("rateLimitExceeded") || body.contains("userRateLimitExceeded")
+            REASONS.iter().any(|reason| body.contains(reason))
         })
 }
 

@@ -181,6 +181,26 @@ async fn rate_limits_are_retries_and_deadlines_bound_the_call() {
         provider.instance_exists(&cx(), &n).await.unwrap(),
         "the fault is spent"
     );
+    // Compute's own refusal for a rate quota is a 403, told from a permission refused by its reason.
+    for (status, reason, throttled) in [
+        (403, "rateLimitExceeded", true),
+        (403, "userRateLimitExceeded", true),
+        (403, "forbidden", false),
+    ] {
+        double.fail_requests(Fault {
+            method: None,
+            path_contains: "/aggregated/instances".into(),
+            status,
+            reason: reason.into(),
+            times: 1,
+        });
+        let answer = provider.instance_exists(&cx(), &n).await;
+        assert_eq!(
+            matches!(answer, Err(CloudError::Throttled { .. })),
+            throttled,
+            "{reason}: {answer:?}"
+        );
+    }
 
     double.set_latency(Duration::from_secs(5));
     let short = CallContext::with_timeout(Duration::from_millis(300));
@@ -462,5 +482,68 @@ async fn an_unreachable_zone_is_unknown_and_an_invalid_name_an_error_never_gone(
     assert_eq!(
         answers(instances.instance_exists_batch(&cx(), &nodes).await),
         reachable
+    );
+}
+
+/// Asks whether 40 nodes' instances exist at once, each call in a context with `budget`: the answers, and
+/// how many requests the project's rate quota refused meanwhile.
+async fn burst(
+    provider: &Arc<GceProvider>,
+    double: &ComputeDouble,
+    budget: Option<Arc<kube_ccm_provider::RateBudget>>,
+) -> (Vec<Result<bool, CloudError>>, u64) {
+    let before = double.throttled();
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let (provider, budget) = (provider.clone(), budget.clone());
+        calls.spawn(async move {
+            let cx = match budget {
+                Some(budget) => cx().with_budget(budget, kube_ccm_provider::Priority::Reconcile),
+                None => cx(),
+            };
+            let n = node(&format!("node-{}", i % 4), None);
+            provider.instance_exists(&cx, &n).await
+        });
+    }
+    let answers = calls.join_all().await;
+    (answers, double.throttled() - before)
+}
+
+#[tokio::test]
+async fn a_budget_under_the_projects_rate_quota_is_never_refused() {
+    let double = ComputeDouble::start().await.unwrap();
+    for i in 0..4 {
+        double.put_instance(
+            PROJECT,
+            ZONE,
+            instance(&format!("node-{i}"), &format!("10.0.0.{}", i + 2)),
+        );
+    }
+    let provider = Arc::new(provider(&double, "").await);
+    double.set_rate_limit(10.0);
+
+    let budget = Arc::new(kube_ccm_provider::RateBudget::new(8.0, 8));
+    let (answers, refused) = burst(&provider, &double, Some(budget)).await;
+    assert!(answers.iter().all(|a| matches!(a, Ok(true))), "{answers:?}");
+    assert_eq!(refused, 0, "a budget of 8 a second never meets a quota of 10");
+
+    // The control: without a budget the same burst meets the quota, and each refusal (Compute's 403
+    // `rateLimitExceeded`, which the client's default policy takes as permanent) reaches the caller as a
+    // retry, never as a failure or an answer.
+    let (answers, refused) = burst(&provider, &double, None).await;
+    assert!(
+        refused > 0,
+        "40 requests at once must meet a quota of 10 a second"
+    );
+    let retries = answers
+        .iter()
+        .filter(|a| matches!(a, Err(CloudError::Throttled { .. })))
+        .count();
+    assert_eq!(u64::try_from(retries).unwrap(), refused, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, Ok(true) | Err(CloudError::Throttled { .. }))),
+        "{answers:?}"
     );
 }

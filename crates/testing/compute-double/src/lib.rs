@@ -25,7 +25,7 @@
 //!
 //! Fault and latency knobs: [`ComputeDouble::fail_requests`] (an HTTP error for matching requests: 429
 //! `rateLimitExceeded`, 500, …), [`ComputeDouble::fail_operations`] (operations that end `DONE` with an
-//! error), [`ComputeDouble::set_latency`]. [`ComputeDouble::requests`] lists what was asked, in order;
+//! error), [`ComputeDouble::set_latency`], [`ComputeDouble::set_rate_limit`] (a project's rate quota). [`ComputeDouble::requests`] lists what was asked, in order;
 //! [`ComputeDouble::writes`] every write with its `User-Agent` (the GCE provider names the calling
 //! controller there), for an audit of who changed the cloud when.
 
@@ -311,6 +311,18 @@ impl ComputeDouble {
     /// Delays every answer by `latency`.
     pub fn set_latency(&self, latency: Duration) {
         self.state().latency = latency;
+    }
+
+    /// Refuses requests beyond `per_second` a second (a bucket of one second's requests) with 403
+    /// `rateLimitExceeded`, as Compute refuses a project over its rate quota; zero lifts the limit. The
+    /// metadata server is not limited.
+    pub fn set_rate_limit(&self, per_second: f64) {
+        self.state().rate_limit = (per_second > 0.0).then(|| resources::RateLimit::new(per_second));
+    }
+
+    /// Requests refused so far for the rate limit ([`ComputeDouble::set_rate_limit`]).
+    pub fn throttled(&self) -> u64 {
+        self.state().throttled
     }
 
     /// Every request so far, `METHOD /path` without the query, in order.

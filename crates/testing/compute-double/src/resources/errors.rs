@@ -8,6 +8,8 @@ pub(crate) struct ApiError {
     pub(crate) status: u16,
     pub(crate) reason: String,
     pub(crate) message: String,
+    /// AIP-193 details (`google.rpc.ErrorInfo`, …), which newer answers carry beside the legacy `errors`.
+    pub(crate) details: Vec<Value>,
 }
 
 impl ApiError {
@@ -16,6 +18,30 @@ impl ApiError {
             status,
             reason: reason.to_owned(),
             message: message.into(),
+            details: Vec::new(),
+        }
+    }
+
+    /// Compute's answer to a project over its rate quota: 403, the legacy reason `rateLimitExceeded`, and
+    /// an `ErrorInfo` whose reason is `RATE_LIMIT_EXCEEDED`.
+    pub(crate) fn rate_limited() -> ApiError {
+        ApiError {
+            details: vec![json!({
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "RATE_LIMIT_EXCEEDED",
+                "domain": "googleapis.com",
+                "metadata": {
+                    "service": "compute.googleapis.com",
+                    "quota_metric": "compute.googleapis.com/default",
+                    "quota_limit": "defaultPerMinutePerProject",
+                },
+            })],
+            ..ApiError::new(
+                403,
+                "rateLimitExceeded",
+                "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute' of service \
+                 'compute.googleapis.com'.",
+            )
         }
     }
 
@@ -34,11 +60,15 @@ impl ApiError {
             503 => "UNAVAILABLE",
             _ => "INTERNAL",
         };
-        json!({"error": {
+        let mut body = json!({"error": {
             "code": self.status,
             "message": self.message,
             "status": status,
             "errors": [{"message": self.message, "domain": "global", "reason": self.reason}],
-        }})
+        }});
+        if !self.details.is_empty() {
+            body["error"]["details"] = Value::Array(self.details.clone());
+        }
+        body
     }
 }

@@ -46,6 +46,41 @@ pub(crate) struct State {
     /// `(project, zone)` of the zones that cannot be reached: their requests fail with 503 and an
     /// aggregated list leaves them out with a scope warning `UNREACHABLE`, as Compute's does.
     pub(crate) unreachable_zones: std::collections::BTreeSet<(String, String)>,
+    /// The project's rate quota, when one is set.
+    pub(crate) rate_limit: Option<RateLimit>,
+    /// Requests refused for it.
+    pub(crate) throttled: u64,
+}
+
+/// A project's rate quota, as a bucket of one second's requests refilled continuously (Compute counts
+/// per minute; a second keeps a test short). A request finding it empty is refused.
+#[derive(Debug)]
+pub(crate) struct RateLimit {
+    per_second: f64,
+    tokens: f64,
+    refilled: std::time::Instant,
+}
+
+impl RateLimit {
+    pub(crate) fn new(per_second: f64) -> RateLimit {
+        RateLimit {
+            per_second,
+            tokens: per_second.max(1.0),
+            refilled: std::time::Instant::now(),
+        }
+    }
+
+    fn admit(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let added = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + added).min(self.per_second.max(1.0));
+        self.refilled = now;
+        let admitted = self.tokens >= 1.0;
+        if admitted {
+            self.tokens -= 1.0;
+        }
+        admitted
+    }
 }
 
 impl State {
@@ -63,6 +98,8 @@ impl State {
             writes: Vec::new(),
             metadata: BTreeMap::new(),
             unreachable_zones: std::collections::BTreeSet::new(),
+            rate_limit: None,
+            throttled: 0,
         }
     }
 
@@ -301,6 +338,11 @@ impl State {
 
     /// The fault for this request, if one is armed (and spends it).
     pub(crate) fn fault(&mut self, method: &http::Method, path: &str) -> Option<ApiError> {
+        if self.rate_limit.as_mut().is_some_and(|limit| !limit.admit()) {
+            self.throttled += 1;
+            // Compute's answer to a project over its rate quota: 403, not 429.
+            return Some(ApiError::rate_limited());
+        }
         let fault = self.faults.iter_mut().find(|f| {
             f.times > 0 && f.method.as_ref().is_none_or(|m| m == method) && path.contains(&f.path_contains)
         })?;
