@@ -13,6 +13,7 @@ mod migration;
 mod migration_guide;
 mod migration_status;
 mod monitoring;
+mod orphans;
 mod shipped;
 mod support;
 mod traces;
