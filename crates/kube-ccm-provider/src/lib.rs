@@ -46,7 +46,9 @@ pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::{CloudError, Refused};
 pub use fence::FencedStream;
 pub use instances::{InstanceMetadata, Instances, InstancesV2};
-pub use load_balancer::{ClusterLoadBalancer, LoadBalancer, default_load_balancer_name};
+pub use load_balancer::{
+    ClusterLoadBalancer, LoadBalancer, default_load_balancer_name, is_default_load_balancer_name,
+};
 pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, RequestRate, Zone, Zones};
 pub use registry::{ProviderFactory, ProviderRegistry, ProviderRegistryError};
 pub use routes::{Route, Routes};

@@ -22,6 +22,16 @@ pub fn default_load_balancer_name(service: &Service) -> String {
     name
 }
 
+/// Whether `name` is one [`default_load_balancer_name`] gives a service with a whole UID: `a` and 31 hex
+/// digits. A provider listing its load balancers for the orphan sweep keeps to these, so another tool's
+/// (the AWS Load Balancer Controller's `k8s-…`) is never taken for a service's.
+pub fn is_default_load_balancer_name(name: &str) -> bool {
+    name.len() == 32
+        && name
+            .strip_prefix('a')
+            .is_some_and(|uid| uid.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
 /// A load balancer the cloud holds for this cluster, found by [`LoadBalancer::list_load_balancers`] for
 /// the orphan sweep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +207,18 @@ pub trait LoadBalancer: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whole_default_names_are_default_names() {
+        assert!(is_default_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8f"));
+        assert!(
+            !is_default_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8"),
+            "31 characters"
+        );
+        assert!(!is_default_load_balancer_name("k8s-default-web-0123456789abcdef"));
+        assert!(!is_default_load_balancer_name("b0a1b2c3d4e5f60718293a4b5c6d7e8f"));
+        assert!(!is_default_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8g"));
+    }
 
     #[test]
     fn default_name_is_a_plus_uid_without_dashes_truncated() {

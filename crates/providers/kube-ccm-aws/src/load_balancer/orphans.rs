@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use kube_ccm_provider::{CloudError, ClusterLoadBalancer};
+use kube_ccm_provider::{CloudError, ClusterLoadBalancer, is_default_load_balancer_name};
 
 use crate::{AwsProvider, aws_error};
 
@@ -34,12 +34,28 @@ const NLB: &str = "nlb/";
 const GROUP: &str = "security-group/";
 const TARGET_GROUP: &str = "target-group/";
 
-/// Whether `name` is one this provider gives: `a` + the service UID without dashes, 32 characters.
-pub fn is_service_load_balancer_name(name: &str) -> bool {
-    name.len() == 32
-        && name
-            .strip_prefix('a')
-            .is_some_and(|uid| uid.chars().all(|c| c.is_ascii_hexdigit()))
+/// `describe` (a `DescribeTags`) for each [`TAGS_PER_REQUEST`] of `ids` at once. When a chunk fails (one
+/// of them went since the list), its IDs are asked one by one, and those that still fail are left out:
+/// listed again next sweep, if still there.
+async fn in_chunks<T, F, Fut>(ids: &[String], what: &str, describe: F) -> Vec<T>
+where
+    F: Fn(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, CloudError>>,
+{
+    let mut outputs = Vec::new();
+    for chunk in ids.chunks(TAGS_PER_REQUEST) {
+        match describe(chunk.to_vec()).await {
+            Ok(output) => outputs.push(output),
+            Err(error) if chunk.len() > 1 => {
+                tracing::debug!(%error, "{what}: asking one by one");
+                for id in chunk {
+                    outputs.extend(describe(vec![id.clone()]).await.ok());
+                }
+            }
+            Err(error) => tracing::debug!(%error, id = chunk[0], "{what} failed; left out"),
+        }
+    }
+    outputs
 }
 
 /// The next page's marker: `None` at the end; a marker repeated is an error, not a loop.
@@ -107,13 +123,13 @@ impl AwsProvider {
         }
         let mut found: BTreeMap<String, ClusterLoadBalancer> = BTreeMap::new();
         for (name, tags) in self.tagged_elbs().await? {
-            if self.ours(&tags) && is_service_load_balancer_name(&name) {
+            if self.ours(&tags) && is_default_load_balancer_name(&name) {
                 merge(&mut found, &name, tags.service(), format!("{ELB}{name}"));
             }
         }
         let mut nlbs: BTreeMap<String, String> = BTreeMap::new();
         for (arn, name, tags) in self.tagged_nlbs().await? {
-            if self.ours(&tags) && is_service_load_balancer_name(&name) {
+            if self.ours(&tags) && is_default_load_balancer_name(&name) {
                 nlbs.insert(arn.clone(), name.clone());
                 merge(&mut found, &name, tags.service(), format!("{NLB}{arn}"));
             }
@@ -142,7 +158,7 @@ impl AwsProvider {
         for (id, name, tags) in self.cluster_elb_groups().await? {
             let Some(lb) = name
                 .strip_prefix("k8s-elb-")
-                .filter(|n| is_service_load_balancer_name(n))
+                .filter(|n| is_default_load_balancer_name(n))
             else {
                 continue;
             };
@@ -160,7 +176,7 @@ impl AwsProvider {
         &self,
         lb: &ClusterLoadBalancer,
     ) -> Result<(), CloudError> {
-        if !is_service_load_balancer_name(&lb.name) && !lb.name.is_empty() {
+        if !is_default_load_balancer_name(&lb.name) && !lb.name.is_empty() {
             return Err(CloudError::provider(format!(
                 "{:?} is not a name this provider gives a load balancer",
                 lb.name
@@ -258,42 +274,25 @@ impl AwsProvider {
                 break;
             }
         }
-        let mut tagged = Vec::new();
-        for chunk in names.chunks(TAGS_PER_REQUEST) {
-            let output = match self
-                .elb
+        let outputs = in_chunks(&names, "DescribeTags of ELBs", |chunk| async move {
+            self.elb
                 .describe_tags()
-                .set_load_balancer_names(Some(chunk.to_vec()))
+                .set_load_balancer_names(Some(chunk))
                 .send()
                 .await
-            {
-                Ok(output) => vec![output],
-                // One of them went since the list: asked one by one, those that fail left out (listed
-                // again next sweep, if still there).
-                Err(error) if chunk.len() > 1 => {
-                    tracing::debug!(error = %aws_error(error), "DescribeTags of ELBs: asking one by one");
-                    let mut outputs = Vec::new();
-                    for name in chunk {
-                        let one = self.elb.describe_tags().load_balancer_names(name).send().await;
-                        outputs.extend(one.ok());
-                    }
-                    outputs
-                }
-                Err(error) => {
-                    tracing::debug!(error = %aws_error(error), "DescribeTags of an ELB failed; left out");
-                    Vec::new()
-                }
+                .map_err(aws_error)
+        })
+        .await;
+        let mut tagged = Vec::new();
+        for description in outputs.iter().flat_map(|o| o.tag_descriptions()) {
+            let Some(name) = description.load_balancer_name() else {
+                continue;
             };
-            for description in output.iter().flat_map(|o| o.tag_descriptions()) {
-                let Some(name) = description.load_balancer_name() else {
-                    continue;
-                };
-                let tags = description
-                    .tags()
-                    .iter()
-                    .map(|t| (Some(t.key().to_owned()), t.value().map(str::to_owned)));
-                tagged.push((name.to_owned(), Tags(tags.collect())));
-            }
+            let tags = description
+                .tags()
+                .iter()
+                .map(|t| (Some(t.key().to_owned()), t.value().map(str::to_owned)));
+            tagged.push((name.to_owned(), Tags(tags.collect())));
         }
         Ok(tagged)
     }
@@ -366,41 +365,25 @@ impl AwsProvider {
 
     /// The tags of ELBv2 resources, by ARN.
     async fn elbv2_tags(&self, arns: &[String]) -> Result<BTreeMap<String, Tags>, CloudError> {
-        let mut tagged = BTreeMap::new();
-        for chunk in arns.chunks(TAGS_PER_REQUEST) {
-            let output = match self
-                .elbv2
+        let outputs = in_chunks(arns, "DescribeTags of ELBv2 resources", |chunk| async move {
+            self.elbv2
                 .describe_tags()
-                .set_resource_arns(Some(chunk.to_vec()))
+                .set_resource_arns(Some(chunk))
                 .send()
                 .await
-            {
-                Ok(output) => vec![output],
-                // One of them went since the list: as for ELBs, one by one.
-                Err(error) if chunk.len() > 1 => {
-                    tracing::debug!(error = %aws_error(error), "DescribeTags of ELBv2 resources: asking one by one");
-                    let mut outputs = Vec::new();
-                    for arn in chunk {
-                        let one = self.elbv2.describe_tags().resource_arns(arn).send().await;
-                        outputs.extend(one.ok());
-                    }
-                    outputs
-                }
-                Err(error) => {
-                    tracing::debug!(error = %aws_error(error), "DescribeTags of an ELBv2 resource failed; left out");
-                    Vec::new()
-                }
+                .map_err(aws_error)
+        })
+        .await;
+        let mut tagged = BTreeMap::new();
+        for description in outputs.iter().flat_map(|o| o.tag_descriptions()) {
+            let Some(arn) = description.resource_arn() else {
+                continue;
             };
-            for description in output.iter().flat_map(|o| o.tag_descriptions()) {
-                let Some(arn) = description.resource_arn() else {
-                    continue;
-                };
-                let tags = description
-                    .tags()
-                    .iter()
-                    .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)));
-                tagged.insert(arn.to_owned(), Tags(tags.collect()));
-            }
+            let tags = description
+                .tags()
+                .iter()
+                .map(|t| (t.key().map(str::to_owned), t.value().map(str::to_owned)));
+            tagged.insert(arn.to_owned(), Tags(tags.collect()));
         }
         Ok(tagged)
     }
@@ -499,18 +482,6 @@ impl AwsProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_names_this_provider_gives_are_its_load_balancers() {
-        assert!(is_service_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8f"));
-        assert!(
-            !is_service_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8"),
-            "31 characters"
-        );
-        assert!(!is_service_load_balancer_name("k8s-default-web-0123456789abcdef"));
-        assert!(!is_service_load_balancer_name("b0a1b2c3d4e5f60718293a4b5c6d7e8f"));
-        assert!(!is_service_load_balancer_name("a0a1b2c3d4e5f60718293a4b5c6d7e8g"));
-    }
 
     #[test]
     fn an_elb_and_an_nlb_of_one_name_are_one_entry() {

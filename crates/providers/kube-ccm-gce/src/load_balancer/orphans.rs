@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Service;
-use kube_ccm_provider::{CloudError, ClusterLoadBalancer};
+use kube_ccm_provider::{CloudError, ClusterLoadBalancer, is_default_load_balancer_name};
 
 use super::ANNOTATION_LOAD_BALANCER_TYPE;
 use crate::client::Attributed as _;
@@ -42,18 +42,10 @@ fn described_service(description: Option<&str>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Whether `name` is one this provider gives a service's parts: `a` + the UID without dashes.
-fn is_service_part_name(name: &str) -> bool {
-    name.len() == 32
-        && name
-            .strip_prefix('a')
-            .is_some_and(|uid| uid.chars().all(|c| c.is_ascii_hexdigit()))
-}
-
 /// A service whose load balancer is `lb`: its recorded namespace and name, the UID its name carries, and
 /// the kind its parts say.
 fn stand_in(lb: &ClusterLoadBalancer, internal: bool) -> Result<Service, CloudError> {
-    if !is_service_part_name(&lb.name) {
+    if !is_default_load_balancer_name(&lb.name) {
         return Err(CloudError::provider(format!(
             "{:?} is not a name this provider gives a load balancer",
             lb.name
@@ -93,6 +85,41 @@ fn entry<'a>(
     entry
 }
 
+/// Every page of the region's `list` of one client, the names filtered to services' (`NAME_FILTER`); a
+/// page token answered twice is an error, not a loop.
+macro_rules! list_all {
+    ($provider:expr, $client:ident, $request:literal) => {{
+        let mut items = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = $provider
+                .clients
+                .$client
+                .list()
+                .set_project($provider.project())
+                .set_region($provider.region())
+                .set_filter(NAME_FILTER)
+                .set_max_results(500_u32)
+                .set_page_token(token.clone())
+                .attributed()
+                .send()
+                .await
+                .map_err(|e| gce_error($request, e))?;
+            items.extend(page.items);
+            match page.next_page_token.filter(|t| !t.is_empty()) {
+                Some(next) if next == token => {
+                    break Err(CloudError::provider(format!(
+                        "{}: the page token {next:?} was answered twice",
+                        $request
+                    )));
+                }
+                Some(next) => token = next,
+                None => break Ok(items),
+            }
+        }
+    }};
+}
+
 impl GceProvider {
     /// The cluster's load balancers, as the module says.
     pub(super) async fn cluster_load_balancers(&self) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
@@ -104,7 +131,9 @@ impl GceProvider {
         let mut found: BTreeMap<String, ClusterLoadBalancer> = BTreeMap::new();
         for pool in self.list_pools().await? {
             let name = pool.name.as_deref().unwrap_or_default();
-            if is_service_part_name(name) && pool.health_checks.iter().any(|c| c.ends_with(&node_check)) {
+            if is_default_load_balancer_name(name)
+                && pool.health_checks.iter().any(|c| c.ends_with(&node_check))
+            {
                 entry(&mut found, name, pool.description.as_deref())
                     .parts
                     .push(format!("{POOL}{name}"));
@@ -117,7 +146,7 @@ impl GceProvider {
                 .iter()
                 .any(|b| b.group.as_deref().is_some_and(|g| g.ends_with(&groups)))
                 || backend.health_checks.iter().any(|c| c.ends_with(&global_check));
-            if is_service_part_name(name) && linked {
+            if is_default_load_balancer_name(name) && linked {
                 entry(&mut found, name, backend.description.as_deref())
                     .parts
                     .push(format!("{BACKEND}{name}"));
@@ -127,7 +156,7 @@ impl GceProvider {
             let name = rule.name.as_deref().unwrap_or_default();
             let backend = rule.backend_service.as_deref().map(last_component);
             let claimed = found.contains_key(name) || backend.is_some_and(|b| b.starts_with(&shared_backend));
-            if !is_service_part_name(name) || !claimed {
+            if !is_default_load_balancer_name(name) || !claimed {
                 continue;
             }
             let entry = entry(&mut found, name, rule.description.as_deref());
@@ -154,80 +183,17 @@ impl GceProvider {
     }
 
     async fn list_pools(&self) -> Result<Vec<google_cloud_compute_v1::model::TargetPool>, CloudError> {
-        let mut items = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .clients
-                .target_pools
-                .list()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_filter(NAME_FILTER)
-                .set_max_results(500_u32)
-                .set_page_token(token.clone())
-                .attributed()
-                .send()
-                .await
-                .map_err(|e| gce_error("targetPools.list", e))?;
-            items.extend(page.items);
-            match page.next_page_token.filter(|t| !t.is_empty()) {
-                Some(next) => token = next,
-                None => return Ok(items),
-            }
-        }
+        list_all!(self, target_pools, "targetPools.list")
     }
 
     async fn list_backend_services(
         &self,
     ) -> Result<Vec<google_cloud_compute_v1::model::BackendService>, CloudError> {
-        let mut items = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .clients
-                .backend_services
-                .list()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_filter(NAME_FILTER)
-                .set_max_results(500_u32)
-                .set_page_token(token.clone())
-                .attributed()
-                .send()
-                .await
-                .map_err(|e| gce_error("regionBackendServices.list", e))?;
-            items.extend(page.items);
-            match page.next_page_token.filter(|t| !t.is_empty()) {
-                Some(next) => token = next,
-                None => return Ok(items),
-            }
-        }
+        list_all!(self, backend_services, "regionBackendServices.list")
     }
 
     async fn list_rules(&self) -> Result<Vec<google_cloud_compute_v1::model::ForwardingRule>, CloudError> {
-        let mut items = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .clients
-                .forwarding_rules
-                .list()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_filter(NAME_FILTER)
-                .set_max_results(500_u32)
-                .set_page_token(token.clone())
-                .attributed()
-                .send()
-                .await
-                .map_err(|e| gce_error("forwardingRules.list", e))?;
-            items.extend(page.items);
-            match page.next_page_token.filter(|t| !t.is_empty()) {
-                Some(next) => token = next,
-                None => return Ok(items),
-            }
-        }
+        list_all!(self, forwarding_rules, "forwardingRules.list")
     }
 }
 
