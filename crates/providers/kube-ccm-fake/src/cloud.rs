@@ -24,17 +24,28 @@ struct State {
     blind: bool,
 }
 
-/// The cloud's API rate limit: a bucket of one second's calls, refilled continuously.
+/// A cloud's API rate limit, as the fake cloud keeps one and the other clouds' test doubles (the Compute
+/// double, the proxy in front of moto) too: a bucket of one second's calls, refilled continuously; a call
+/// finding it empty is refused. It reads tokio's clock, so paused time drives it in tests.
 #[derive(Debug, Clone, Copy)]
-struct RateLimit {
+pub struct RateLimit {
     per_second: f64,
     tokens: f64,
     refilled: tokio::time::Instant,
 }
 
 impl RateLimit {
+    /// A full bucket of `per_second` calls (at least one).
+    pub fn new(per_second: f64) -> RateLimit {
+        RateLimit {
+            per_second,
+            tokens: per_second.max(1.0),
+            refilled: tokio::time::Instant::now(),
+        }
+    }
+
     /// Takes a token for one call; false when there is none (the call is throttled).
-    fn admit(&mut self) -> bool {
+    pub fn admit(&mut self) -> bool {
         let now = tokio::time::Instant::now();
         let added = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
         self.tokens = (self.tokens + added).min(self.per_second.max(1.0));
@@ -199,11 +210,7 @@ impl FakeCloud {
                 },
             },
             AdminRequest::SetRateLimit { per_second } => {
-                state.rate_limit = (per_second > 0.0).then_some(RateLimit {
-                    per_second,
-                    tokens: per_second.max(1.0),
-                    refilled: tokio::time::Instant::now(),
-                });
+                state.rate_limit = (per_second > 0.0).then(|| RateLimit::new(per_second));
                 CloudResponse::Done
             }
             AdminRequest::PutLoadBalancer(load_balancer) => {

@@ -18,7 +18,7 @@ mod protocol;
 mod provider;
 mod server;
 
-pub use cloud::FakeCloud;
+pub use cloud::{FakeCloud, RateLimit};
 pub use config::{ConfigError, FakeCloudConfig};
 pub use model::{CloudWrite, FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
 pub use protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};

@@ -313,11 +313,11 @@ impl ComputeDouble {
         self.state().latency = latency;
     }
 
-    /// Refuses requests beyond `per_second` a second (a bucket of one second's requests) with 403
-    /// `rateLimitExceeded`, as Compute refuses a project over its rate quota; zero lifts the limit. The
-    /// metadata server is not limited.
+    /// Refuses requests beyond `per_second` a second (a bucket of one second's requests; Compute counts a
+    /// minute's, a second keeps a test short) with 403 `rateLimitExceeded`, as Compute refuses a project
+    /// over its rate quota; zero lifts the limit. The metadata server is not limited.
     pub fn set_rate_limit(&self, per_second: f64) {
-        self.state().rate_limit = (per_second > 0.0).then(|| resources::RateLimit::new(per_second));
+        self.state().rate_limit = (per_second > 0.0).then(|| kube_ccm_fake::RateLimit::new(per_second));
     }
 
     /// Requests refused so far for the rate limit ([`ComputeDouble::set_rate_limit`]).

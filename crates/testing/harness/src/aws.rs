@@ -279,31 +279,9 @@ struct Log {
     /// Every request answered 503 (an outage).
     outage: bool,
     /// The account's rate limit, when one is set.
-    limit: Option<Limit>,
+    limit: Option<kube_ccm_fake::RateLimit>,
     /// Requests refused for it.
     throttled: u64,
-}
-
-/// A rate limit as AWS keeps one per account and API: a bucket of one second's requests, refilled
-/// continuously; a request finding it empty is refused.
-struct Limit {
-    per_second: f64,
-    tokens: f64,
-    refilled: std::time::Instant,
-}
-
-impl Limit {
-    fn admit(&mut self) -> bool {
-        let now = std::time::Instant::now();
-        let added = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
-        self.tokens = (self.tokens + added).min(self.per_second.max(1.0));
-        self.refilled = now;
-        let admitted = self.tokens >= 1.0;
-        if admitted {
-            self.tokens -= 1.0;
-        }
-        admitted
-    }
 }
 
 /// AWS's answer to a request over the rate limit: EC2's 503 `RequestLimitExceeded`, or the ELB APIs' 400
@@ -407,11 +385,7 @@ impl RecordingProxy {
     /// Refuses requests beyond `per_second` a second (a bucket of one second's requests) as AWS refuses
     /// them, throttled; zero lifts the limit. Refused requests are recorded with their status.
     pub fn set_rate_limit(&self, per_second: f64) {
-        self.log.lock().limit = (per_second > 0.0).then(|| Limit {
-            per_second,
-            tokens: per_second.max(1.0),
-            refilled: std::time::Instant::now(),
-        });
+        self.log.lock().limit = (per_second > 0.0).then(|| kube_ccm_fake::RateLimit::new(per_second));
     }
 
     /// Requests refused so far for the rate limit ([`RecordingProxy::set_rate_limit`]).

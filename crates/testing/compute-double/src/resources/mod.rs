@@ -47,40 +47,9 @@ pub(crate) struct State {
     /// aggregated list leaves them out with a scope warning `UNREACHABLE`, as Compute's does.
     pub(crate) unreachable_zones: std::collections::BTreeSet<(String, String)>,
     /// The project's rate quota, when one is set.
-    pub(crate) rate_limit: Option<RateLimit>,
+    pub(crate) rate_limit: Option<kube_ccm_fake::RateLimit>,
     /// Requests refused for it.
     pub(crate) throttled: u64,
-}
-
-/// A project's rate quota, as a bucket of one second's requests refilled continuously (Compute counts
-/// per minute; a second keeps a test short). A request finding it empty is refused.
-#[derive(Debug)]
-pub(crate) struct RateLimit {
-    per_second: f64,
-    tokens: f64,
-    refilled: std::time::Instant,
-}
-
-impl RateLimit {
-    pub(crate) fn new(per_second: f64) -> RateLimit {
-        RateLimit {
-            per_second,
-            tokens: per_second.max(1.0),
-            refilled: std::time::Instant::now(),
-        }
-    }
-
-    fn admit(&mut self) -> bool {
-        let now = std::time::Instant::now();
-        let added = now.duration_since(self.refilled).as_secs_f64() * self.per_second;
-        self.tokens = (self.tokens + added).min(self.per_second.max(1.0));
-        self.refilled = now;
-        let admitted = self.tokens >= 1.0;
-        if admitted {
-            self.tokens -= 1.0;
-        }
-        admitted
-    }
 }
 
 impl State {
