@@ -548,3 +548,131 @@ fn cloud_provider_aws_and_ours_initialise_the_same_nodes_and_ours_asks_ec2_far_l
         );
     });
 }
+
+/// Nodes initialised in each run of [`initialise_under_limit`], and not-ready ones beside them that keep
+/// the lifecycle controller asking EC2 every 100 ms.
+const LIMIT_NODES: usize = 1000;
+const LIMIT_NOT_READY: usize = 20;
+/// The account's rate limit in those runs: requests a second.
+const LIMIT: f64 = 4.0;
+
+/// The nodes of `names` (moto's instances) on a fresh API server, and beside them the not-ready nodes
+/// `not_ready` (name, provider ID), initialised already: `names` created at once for the binary to
+/// initialise through a proxy
+/// that refuses requests over `limit` a second (0: none), as the account's rate limit does; with `flags`
+/// for the process's budget; with `until_refused`, only until the limit refused a request.
+async fn initialise_under_limit(
+    moto: &harness::Moto,
+    network: &harness::aws::Network,
+    names: &[String],
+    not_ready: &[(String, String)],
+    limit: f64,
+    flags: &[&str],
+    until_refused: bool,
+) -> crate::bursts::UnderLimit {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let nodes: Api<Node> = Api::all(server.client());
+    for (name, provider_id) in not_ready {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"providerID": provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let proxy = harness::aws::RecordingProxy::start(moto.url()).await.unwrap();
+    proxy.answer("DescribeInstanceTopology", harness::aws::no_instance_topology);
+    proxy.set_rate_limit(limit);
+    let log = dir.path().join("manager.log");
+    let _manager = Manager(
+        harness::aws_cost::manager_command(
+            std::path::Path::new(env!("CARGO_BIN_EXE_cloud-controller-manager")),
+            server.kubeconfig_path(),
+            dir.path(),
+            &proxy.url,
+            Some(network),
+        )
+        .unwrap()
+        .args([
+            "--kube-api-qps=1000",
+            "--kube-api-burst=1000",
+            "--node-monitor-period=100ms",
+        ])
+        .args(flags)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap(),
+    );
+    crate::bursts::initialise_burst(server.client(), names, &log, || proxy.throttled(), until_refused).await
+}
+
+/// Each of `names` (instances' private DNS names) with its instance's provider ID.
+async fn provider_ids(moto: &harness::Moto, names: &[String]) -> Vec<(String, String)> {
+    let filter = aws_sdk_ec2::types::Filter::builder()
+        .name("private-dns-name")
+        .set_values(Some(names.to_vec()))
+        .build();
+    let described = ec2(moto)
+        .describe_instances()
+        .filters(filter)
+        .send()
+        .await
+        .unwrap();
+    let found: Vec<(String, String)> = described
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            let zone = i
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .unwrap_or_default();
+            (
+                i.private_dns_name().unwrap_or_default().to_owned(),
+                format!("aws:///{zone}/{}", i.instance_id().unwrap_or_default()),
+            )
+        })
+        .collect();
+    assert_eq!(found.len(), names.len(), "{found:?}");
+    found
+}
+
+/// The process's budget against the account's rate limit (EC2's `RequestLimitExceeded` from a proxy in
+/// front of moto), with the lifecycle controller's rounds alone asking as fast as the limit allows: a
+/// thousand nodes initialise with no refused request and no failed sync, in at most twice the time without
+/// a limit. The control: without the budget, the limit refuses requests (the SDK's retries may hide them
+/// from the controllers, not from the account).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)] // the runs' figures, for whoever reads the output
+async fn a_thousand_aws_nodes_initialise_under_the_accounts_rate_limit_without_a_failed_sync() {
+    let Some(moto) = harness::Moto::for_test() else {
+        return;
+    };
+    let names = harness::aws::run_instances(moto.url(), LIMIT_NODES + LIMIT_NOT_READY)
+        .await
+        .unwrap();
+    let network = harness::aws::Network::default_of(moto.url()).await.unwrap();
+    let (names, rest) = names.split_at(LIMIT_NODES);
+    let not_ready = provider_ids(&moto, rest).await;
+    let run = |limit, flags, until_refused| {
+        initialise_under_limit(&moto, &network, names, &not_ready, limit, flags, until_refused)
+    };
+    let unlimited = run(0.0, &["--cloud-api-qps=-1"], false).await;
+    // moto takes a good part of a second to describe a thousand instances, so the managers cannot ask ten
+    // a second: the limit is four. The burst leaves room for requests made before the budget exists.
+    let budgeted = run(LIMIT, &["--cloud-api-qps=3.5", "--cloud-api-burst=2"], false).await;
+    eprintln!("no limit: {unlimited:?}\nbudgeted: {budgeted:?}");
+    assert_eq!(budgeted.refused, 0, "{budgeted:?}");
+    assert_eq!(budgeted.failed_syncs, 0, "{budgeted:?}");
+    assert!(
+        budgeted.took <= unlimited.took * 2,
+        "at most twice the run without a limit: {budgeted:?} against {unlimited:?}"
+    );
+
+    let unbudgeted = run(LIMIT, &["--cloud-api-qps=-1"], true).await;
+    eprintln!("no budget: {unbudgeted:?}");
+    assert!(unbudgeted.refused > 0, "{unbudgeted:?}");
+}

@@ -12,6 +12,8 @@ use kube::Api;
 use kube::api::PostParams;
 use kube_ccm_test_apiserver::TestApiServer;
 
+use crate::bursts::{UnderLimit, initialise_burst};
+
 const PROJECT: &str = "test-project";
 const ZONE: &str = "us-central1-a";
 
@@ -548,4 +550,75 @@ async fn the_gce_range_allocator_gives_each_node_its_own_networks_of_the_cluster
     nodes.delete("node-2", &Default::default()).await.unwrap();
     let cidrs = eventually("the fifth node got no pod CIDRs", &log, || cidrs_of("node-4")).await;
     assert_eq!(cidrs, freed);
+}
+
+/// Nodes initialised in each run of [`initialise_under_quota`].
+const QUOTA_NODES: usize = 1000;
+/// Not-ready nodes, initialised already, that keep the lifecycle controller asking Compute every 100 ms.
+const QUOTA_NOT_READY: usize = 20;
+/// The project's rate quota in those runs, requests a second: half what the lifecycle rounds alone would
+/// ask, and low enough that a loaded machine (tests in parallel) still asks more without a budget.
+const QUOTA: f64 = 5.0;
+
+/// [`QUOTA_NODES`] nodes created at once for the binary to initialise, beside [`QUOTA_NOT_READY`]
+/// not-ready ones, against a project whose rate quota is `quota` requests a second (0: none), with `flags`
+/// for the process's budget; with `until_refused`, only until the quota refused a request.
+async fn initialise_under_quota(quota: f64, flags: &[&str], until_refused: bool) -> UnderLimit {
+    let double = ComputeDouble::start().await.unwrap();
+    for i in 0..QUOTA_NODES + QUOTA_NOT_READY {
+        let ip = format!("10.128.{}.{}", i / 250, i % 250 + 2);
+        put_instance(
+            &double,
+            &format!("node-{i}"),
+            serde_json::json!({"networkIP": ip}),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start().await.unwrap();
+    let nodes: Api<Node> = Api::all(server.client());
+    for i in QUOTA_NODES..QUOTA_NODES + QUOTA_NOT_READY {
+        let mut node = registered_node(&format!("node-{i}"));
+        node.status =
+            serde_json::from_value(serde_json::json!({"conditions": [{"type": "Ready", "status": "False"}]}))
+                .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    double.set_rate_limit(quota);
+    let mut args = vec!["--node-monitor-period=100ms"];
+    args.extend(flags);
+    let (_manager, log) = start_manager(&double, &server, dir.path(), &args);
+    let names: Vec<String> = (0..QUOTA_NODES).map(|i| format!("node-{i}")).collect();
+    initialise_burst(
+        server.client(),
+        &names,
+        &log,
+        || double.throttled(),
+        until_refused,
+    )
+    .await
+}
+
+/// The process's budget against Compute's rate quota (the double's 403 `rateLimitExceeded`), with the
+/// lifecycle controller's rounds alone asking as fast as the quota allows: a thousand nodes initialise with
+/// no refused request and no failed sync, in at most twice the time without a quota. The control: without
+/// the budget, the quota refuses requests and node syncs fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)] // the runs' figures, for whoever reads the output
+async fn a_thousand_gce_nodes_initialise_under_the_projects_rate_quota_without_a_failed_sync() {
+    let unlimited = initialise_under_quota(0.0, &["--cloud-api-qps=-1"], false).await;
+    // The burst leaves room for the provider's start-up requests (the region, its subnetworks), made
+    // before the budget exists, when the quota's bucket holds a second's worth.
+    let budgeted =
+        initialise_under_quota(QUOTA, &["--cloud-api-qps=4.5", "--cloud-api-burst=2"], false).await;
+    eprintln!("no quota: {unlimited:?}\nbudgeted: {budgeted:?}");
+    assert_eq!(budgeted.refused, 0, "{budgeted:?}");
+    assert_eq!(budgeted.failed_syncs, 0, "{budgeted:?}");
+    assert!(
+        budgeted.took <= unlimited.took * 2,
+        "at most twice the run without a quota: {budgeted:?} against {unlimited:?}"
+    );
+
+    let unbudgeted = initialise_under_quota(QUOTA, &["--cloud-api-qps=-1"], true).await;
+    eprintln!("no budget: {unbudgeted:?}");
+    assert!(unbudgeted.refused > 0, "{unbudgeted:?}");
 }

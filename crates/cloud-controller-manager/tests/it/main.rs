@@ -3,6 +3,7 @@
 
 mod aws;
 mod aws_iam;
+mod bursts;
 mod deploy;
 mod gce;
 mod go_peer;
