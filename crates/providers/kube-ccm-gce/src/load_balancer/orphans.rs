@@ -85,17 +85,15 @@ fn entry<'a>(
     entry
 }
 
-/// Every page of the region's `list` of one client, the names filtered to services' (`NAME_FILTER`); a
-/// page token answered twice is an error, not a loop.
+/// Every page of the region's `list` (`$list`, a request builder made anew for each page), the names
+/// filtered to services' (`NAME_FILTER`); a page token answered twice is an error, not a loop. The
+/// builder is written out at each use, so the IAM role's test finds the call.
 macro_rules! list_all {
-    ($provider:expr, $client:ident, $request:literal) => {{
+    ($provider:expr, $list:expr, $request:literal) => {{
         let mut items = Vec::new();
         let mut token = String::new();
         loop {
-            let page = $provider
-                .clients
-                .$client
-                .list()
+            let page = $list
                 .set_project($provider.project())
                 .set_region($provider.region())
                 .set_filter(NAME_FILTER)
@@ -183,17 +181,21 @@ impl GceProvider {
     }
 
     async fn list_pools(&self) -> Result<Vec<google_cloud_compute_v1::model::TargetPool>, CloudError> {
-        list_all!(self, target_pools, "targetPools.list")
+        list_all!(self, self.clients.target_pools.list(), "targetPools.list")
     }
 
     async fn list_backend_services(
         &self,
     ) -> Result<Vec<google_cloud_compute_v1::model::BackendService>, CloudError> {
-        list_all!(self, backend_services, "regionBackendServices.list")
+        list_all!(
+            self,
+            self.clients.backend_services.list(),
+            "regionBackendServices.list"
+        )
     }
 
     async fn list_rules(&self) -> Result<Vec<google_cloud_compute_v1::model::ForwardingRule>, CloudError> {
-        list_all!(self, forwarding_rules, "forwardingRules.list")
+        list_all!(self, self.clients.forwarding_rules.list(), "forwardingRules.list")
     }
 }
 
