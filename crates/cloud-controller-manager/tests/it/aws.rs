@@ -662,8 +662,8 @@ async fn a_thousand_aws_nodes_initialise_under_the_accounts_rate_limit_without_a
     };
     let unlimited = run(0.0, &["--cloud-api-qps=-1"], false).await;
     // moto takes a good part of a second to describe a thousand instances, so the managers cannot ask ten
-    // a second: the limit is four. The burst leaves room for requests made before the budget exists.
-    let budgeted = run(LIMIT, &["--cloud-api-qps=3.5", "--cloud-api-burst=2"], false).await;
+    // a second: the limit is four. A budget well under it, and a burst of one, as for GCE.
+    let budgeted = run(LIMIT, &["--cloud-api-qps=3", "--cloud-api-burst=1"], false).await;
     eprintln!("no limit: {unlimited:?}\nbudgeted: {budgeted:?}");
     assert_eq!(budgeted.refused, 0, "{budgeted:?}");
     assert_eq!(budgeted.failed_syncs, 0, "{budgeted:?}");
