@@ -202,14 +202,16 @@ pub(crate) fn negative_controls(backends: &[&str]) -> Result<()> {
             command
                 .env("BENCH_MANAGER_BINARY", debug.join("broken-ccm"))
                 .env("NEGATIVE_CONTROL", broken)
+                // Long enough that a lifecycle leader holds on through the faults and acts (at 12 s the
+                // deletion control named its deletion in one run of two with the same seed).
                 .args([
                     "chaos",
                     "--seconds",
-                    "12",
+                    "20",
                     "--seed",
                     "1",
                     "--converge-seconds",
-                    "15",
+                    "30",
                 ])
                 .args(["--apiserver", apiserver, "--peers", "rust", "--output"])
                 .arg(&output)
