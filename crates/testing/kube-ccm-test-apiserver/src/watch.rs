@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;
+use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::request::{Target, selectors};
@@ -233,8 +234,14 @@ impl Stream {
                 _ = ticker.tick(), if self.options.bookmarks => {
                     // Read the latest version first: every change at or below it is already in the channel.
                     let latest = self.state.store.lock().resource_version();
-                    while let Ok(change) = receiver.try_recv() {
-                        if !self.deliver(&change).await { return }
+                    loop {
+                        match receiver.try_recv() {
+                            Ok(change) => if !self.deliver(&change).await { return },
+                            Err(TryRecvError::Empty) => break,
+                            // Closed as above: a bookmark now would tell the client it has the changes it
+                            // lost, and its next watch would start after them.
+                            Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => return,
+                        }
                     }
                     self.last_rv = self.last_rv.max(latest);
                     if !self.send(bookmark(self.resource, self.last_rv, false)).await { return }
