@@ -165,14 +165,35 @@ struct Reflector<K> {
 }
 
 impl<K: Cached> Reflector<K> {
+    /// A listed object and its key, shared with the cache where the cache holds the same version: a
+    /// relist (after the server closed a watch that fell behind) then costs the objects that changed, not
+    /// a second copy of the cache until the list ends (at 100k nodes, ≈ 110 MB more at the peak).
+    fn cached_as(&self, object: K) -> (Arc<str>, Arc<K>) {
+        let identity = object.identity();
+        let key = identity.key();
+        let cache = self.cache.read();
+        match cache.get_key_value(key.as_ref()) {
+            Some((key, cached))
+                if identity.resource_version().is_some()
+                    && cached.identity().resource_version() == identity.resource_version() =>
+            {
+                (key.clone(), cached.clone())
+            }
+            Some((key, _)) => (key.clone(), Arc::new(object)),
+            None => {
+                let key = Arc::from(key);
+                drop(cache);
+                (key, Arc::new(object))
+            }
+        }
+    }
+
     fn apply(&mut self, event: watcher::Event<K>) {
         match event {
             watcher::Event::Init => self.relisted = Some(HashMap::new()),
             watcher::Event::InitApply(object) => {
-                let key: Arc<str> = Arc::from(object.identity().key());
-                self.relisted
-                    .get_or_insert_with(HashMap::new)
-                    .insert(key, Arc::new(object));
+                let (key, object) = self.cached_as(object);
+                self.relisted.get_or_insert_with(HashMap::new).insert(key, object);
             }
             watcher::Event::InitDone => {
                 let listed = self.relisted.take().unwrap_or_default();
@@ -442,6 +463,54 @@ mod tests {
         assert_eq!(cache_key(&fed.try_recv().unwrap()), "c/web");
         assert!(fed.try_recv().is_err() && gone.try_recv().is_err());
         assert_eq!(cache.state().len(), 1);
+    }
+
+    /// A re-list shares each object it finds at the cached version with the cache (no second copy of the
+    /// cache while it runs), and takes a changed or unversioned one as listed.
+    #[test]
+    fn a_relist_shares_the_unchanged_objects_with_the_cache() {
+        let cache = Cache::<Compact<Service>>::default();
+        let (feed, _fed) = broadcast::channel(16);
+        let (deleted, _gone) = broadcast::channel(16);
+        let (ready, _) = watch::channel(false);
+        let mut reflector = Reflector {
+            cache: cache.clone(),
+            feed,
+            deleted,
+            ready,
+            relisted: None,
+        };
+        let unversioned = || -> Compact<Service> {
+            serde_json::from_value(serde_json::json!({"metadata": {"namespace": "c", "name": "web"}}))
+                .unwrap()
+        };
+        let list = |reflector: &mut Reflector<Compact<Service>>, b_version: &str| {
+            reflector.apply(watcher::Event::Init);
+            reflector.apply(watcher::Event::InitApply(service("a", "web", "1")));
+            reflector.apply(watcher::Event::InitApply(service("b", "web", b_version)));
+            reflector.apply(watcher::Event::InitApply(unversioned()));
+            reflector.apply(watcher::Event::InitDone);
+        };
+        list(&mut reflector, "1");
+        let before = [
+            cache.get("a/web").unwrap(),
+            cache.get("b/web").unwrap(),
+            cache.get("c/web").unwrap(),
+        ];
+        list(&mut reflector, "2");
+        assert!(
+            Arc::ptr_eq(&before[0], &cache.get("a/web").unwrap()),
+            "unchanged: shared"
+        );
+        assert!(
+            !Arc::ptr_eq(&before[1], &cache.get("b/web").unwrap()),
+            "changed: as listed"
+        );
+        assert_eq!(version(&cache.get("b/web").unwrap()), "2");
+        assert!(
+            !Arc::ptr_eq(&before[2], &cache.get("c/web").unwrap()),
+            "no version: as listed"
+        );
     }
 
     fn cache_key(service: &Compact<Service>) -> String {
