@@ -563,7 +563,6 @@ const LIMIT: f64 = 4.0;
 /// for the process's budget; with `until_refused`, only until the limit refused a request.
 async fn initialise_under_limit(
     moto: &harness::Moto,
-    network: &harness::aws::Network,
     names: &[String],
     not_ready: &[(String, String)],
     limit: f64,
@@ -585,27 +584,9 @@ async fn initialise_under_limit(
     let proxy = harness::aws::RecordingProxy::start(moto.url()).await.unwrap();
     proxy.answer("DescribeInstanceTopology", harness::aws::no_instance_topology);
     proxy.set_rate_limit(limit);
+    let flags = [&["--node-monitor-period=100ms"], flags].concat();
+    let _manager = aws_manager(dir.path(), &server, &proxy.url, "manager", &flags);
     let log = dir.path().join("manager.log");
-    let _manager = Manager(
-        harness::aws_cost::manager_command(
-            std::path::Path::new(env!("CARGO_BIN_EXE_cloud-controller-manager")),
-            server.kubeconfig_path(),
-            dir.path(),
-            &proxy.url,
-            Some(network),
-        )
-        .unwrap()
-        .args([
-            "--kube-api-qps=1000",
-            "--kube-api-burst=1000",
-            "--node-monitor-period=100ms",
-        ])
-        .args(flags)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap(),
-    );
     crate::bursts::initialise_burst(server.client(), names, &log, || proxy.throttled(), until_refused).await
 }
 
@@ -654,11 +635,10 @@ async fn a_thousand_aws_nodes_initialise_under_the_accounts_rate_limit_without_a
     let names = harness::aws::run_instances(moto.url(), LIMIT_NODES + LIMIT_NOT_READY)
         .await
         .unwrap();
-    let network = harness::aws::Network::default_of(moto.url()).await.unwrap();
     let (names, rest) = names.split_at(LIMIT_NODES);
     let not_ready = provider_ids(&moto, rest).await;
     let run = |limit, flags, until_refused| {
-        initialise_under_limit(&moto, &network, names, &not_ready, limit, flags, until_refused)
+        initialise_under_limit(&moto, names, &not_ready, limit, flags, until_refused)
     };
     let unlimited = run(0.0, &["--cloud-api-qps=-1"], false).await;
     // moto takes a good part of a second to describe a thousand instances, so the managers cannot ask ten
