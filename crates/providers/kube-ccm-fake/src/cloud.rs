@@ -11,8 +11,8 @@ use crate::protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
 #[derive(Debug, Default)]
 struct State {
     instances: BTreeMap<String, FakeInstance>,
-    /// The names of the instances by provider ID: a look-up by provider ID scanned every instance, so
-    /// describing a 100k-node cluster cost 10¹⁰ comparisons.
+    /// The names of the instances by provider ID, so that a look-up by provider ID is no scan of every
+    /// instance (a describe of a 100k-node cluster would be 10¹⁰ comparisons).
     by_provider_id: HashMap<String, BTreeSet<String>>,
     load_balancers: BTreeMap<String, FakeLoadBalancer>,
     routes: BTreeMap<String, FakeRoute>,
@@ -411,6 +411,23 @@ mod tests {
         }
     }
 
+    fn by_id(provider_id: &str) -> NodeRef {
+        NodeRef {
+            name: "whatever".into(),
+            provider_id: Some(provider_id.into()),
+        }
+    }
+
+    /// The names of the instances the cloud describes for `nodes`, in order.
+    async fn described(cloud: &FakeCloud, nodes: Vec<NodeRef>) -> Vec<Option<String>> {
+        let CloudResponse::Instances { instances, .. } =
+            cloud.handle(CloudRequest::DescribeInstances { nodes }).await
+        else {
+            panic!("instances")
+        };
+        instances.into_iter().map(|i| i.map(|i| i.name)).collect()
+    }
+
     /// Replacing an instance moves its provider ID: the old one finds nothing, the new one finds it.
     #[tokio::test]
     async fn a_replaced_instance_is_found_by_its_new_provider_id_only() {
@@ -422,23 +439,8 @@ mod tests {
         cloud
             .handle(CloudRequest::Admin(AdminRequest::PutInstance(moved)))
             .await;
-        let by_id = |id: &str| NodeRef {
-            name: "whatever".into(),
-            provider_id: Some(id.into()),
-        };
-        let CloudResponse::Instances { instances, .. } = cloud
-            .handle(CloudRequest::DescribeInstances {
-                nodes: vec![by_id("fake://n1"), by_id("fake://elsewhere/n1")],
-            })
-            .await
-        else {
-            panic!("instances")
-        };
-        let names: Vec<Option<&str>> = instances
-            .iter()
-            .map(|i| i.as_ref().map(|i| i.name.as_str()))
-            .collect();
-        assert_eq!(names, [None, Some("n1")]);
+        let names = described(&cloud, vec![by_id("fake://n1"), by_id("fake://elsewhere/n1")]).await;
+        assert_eq!(names, [None, Some("n1".to_owned())]);
     }
 
     #[tokio::test]
@@ -447,23 +449,8 @@ mod tests {
             vec![FakeInstance::running("n1", 1), FakeInstance::running("n2", 2)],
             Knobs::default(),
         );
-        let by_id = NodeRef {
-            name: "whatever".into(),
-            provider_id: Some("fake://n2".into()),
-        };
-        let CloudResponse::Instances { instances, .. } = cloud
-            .handle(CloudRequest::DescribeInstances {
-                nodes: vec![node("n1"), by_id, node("n3")],
-            })
-            .await
-        else {
-            panic!("instances")
-        };
-        let names: Vec<Option<&str>> = instances
-            .iter()
-            .map(|i| i.as_ref().map(|i| i.name.as_str()))
-            .collect();
-        assert_eq!(names, [Some("n1"), Some("n2"), None]);
+        let names = described(&cloud, vec![node("n1"), by_id("fake://n2"), node("n3")]).await;
+        assert_eq!(names, [Some("n1".to_owned()), Some("n2".to_owned()), None]);
         cloud
             .handle(CloudRequest::Admin(AdminRequest::SetInstanceState {
                 name: "n1".into(),
