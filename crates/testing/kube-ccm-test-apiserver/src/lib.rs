@@ -51,7 +51,8 @@
 //! these.
 //!
 //! **Simplified:** `continue` pages read the current
-//! state, not a snapshot; core and `events.k8s.io` Events are stored separately; deleting a namespace
+//! state, not a snapshot (they report the first page's resourceVersion, so a watch from it replays what
+//! changed meanwhile; a token older than the kept history gets 410); core and `events.k8s.io` Events are stored separately; deleting a namespace
 //! removes its objects at once; server-side apply takes list semantics from the merge-key table (one key per
 //! keyed list) instead of OpenAPI, and keeps empty parent maps after a removal; no protobuf, no HTTP/2, TLS
 //! only with a CA made at start (no client certificates), no admission but the `not-ready` taint

@@ -202,6 +202,11 @@ impl Store {
         })
     }
 
+    /// The version at or below which `id`'s changes may be missing from its history.
+    pub(crate) fn compacted(&self, id: ResourceId) -> u64 {
+        self.tables[id].compacted
+    }
+
     /// Forgets every type's history: watches from any earlier resourceVersion get 410 Expired.
     pub(crate) fn compact(&mut self) {
         let rv = self.rv;

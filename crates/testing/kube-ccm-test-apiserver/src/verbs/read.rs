@@ -30,14 +30,27 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|&l| l > 0);
-    let start_after: Option<Key> = match request.query.get("continue").filter(|c| !c.is_empty()) {
+    let continued: Option<(u64, Key)> = match request.query.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => {
             Some(decode_continue(token).ok_or_else(|| ApiError::bad_request("invalid continue token"))?)
         }
         None => None,
     };
     let store = state.store.lock();
-    let resource_version = store.resource_version();
+    // Every page of a list reports the first page's version. The pages read the current state, not a
+    // snapshot, but a watch from that version replays whatever changed while they were read (an object
+    // created behind the cursor included), so list and watch together still miss nothing; once the
+    // history no longer reaches back that far, the token is refused as upstream refuses a compacted one.
+    let (resource_version, start_after) = match continued {
+        Some((listed_at, _)) if listed_at < store.compacted(target.id) => {
+            return Err(ApiError::gone(
+                "The provided continue parameter is too old to display a consistent list result. \
+                 You can start a new list without the continue parameter.",
+            ));
+        }
+        Some((listed_at, after)) => (listed_at, Some(after)),
+        None => (store.resource_version(), None),
+    };
     // The store never lags, so "not older than" is always the latest state; newer versions do not exist yet,
     // and exact reads of past versions are not kept.
     if let Some(requested) = request
@@ -82,7 +95,7 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
     if remaining > 0
         && let Some(last) = items.last()
     {
-        metadata["continue"] = json!(encode_continue(&object_key(&last.object)));
+        metadata["continue"] = json!(encode_continue(resource_version, &object_key(&last.object)));
         metadata["remainingItemCount"] = json!(remaining);
     }
     let mut body = Vec::with_capacity(64 + items.iter().map(|o| o.json.len() + 1).sum::<usize>());
@@ -105,12 +118,13 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
     Ok(Reply::bytes(200, Bytes::from(body)))
 }
 
-pub(super) fn encode_continue(key: &Key) -> String {
+/// A continue token: the version the list's first page was read at, and the key of the last object sent.
+pub(super) fn encode_continue(listed_at: u64, key: &Key) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(serde_json::to_vec(key).expect("strings serialise"))
+        .encode(serde_json::to_vec(&(listed_at, key)).expect("strings serialise"))
 }
 
-pub(super) fn decode_continue(token: &str) -> Option<Key> {
+pub(super) fn decode_continue(token: &str) -> Option<(u64, Key)> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()?;
@@ -124,7 +138,7 @@ mod tests {
     #[test]
     fn continue_tokens_round_trip() {
         let key = ("ns".to_owned(), "name".to_owned());
-        assert_eq!(decode_continue(&encode_continue(&key)), Some(key));
+        assert_eq!(decode_continue(&encode_continue(7, &key)), Some((7, key)));
         assert_eq!(decode_continue("!!"), None);
     }
 }
