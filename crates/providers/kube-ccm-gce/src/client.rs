@@ -128,3 +128,14 @@ pub(crate) trait Attributed: RequestOptionsBuilder + Sized {
 }
 
 impl<B: RequestOptionsBuilder> Attributed for B {}
+
+/// Waits for the calling controller's turn of the process's budget to send one request
+/// ([`kube_ccm_provider::CallContext::acquire`]); at once outside a call. A listing takes one before each
+/// request it sends (each page, each group of names), so a call of several requests is counted as
+/// several; a write (its operation's polls included) is one turn, taken by the trait method.
+pub(crate) async fn turn() -> Result<(), kube_ccm_provider::CloudError> {
+    match kube_ccm_provider::CallContext::current() {
+        Some(cx) => cx.acquire().await,
+        None => Ok(()),
+    }
+}

@@ -24,7 +24,7 @@ use google_cloud_compute_v1::model::{Instance, InstanceAggregatedList, NetworkIn
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube_ccm_provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
 
-use crate::client::Attributed as _;
+use crate::client::{Attributed as _, turn};
 use crate::config::{StackType, region_of_zone};
 use crate::{GceProvider, gce_error, last_component};
 
@@ -259,6 +259,7 @@ impl GceProvider {
         let filter = format!("name eq \"({})\"", names.join("|"));
         let mut token = String::new();
         loop {
+            turn().await?;
             let page = self
                 .clients
                 .instances
@@ -295,7 +296,7 @@ impl GceProvider {
             name: name.to_owned(),
         };
         let found = cx
-            .request(
+            .call(
                 "instances.aggregatedList",
                 self.find(std::slice::from_ref(&wanted)),
             )
@@ -311,7 +312,7 @@ impl GceProvider {
     ) -> Vec<Result<Option<(InstanceRef, Instance)>, CloudError>> {
         let refs: Vec<Result<InstanceRef, CloudError>> = nodes.iter().map(|n| self.instance_ref(n)).collect();
         let wanted: Vec<InstanceRef> = refs.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
-        let found = match cx.request("instances.aggregatedList", self.find(&wanted)).await {
+        let found = match cx.call("instances.aggregatedList", self.find(&wanted)).await {
             Ok(found) => found,
             Err(error) => return nodes.iter().map(|_| Err(error.clone())).collect(),
         };

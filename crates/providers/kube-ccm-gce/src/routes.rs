@@ -16,7 +16,7 @@ use google_cloud_compute_v1::model;
 use google_cloud_lro::Poller;
 use kube_ccm_provider::{CallContext, CloudError, Route, Routes};
 
-use crate::client::Attributed as _;
+use crate::client::{Attributed as _, turn};
 use crate::instances::InstanceRef;
 use crate::{GceProvider, WriteError, gce_error, last_component};
 
@@ -54,6 +54,7 @@ impl GceProvider {
         let mut routes = Vec::new();
         let mut token = String::new();
         loop {
+            turn().await?;
             let page = self
                 .clients
                 .routes
@@ -120,6 +121,7 @@ impl GceProvider {
         body.network = Some(format!("https://www.googleapis.com/compute/v1/{network}"));
         body.priority = Some(PRIORITY);
         body.description = Some(ROUTE_DESCRIPTION.to_owned());
+        turn().await?;
         let done = self
             .clients
             .routes
@@ -169,7 +171,7 @@ fn regex_escape(text: &str) -> String {
 #[async_trait]
 impl Routes for GceProvider {
     async fn list_routes(&self, cx: &CallContext, cluster_name: &str) -> Result<Vec<Route>, CloudError> {
-        cx.request("routes.list", self.list(cluster_name)).await
+        cx.call("routes.list", self.list(cluster_name)).await
     }
 
     async fn create_route(
@@ -179,7 +181,7 @@ impl Routes for GceProvider {
         name_hint: &str,
         route: &Route,
     ) -> Result<(), CloudError> {
-        cx.request("routes.insert", self.create(cluster_name, name_hint, route))
+        cx.call("routes.insert", self.create(cluster_name, name_hint, route))
             .await
     }
 

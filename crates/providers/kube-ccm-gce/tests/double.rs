@@ -7,7 +7,7 @@ use compute_double::{ComputeDouble, Fault};
 use google_cloud_compute_v1::model;
 use k8s_openapi::api::core::v1::Node;
 use kube_ccm_gce::{CloudConfig, GceProvider};
-use kube_ccm_provider::{CallContext, CloudError, CloudProvider, InstancesV2, Route, Routes};
+use kube_ccm_provider::{CallContext, CloudError, CloudProvider, InstancesV2, LoadBalancer, Route, Routes};
 
 const PROJECT: &str = "test-project";
 const ZONE: &str = "us-central1-a";
@@ -546,4 +546,49 @@ async fn a_budget_under_the_projects_rate_quota_is_never_refused() {
             .all(|a| matches!(a, Ok(true) | Err(CloudError::Throttled { .. }))),
         "{answers:?}"
     );
+}
+
+/// Each listing request takes its own turn of the process's budget: a look-up of 250 names (three
+/// `aggregatedList` requests of 100 names) takes three, the orphan sweep's listing one per region
+/// collection. A call that took one turn for several requests sent them faster than the budget allows,
+/// and the project's quota refused them.
+#[tokio::test]
+async fn every_listing_request_takes_its_own_turn_of_the_budget() {
+    let double = ComputeDouble::start().await.unwrap();
+    for i in 0..250 {
+        double.put_instance(
+            PROJECT,
+            ZONE,
+            instance(&format!("node-{i}"), &format!("10.0.{}.{}", i / 200, i % 200 + 2)),
+        );
+    }
+    let provider = provider(&double, "").await;
+    provider.set_cluster_id("c1d2e3f4a5b6c7d8");
+    let budgeted = |budget: &Arc<kube_ccm_provider::RateBudget>| {
+        cx().with_budget(budget.clone(), kube_ccm_provider::Priority::Initialise)
+    };
+    let granted = |budget: &kube_ccm_provider::RateBudget| budget.stats().granted.iter().sum::<u64>();
+    let sent = || {
+        double
+            .requests()
+            .iter()
+            .filter(|r| r.starts_with("GET /compute/"))
+            .count()
+    };
+
+    let nodes: Vec<Arc<Node>> = (0..250).map(|i| node(&format!("node-{i}"), None)).collect();
+    let budget = Arc::new(kube_ccm_provider::RateBudget::new(1000.0, 1000));
+    let before = sent();
+    let metadata = provider.instance_metadata_batch(&budgeted(&budget), &nodes).await;
+    assert!(metadata.iter().all(Result::is_ok), "{metadata:?}");
+    assert_eq!((sent() - before, granted(&budget)), (3, 3));
+
+    let budget = Arc::new(kube_ccm_provider::RateBudget::new(1000.0, 1000));
+    let before = sent();
+    let listed = provider
+        .list_load_balancers(&budgeted(&budget), "c")
+        .await
+        .unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+    assert_eq!((sent() - before, granted(&budget)), (3, 3));
 }

@@ -339,7 +339,7 @@ impl LoadBalancer for GceProvider {
         cx: &CallContext,
         _cluster_name: &str,
     ) -> Result<Vec<ClusterLoadBalancer>, CloudError> {
-        cx.request("list_load_balancers", self.cluster_load_balancers())
+        cx.call("list_load_balancers", self.cluster_load_balancers())
             .await
     }
 

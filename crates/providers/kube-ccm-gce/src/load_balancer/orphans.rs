@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube_ccm_provider::{CloudError, ClusterLoadBalancer, is_default_load_balancer_name};
 
 use super::ANNOTATION_LOAD_BALANCER_TYPE;
-use crate::client::Attributed as _;
+use crate::client::{Attributed as _, turn};
 use crate::{GceProvider, gce_error, last_component};
 
 /// Compute's filter for names this provider gives a service's parts (a regular expression, anchored).
@@ -93,6 +93,7 @@ macro_rules! list_all {
         let mut items = Vec::new();
         let mut token = String::new();
         loop {
+            turn().await?;
             let page = $list
                 .set_project($provider.project())
                 .set_region($provider.region())
