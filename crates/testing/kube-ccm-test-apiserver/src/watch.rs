@@ -234,14 +234,9 @@ impl Stream {
                 _ = ticker.tick(), if self.options.bookmarks => {
                     // Read the latest version first: every change at or below it is already in the channel.
                     let latest = self.state.store.lock().resource_version();
-                    loop {
-                        match receiver.try_recv() {
-                            Ok(change) => if !self.deliver(&change).await { return },
-                            Err(TryRecvError::Empty) => break,
-                            // Closed as above: a bookmark now would tell the client it has the changes it
-                            // lost, and its next watch would start after them.
-                            Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => return,
-                        }
+                    let Some(waiting) = waiting(&mut receiver) else { return };
+                    for change in &waiting {
+                        if !self.deliver(change).await { return }
                     }
                     self.last_rv = self.last_rv.max(latest);
                     if !self.send(bookmark(self.resource, self.last_rv, false)).await { return }
@@ -254,6 +249,21 @@ impl Stream {
                 }
                 () = self.sender.closed() => return,
             }
+        }
+    }
+}
+
+/// The changes already in `receiver`, for a bookmark to follow them; `None` when it lost some (or the
+/// store is gone), and the watch must end instead. A bookmark after lost changes would tell the client it
+/// has them, and its next watch would start after them; closed, it watches again from what it has (or
+/// lists again), as from the real server when it falls behind.
+fn waiting(receiver: &mut broadcast::Receiver<Arc<Change>>) -> Option<Vec<Arc<Change>>> {
+    let mut waiting = Vec::new();
+    loop {
+        match receiver.try_recv() {
+            Ok(change) => waiting.push(change),
+            Err(TryRecvError::Empty) => return Some(waiting),
+            Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => return None,
         }
     }
 }
@@ -275,5 +285,38 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(value, json!({"type": "ADDED", "object": {"a": 1}}));
         assert!(line.ends_with(b"\n"));
+    }
+
+    fn change(rv: u64) -> Arc<Change> {
+        let object = json!({"metadata": {"name": format!("n{rv}"), "resourceVersion": rv.to_string()}});
+        let json = Bytes::from(object.to_string());
+        Arc::new(Change {
+            event: EventType::Added,
+            object: Arc::new(crate::store::Stored { object, json, rv }),
+            previous: None,
+        })
+    }
+
+    /// Before a bookmark, every change waiting is taken; a receiver that lost some ends the watch rather
+    /// than bookmarking past them.
+    #[test]
+    fn a_bookmark_follows_every_waiting_change_and_never_a_lost_one() {
+        let versions = |changes: Option<Vec<Arc<Change>>>| {
+            changes.map(|c| c.iter().map(|c| c.object.rv).collect::<Vec<_>>())
+        };
+        let (sender, mut receiver) = broadcast::channel(4);
+        for rv in 1..=3 {
+            sender.send(change(rv)).unwrap();
+        }
+        assert_eq!(versions(waiting(&mut receiver)), Some(vec![1, 2, 3]));
+        assert_eq!(versions(waiting(&mut receiver)), Some(vec![]));
+
+        for rv in 4..=9 {
+            sender.send(change(rv)).unwrap();
+        }
+        assert_eq!(versions(waiting(&mut receiver)), None, "lagged: the watch ends");
+
+        drop(sender);
+        assert_eq!(versions(waiting(&mut receiver)), None, "the store is gone");
     }
 }
