@@ -41,6 +41,17 @@ async fn provider(double: &ComputeDouble, extra: &str) -> GceProvider {
         .unwrap()
 }
 
+/// Instances `node-0` … `node-{count - 1}` in [`ZONE`].
+fn put_nodes(double: &ComputeDouble, count: usize) {
+    for i in 0..count {
+        double.put_instance(
+            PROJECT,
+            ZONE,
+            instance(&format!("node-{i}"), &format!("10.0.{}.{}", i / 200, i % 200 + 2)),
+        );
+    }
+}
+
 fn cx() -> CallContext {
     CallContext::with_timeout(Duration::from_secs(20))
 }
@@ -48,13 +59,7 @@ fn cx() -> CallContext {
 #[tokio::test]
 async fn instances_are_found_by_provider_id_and_by_name_in_one_request_per_100_names() {
     let double = ComputeDouble::start().await.unwrap();
-    for i in 0..250 {
-        double.put_instance(
-            PROJECT,
-            ZONE,
-            instance(&format!("node-{i}"), &format!("10.0.{}.{}", i / 200, i % 200 + 2)),
-        );
-    }
+    put_nodes(&double, 250);
     double.put_instance(PROJECT, "us-central1-b", instance("node-b", "10.1.0.2"));
     let provider = provider(&double, "").await;
 
@@ -555,13 +560,7 @@ async fn a_budget_under_the_projects_rate_quota_is_never_refused() {
 #[tokio::test]
 async fn every_listing_request_takes_its_own_turn_of_the_budget() {
     let double = ComputeDouble::start().await.unwrap();
-    for i in 0..250 {
-        double.put_instance(
-            PROJECT,
-            ZONE,
-            instance(&format!("node-{i}"), &format!("10.0.{}.{}", i / 200, i % 200 + 2)),
-        );
-    }
+    put_nodes(&double, 250);
     let provider = provider(&double, "").await;
     provider.set_cluster_id("c1d2e3f4a5b6c7d8");
     let budgeted = |budget: &Arc<kube_ccm_provider::RateBudget>| {
