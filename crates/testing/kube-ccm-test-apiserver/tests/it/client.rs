@@ -10,16 +10,7 @@ use kube::runtime::watcher;
 use kube_ccm_test_apiserver::{Config, TestApiServer};
 use serde_json::json;
 
-fn configmap(name: &str, data: serde_json::Value) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
-}
-
-fn api_error(error: kube::Error) -> (u16, String) {
-    match error {
-        kube::Error::Api(status) => (status.code, status.reason),
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
+use crate::support::{api_error, configmap};
 
 #[tokio::test]
 async fn two_writers_one_wins_the_other_gets_a_conflict() {
@@ -610,72 +601,4 @@ async fn bounded_logs_never_hand_out_a_silent_gap() {
     assert_eq!(recent.lines().count(), 2, "{recent}");
     let counters: serde_json::Value = serde_json::from_str(&get("/_admin/counters").await.unwrap()).unwrap();
     assert!(counters["dropped requests"].as_u64().unwrap() >= 3, "{counters}");
-}
-
-/// A list read in pages is one list, as the real server's: every page carries the first page's
-/// resourceVersion, so a watch from it replays what changed while the pages were read (an object created
-/// behind the cursor included: the client would never see it otherwise). A continue token older than the
-/// kept history is refused with 410, as upstream's is once etcd compacted past it; the client lists again.
-#[tokio::test]
-async fn a_paged_list_and_a_watch_from_it_miss_nothing_written_between_the_pages() {
-    let server = TestApiServer::start().await.unwrap();
-    let maps: Api<ConfigMap> = Api::namespaced(server.client(), "default");
-    for i in 1..=6 {
-        maps.create(&PostParams::default(), &configmap(&format!("m{i}"), json!({})))
-            .await
-            .unwrap();
-    }
-    let first = maps.list(&ListParams::default().limit(3)).await.unwrap();
-    let token = first.metadata.continue_.clone().expect("more pages");
-    // Behind the cursor (m3): the next page cannot show it.
-    maps.create(&PostParams::default(), &configmap("m0", json!({})))
-        .await
-        .unwrap();
-    let second = maps
-        .list(&ListParams::default().limit(3).continue_token(&token))
-        .await
-        .unwrap();
-    let names = |list: &kube::core::ObjectList<ConfigMap>| -> Vec<String> {
-        list.items
-            .iter()
-            .filter_map(|m| m.metadata.name.clone())
-            .collect()
-    };
-    assert_eq!(
-        [names(&first), names(&second)].concat(),
-        ["m1", "m2", "m3", "m4", "m5", "m6"]
-    );
-    assert_eq!(
-        second.metadata.resource_version, first.metadata.resource_version,
-        "every page is read as of the first"
-    );
-    let listed_at = second.metadata.resource_version.clone().unwrap();
-    let mut watch = maps
-        .watch(&kube::api::WatchParams::default(), &listed_at)
-        .await
-        .unwrap()
-        .boxed();
-    let event = tokio::time::timeout(Duration::from_secs(10), watch.try_next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(
-        matches!(&event, kube::api::WatchEvent::Added(m) if m.metadata.name.as_deref() == Some("m0")),
-        "{event:?}"
-    );
-
-    // A change, then the history forgotten: the token outlived what it needs, 410 as upstream.
-    let first = maps.list(&ListParams::default().limit(3)).await.unwrap();
-    let token = first.metadata.continue_.clone().expect("more pages");
-    maps.create(&PostParams::default(), &configmap("m7", json!({})))
-        .await
-        .unwrap();
-    server.compact();
-    let (code, reason) = api_error(
-        maps.list(&ListParams::default().limit(3).continue_token(&token))
-            .await
-            .unwrap_err(),
-    );
-    assert_eq!((code, reason.as_str()), (410, "Expired"));
 }

@@ -4,6 +4,7 @@
 mod client;
 mod faults;
 mod kubectl;
+mod lists;
 mod process;
 mod rbac;
 mod support;

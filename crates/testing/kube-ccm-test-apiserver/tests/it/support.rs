@@ -62,3 +62,16 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A ConfigMap named `name` with `data`.
+pub(crate) fn configmap(name: &str, data: serde_json::Value) -> k8s_openapi::api::core::v1::ConfigMap {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "data": data})).unwrap()
+}
+
+/// The code and reason of an API error; panics on any other error.
+pub(crate) fn api_error(error: kube::Error) -> (u16, String) {
+    match error {
+        kube::Error::Api(status) => (status.code, status.reason),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
