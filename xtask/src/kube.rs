@@ -2,7 +2,8 @@
 //!
 //! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`), `tools/etcd`
 //! (etcd from `go.etcd.io/etcd/server/v3`) and `tools/aws` (upstream's AWS cloud-controller-manager from
-//! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module) are small Go modules of ours; their
+//! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module) and `tools/kwok` (kwok, simulated
+//! kubelets' status and Leases, from `sigs.k8s.io/kwok`, also a `tool`) are small Go modules of ours; their
 //! `go.mod`/`go.sum` pin the release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`)
 //! through the module proxy into `<target>/kube/<key>/bin/`, where the key is a hash of everything that
 //! decides them (the modules' files, the Go version, the build flags): a second run costs nothing, a
@@ -30,6 +31,14 @@ const ETCD: &str = "v3.7.3";
 /// The `k8s.io/cloud-provider-aws` release `tools/aws/go.mod` pins: the newest of the pinned Kubernetes
 /// minor on the module proxy.
 const CLOUD_PROVIDER_AWS: &str = "v1.37.1";
+/// The `sigs.k8s.io/kwok` release `tools/kwok/go.mod` pins.
+const KWOK: &str = "v0.8.0";
+/// kwok's stages, from its module: its binary has none built in (only `kwokctl` injects them), so the
+/// tests pass these with `--config`. Node status on first sight, then heartbeats beside a node Lease.
+const KWOK_STAGES: [&str; 2] = [
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+];
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -60,7 +69,7 @@ fn version_flags(release: &str) -> String {
     )
 }
 
-fn modules() -> [Module; 3] {
+fn modules() -> [Module; 4] {
     [
         Module {
             dir: "tools/kube",
@@ -88,6 +97,12 @@ fn modules() -> [Module; 3] {
                 "k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager",
             )],
             ldflags: format!("-s -w {}", version_flags(CLOUD_PROVIDER_AWS)),
+        },
+        Module {
+            // kwok's own main package: its version is a constant of the module, so no `-X` flags.
+            dir: "tools/kwok",
+            binaries: &[("kwok", "sigs.k8s.io/kwok/cmd/kwok")],
+            ldflags: "-s -w".to_owned(),
         },
     ]
 }
@@ -124,6 +139,7 @@ pub(crate) fn build() -> Result<serde_json::Value> {
             download(&module)?;
             compile(&module, &staging)?;
         }
+        kwok_stages(&staging.join("kwok-stages.yaml"))?;
         let mut binaries = serde_json::Map::new();
         for module in modules() {
             for (name, _) in module.binaries {
@@ -136,6 +152,8 @@ pub(crate) fn build() -> Result<serde_json::Value> {
             "kubernetes": KUBERNETES,
             "etcd": ETCD,
             "cloud_provider_aws": CLOUD_PROVIDER_AWS,
+            "kwok": KWOK,
+            "kwok_stages": bin.join("kwok-stages.yaml"),
             "go": go_version()?,
             "key": key,
             "binaries": binaries,
@@ -219,6 +237,7 @@ fn check_pins() -> Result<()> {
         ("tools/kube", "k8s.io/kubernetes", KUBERNETES),
         ("tools/etcd", "go.etcd.io/etcd/server/v3", ETCD),
         ("tools/aws", "k8s.io/cloud-provider-aws", CLOUD_PROVIDER_AWS),
+        ("tools/kwok", "sigs.k8s.io/kwok", KWOK),
     ] {
         let path = repo_root().join(dir).join("go.mod");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -360,6 +379,35 @@ fn compile(module: &Module, out: &Path) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Writes [`KWOK_STAGES`], read from the pinned kwok module's source (downloaded by [`download`]), into
+/// one multi-document file at `out`.
+fn kwok_stages(out: &Path) -> Result<()> {
+    let output = go()
+        .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"])
+        .current_dir(repo_root().join("tools/kwok"))
+        .output()
+        .context("cannot run go")?;
+    if !output.status.success() {
+        bail!(
+            "tools/kwok: `go list -m sigs.k8s.io/kwok` failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let source = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let mut documents = Vec::new();
+    for stage in KWOK_STAGES {
+        let path = source.join(stage);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading kwok's stage {}", path.display()))?;
+        documents.push(format!(
+            "# {stage} of sigs.k8s.io/kwok@{KWOK}\n{}",
+            text.trim_end()
+        ));
+    }
+    std::fs::write(out, documents.join("\n---\n") + "\n")
+        .with_context(|| format!("writing {}", out.display()))
 }
 
 /// The binaries' names, for progress lines.

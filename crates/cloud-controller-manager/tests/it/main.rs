@@ -8,6 +8,7 @@ mod deploy;
 mod gce;
 mod go_peer;
 mod kcm_peer;
+mod kwok;
 mod leader_migration_cli;
 mod manager;
 mod migration;

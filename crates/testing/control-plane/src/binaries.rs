@@ -21,12 +21,19 @@ pub struct KubeBinaries {
     pub aws_cloud_controller_manager: PathBuf,
     /// `etcd`.
     pub etcd: PathBuf,
+    /// `kwok`: simulated kubelets (node status and node Leases) from `sigs.k8s.io/kwok`'s own main package.
+    pub kwok: PathBuf,
+    /// kwok's node stages (initialise, then heartbeat beside a Lease) from its module, to pass with
+    /// `--config`: the binary has none built in.
+    pub kwok_stages: PathBuf,
     /// The Kubernetes release (`v1.37.2`).
     pub kubernetes_version: String,
     /// The etcd release.
     pub etcd_version: String,
     /// The `k8s.io/cloud-provider-aws` release.
     pub cloud_provider_aws_version: String,
+    /// The `sigs.k8s.io/kwok` release.
+    pub kwok_version: String,
 }
 
 /// Why the real components are not available.
@@ -55,6 +62,8 @@ struct Manifest {
     kubernetes: String,
     etcd: String,
     cloud_provider_aws: String,
+    kwok: String,
+    kwok_stages: PathBuf,
     binaries: std::collections::BTreeMap<String, Binary>,
 }
 
@@ -106,9 +115,19 @@ impl KubeBinaries {
             go_cloud_controller_manager: binary("go-cloud-controller-manager")?,
             aws_cloud_controller_manager: binary("aws-cloud-controller-manager")?,
             etcd: binary("etcd")?,
+            kwok: binary("kwok")?,
+            kwok_stages: if manifest.kwok_stages.is_file() {
+                manifest.kwok_stages
+            } else {
+                return Err(broken(format!(
+                    "{} is missing: run `cargo xtask kube`",
+                    manifest.kwok_stages.display()
+                )));
+            },
             kubernetes_version: manifest.kubernetes,
             etcd_version: manifest.etcd,
             cloud_provider_aws_version: manifest.cloud_provider_aws,
+            kwok_version: manifest.kwok,
         })
     }
 

@@ -11,6 +11,7 @@ mod admin;
 pub mod aws;
 pub mod aws_cost;
 mod cloud;
+pub mod kwok;
 mod lease_watch;
 mod moto;
 mod replica;
