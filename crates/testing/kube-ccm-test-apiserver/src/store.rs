@@ -2,6 +2,7 @@
 //! bounded history of changes per type for watches.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -118,6 +119,26 @@ impl Store {
                 .collect(),
             None => objects.values().cloned().collect(),
         }
+    }
+
+    /// Objects in key order after `after` (a continue token's cursor), optionally in one namespace: a page
+    /// of a paged list starts where the last ended rather than scanning the table from its beginning.
+    pub(crate) fn list_after<'a>(
+        &'a self,
+        id: ResourceId,
+        namespace: Option<&'a str>,
+        after: Option<&Key>,
+    ) -> impl Iterator<Item = &'a Obj> + 'a {
+        let start = match (after, namespace) {
+            (Some(after), _) => Bound::Excluded(after.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_owned(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        self.tables[id]
+            .objects
+            .range((start, Bound::Unbounded))
+            .take_while(move |((object_ns, _), _)| namespace.is_none_or(|ns| object_ns == ns))
+            .map(|(_, object)| object)
     }
 
     pub(crate) fn count(&self, id: ResourceId) -> usize {
@@ -269,5 +290,31 @@ mod tests {
         store.put(id, ("b".into(), "x".into()), json!({"metadata": {}}));
         assert_eq!(store.list(id, Some("a")).len(), 1);
         assert_eq!(store.list(id, None).len(), 3);
+    }
+
+    #[test]
+    fn a_page_starts_after_its_cursor_and_stays_in_its_namespace() {
+        let id = find("", "v1", "configmaps").unwrap();
+        let mut store = Store::new(10);
+        for (ns, name) in [("a", "x"), ("a", "y"), ("a", "z"), ("ab", "x"), ("b", "x")] {
+            store.put(id, (ns.into(), name.into()), json!({"metadata": {"name": name}}));
+        }
+        let names = |namespace: Option<&str>, after: Option<(&str, &str)>| -> Vec<String> {
+            let after = after.map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+            store
+                .list_after(id, namespace, after.as_ref())
+                .map(|o| {
+                    o.object["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        };
+        assert_eq!(names(Some("a"), None), ["x", "y", "z"]);
+        assert_eq!(names(Some("a"), Some(("a", "x"))), ["y", "z"]);
+        assert!(names(Some("a"), Some(("a", "z"))).is_empty());
+        assert_eq!(names(None, Some(("a", "z"))), ["x", "x"]);
+        assert_eq!(names(None, None).len(), 5);
     }
 }

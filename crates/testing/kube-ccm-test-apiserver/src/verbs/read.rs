@@ -71,14 +71,8 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
         }
     }
     let mut matching = store
-        .list(target.id, target.namespace.as_deref())
-        .into_iter()
-        .filter(|o| labels.matches(&o.object) && fields.matches(&o.object))
-        .filter(|o| {
-            start_after
-                .as_ref()
-                .is_none_or(|after| object_key(&o.object) > *after)
-        });
+        .list_after(target.id, target.namespace.as_deref(), start_after.as_ref())
+        .filter(|o| labels.matches(&o.object) && fields.matches(&o.object));
     let mut items: Vec<Obj> = Vec::new();
     let mut remaining = 0usize;
     for object in matching.by_ref() {
@@ -86,7 +80,7 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
             remaining = 1;
             break;
         }
-        items.push(object);
+        items.push(object.clone());
     }
     remaining += matching.count();
     drop(store);
