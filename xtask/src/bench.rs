@@ -11,7 +11,7 @@ use crate::shell::{cargo, exec, target_dir};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Which benchmark.
-    #[arg(value_parser = ["apiserver", "leader", "nodes", "aws", "versus"])]
+    #[arg(value_parser = ["apiserver", "leader", "nodes", "aws", "versus", "kwok", "takeover"])]
     name: String,
     /// The benchmark's arguments, e.g. `--output FILE` (see `ccm-bench <name> --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -28,7 +28,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         crate::tools::python()
             .map_err(|why| anyhow::anyhow!("cannot install moto for the aws benchmark: {why}"))?;
     }
-    let on_kube = args.name == "versus" || given("--apiserver", "kube");
+    let on_kube = args.name == "versus" || args.name == "kwok" || given("--apiserver", "kube");
     if on_kube {
         // kube-apiserver and etcd from their Go modules (cached), never beside a cargo build.
         crate::kube::build()?;

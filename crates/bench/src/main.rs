@@ -10,11 +10,13 @@ use clap::{Parser, Subcommand};
 mod apiserver;
 mod aws;
 mod chaos;
+mod kwok;
 mod leader;
 mod netns;
 mod nodes;
 mod process;
 mod stats;
+mod takeover;
 mod versus;
 
 #[derive(Debug, Parser)]
@@ -38,6 +40,11 @@ enum Command {
     Chaos(chaos::Args),
     /// Ours against upstream's Go cloud-controller-manager on the node path, on a real kube-apiserver.
     Versus(versus::Args),
+    /// Nodes with kwok's heartbeats on a real kube-apiserver beside kube-controller-manager: initialisation,
+    /// steady state, and a group's heartbeats stopping.
+    Kwok(kwok::Args),
+    /// A standby taking over a large cluster after SIGKILL and SIGTERM of the leader, and its idle cost.
+    Takeover(takeover::Args),
 }
 
 /// Where results go.
@@ -66,6 +73,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Apiserver(args) => apiserver::run(args).await,
         Command::Leader(args) => leader::run(args).await,
         Command::Nodes(args) => nodes::run(args).await,
+        Command::Kwok(args) => kwok::run(args).await,
+        Command::Takeover(args) => takeover::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,
         Command::Aws(args) => aws::run(args).await,
         Command::Versus(args) => versus::run(args).await,

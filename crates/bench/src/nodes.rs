@@ -63,7 +63,7 @@ pub(crate) struct Args {
 }
 
 /// A node as a kubelet registers it (conditions, capacity, node info, images), tainted uninitialized.
-fn kubelet_node(name: &str, index: u32) -> Result<Node> {
+pub(crate) fn kubelet_node(name: &str, index: u32) -> Result<Node> {
     let images: Vec<serde_json::Value> = (0..10)
         .map(|i| {
             json!({
@@ -122,7 +122,7 @@ fn kubelet_node(name: &str, index: u32) -> Result<Node> {
     }))?)
 }
 
-fn service(index: u32) -> Result<Service> {
+pub(crate) fn service(index: u32) -> Result<Service> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": format!("web-{index}"), "labels": {"app": format!("web-{index}")}},
         "spec": {
@@ -209,7 +209,7 @@ impl Server {
     }
 
     /// CPU seconds used so far by etcd and kube-apiserver (the real one only).
-    fn cpu_seconds(&self) -> Option<(f64, f64)> {
+    pub(crate) fn cpu_seconds(&self) -> Option<(f64, f64)> {
         match self {
             Server::Test(_) => None,
             Server::Kube(server) => {
@@ -526,7 +526,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
 }
 
 /// The manager's requests and writes (create, update, patch, delete) so far, by its `User-Agent`s.
-async fn count_requests(
+pub(crate) async fn count_requests(
     server: &Server,
     client: &kube::Client,
     contender: &Contender,

@@ -118,6 +118,7 @@ impl<K: Cached> Informer<K> {
             deleted: deleted.clone(),
             ready: ready_sender,
             relisted: None,
+            listing_since: None,
         };
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -162,6 +163,8 @@ struct Reflector<K> {
     ready: watch::Sender<bool>,
     /// The objects of a (re-)list under way; it replaces the cache when complete.
     relisted: Option<HashMap<Arc<str>, Arc<K>>>,
+    /// When the list under way began.
+    listing_since: Option<std::time::Instant>,
 }
 
 impl<K: Cached> Reflector<K> {
@@ -188,7 +191,10 @@ impl<K: Cached> Reflector<K> {
 
     fn apply(&mut self, event: watcher::Event<K>) {
         match event {
-            watcher::Event::Init => self.relisted = Some(HashMap::new()),
+            watcher::Event::Init => {
+                self.relisted = Some(HashMap::new());
+                self.listing_since = Some(std::time::Instant::now());
+            }
             watcher::Event::InitApply(object) => {
                 let (key, object) = self.cached_as(object);
                 self.relisted.get_or_insert_with(HashMap::new).insert(key, object);
@@ -207,6 +213,16 @@ impl<K: Cached> Reflector<K> {
                 // list.
                 let listed: Vec<Arc<K>> = cache.values().cloned().collect();
                 drop(cache);
+                // What a take-over at scale waits for, as client-go's "caches populated".
+                tracing::info!(
+                    kind = K::Kind::kind(&()).as_ref(),
+                    objects = listed.len(),
+                    seconds = self
+                        .listing_since
+                        .take()
+                        .map(|since| since.elapsed().as_secs_f64()),
+                    "cache filled from a list"
+                );
                 for object in gone {
                     let _ = self.deleted.send(object);
                 }
@@ -429,6 +445,7 @@ mod tests {
             deleted,
             ready,
             relisted: None,
+            listing_since: None,
         };
         reflector.apply(watcher::Event::Init);
         reflector.apply(watcher::Event::InitApply(service("a", "web", "1")));
@@ -477,6 +494,7 @@ mod tests {
             deleted,
             ready,
             relisted: None,
+            listing_since: None,
         };
         let unversioned = || -> Compact<Service> {
             serde_json::from_value(serde_json::json!({"metadata": {"namespace": "c", "name": "web"}}))

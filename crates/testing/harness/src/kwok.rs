@@ -66,6 +66,11 @@ impl Kwok {
         })
     }
 
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its group.
     pub fn group(&self) -> &str {
         &self.group

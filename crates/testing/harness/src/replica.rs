@@ -414,6 +414,11 @@ impl Replica {
         }
     }
 
+    /// Its log (stderr).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// The last lines of its log, for error messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -1,0 +1,400 @@
+//! `ccm-bench kwok`: our manager on a real kube-apiserver whose nodes have heartbeats. kwok's simulated
+//! kubelets (`--groups` processes, built by `cargo xtask kube`) keep every node's status and Lease alive,
+//! the real kube-controller-manager runs its node-lifecycle controller, and the fake cloud holds an
+//! instance per node, answering after `--cloud-latency-ms`.
+//!
+//! Three phases, one run:
+//! - **Initialisation**: `--nodes` nodes registered as a kubelet registers them (the uninitialized taint,
+//!   no status: kwok writes it), as fast as the API server takes them; timed until every one is
+//!   initialised by us and `Ready` by kwok. The manager's memory and CPU, kwok's and the API server's CPU.
+//! - **Steady state**: `--steady-seconds` with nothing changing: our API requests and cloud calls a
+//!   minute, and the manager's CPU.
+//! - **Heartbeats stop**: the last group's instances are stopped in the cloud and its kwok is killed.
+//!   Timed per node from the kill until kube-controller-manager taints it unreachable and until we add
+//!   the shutdown taint; the cloud calls we made meanwhile. No node of the other groups may be tainted.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use harness::kwok::{GROUP_LABEL, Kwok};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use kube_ccm_fake::{
+    AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudServer, FakeInstance, InstanceState, Knobs,
+};
+use kube_ccm_provider::names::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
+use serde_json::json;
+
+use crate::nodes::{Contender, Server, count_requests};
+use crate::process::{TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib};
+use crate::stats::{percentile, round};
+
+const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Nodes, kept alive by kwok.
+    #[arg(long, default_value_t = 2_000)]
+    nodes: u32,
+    /// kwok processes, each keeping an equal share of the nodes alive; the last one is killed.
+    #[arg(long, default_value_t = 4)]
+    groups: u32,
+    /// kwok's node Lease duration in seconds (renewed every quarter of it; kwok's own default is 40).
+    #[arg(long, default_value_t = 40)]
+    lease_seconds: u64,
+    /// kube-controller-manager's `--node-monitor-grace-period` in seconds (its default is 50).
+    #[arg(long, default_value_t = 50)]
+    grace_seconds: u64,
+    /// The steady-state window, in seconds.
+    #[arg(long, default_value_t = 60)]
+    steady_seconds: u64,
+    /// Latency of every fake-cloud call, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    cloud_latency_ms: u64,
+    /// Creates in flight at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout_seconds: u64,
+    #[command(flatten)]
+    output: crate::Output,
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the watch has seen of each node: when (after the start) it was first initialised and `Ready`,
+/// tainted unreachable, tainted shut down.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    alive: Option<Duration>,
+    unreachable: Option<Duration>,
+    shutdown: Option<Duration>,
+}
+
+type Nodes = HashMap<String, Seen>;
+
+fn group_of(index: u32, groups: u32) -> String {
+    format!("g{}", index % groups)
+}
+
+fn node(index: u32, groups: u32) -> Result<Node> {
+    let name = format!("node-{index}");
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            GROUP_LABEL: group_of(index, groups), "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+        }},
+        "spec": {"taints": [{"key": TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+    }))?)
+}
+
+/// Follows every node, recording when each first reached each state; publishes the map.
+fn follow(
+    nodes: Api<Node>,
+    started: Instant,
+) -> (
+    tokio::task::JoinHandle<Result<()>>,
+    tokio::sync::watch::Receiver<Nodes>,
+) {
+    let (publish, seen) = tokio::sync::watch::channel(Nodes::new());
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher::watcher(nodes, watcher::Config::default()));
+        while let Some(event) = stream.try_next().await? {
+            let (watcher::Event::Apply(node) | watcher::Event::InitApply(node)) = event else {
+                continue;
+            };
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let taints: Vec<&str> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .map(|t| t.iter().map(|t| t.key.as_str()).collect())
+                .unwrap_or_default();
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let now = started.elapsed();
+            publish.send_modify(|nodes| {
+                let seen = nodes.entry(name).or_default();
+                if ready && !taints.contains(&TAINT_UNINITIALIZED) {
+                    seen.alive.get_or_insert(now);
+                }
+                if taints.contains(&TAINT_UNREACHABLE) {
+                    seen.unreachable.get_or_insert(now);
+                }
+                if taints.contains(&TAINT_SHUTDOWN) {
+                    seen.shutdown.get_or_insert(now);
+                }
+            });
+        }
+        Ok(())
+    });
+    (task, seen)
+}
+
+async fn wait_until(
+    seen: &mut tokio::sync::watch::Receiver<Nodes>,
+    timeout: Duration,
+    what: &str,
+    check: impl Fn(&Nodes) -> bool,
+) -> Result<()> {
+    tokio::time::timeout(timeout, seen.wait_for(|nodes| check(nodes)))
+        .await
+        .with_context(|| format!("timed out after {timeout:?} waiting for {what}"))?
+        .with_context(|| format!("the node watch ended before {what}"))?;
+    Ok(())
+}
+
+async fn cloud_calls(cloud: &FakeCloud) -> HashMap<String, u64> {
+    match cloud.handle(CloudRequest::Admin(AdminRequest::Snapshot)).await {
+        CloudResponse::Snapshot { calls_by_kind, .. } => calls_by_kind.into_iter().collect(),
+        _ => HashMap::new(),
+    }
+}
+
+fn calls_between(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> serde_json::Value {
+    let mut calls: Vec<(&String, u64)> = after
+        .iter()
+        .map(|(kind, n)| (kind, n - before.get(kind).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    calls.sort();
+    json!(calls.into_iter().collect::<std::collections::BTreeMap<_, _>>())
+}
+
+/// Seconds, median and maximum.
+fn spread(samples: &[f64]) -> serde_json::Value {
+    json!({"p50": round(percentile(samples, 50.0)), "max": round(samples.iter().copied().fold(0.0, f64::max))})
+}
+
+pub(crate) async fn run(args: Args) -> Result<()> {
+    if args.groups < 2 || args.nodes < args.groups {
+        bail!(
+            "--groups must be at least 2 and at most --nodes (one group's heartbeats stop, the others' go on)"
+        );
+    }
+    let directory = TempDir::new()?;
+    match measure(&args, &directory.0).await {
+        Ok(result) => args.output.write(&result),
+        Err(error) => {
+            let kept = directory.keep();
+            Err(error.context(format!("the processes' logs are in {}", kept.display())))
+        }
+    }
+}
+
+async fn measure(args: &Args, dir: &std::path::Path) -> Result<serde_json::Value> {
+    let binaries =
+        control_plane::KubeBinaries::find().context("kwok and kube-apiserver (`cargo xtask kube`)")?;
+    let timeout = Duration::from_secs(args.timeout_seconds);
+    let server = Server::start("kube").await?;
+    let client = server.client().await?;
+    let cloud = FakeCloudServer::start(
+        FakeCloud::new(
+            (0..args.nodes)
+                .map(|i| FakeInstance::running(&format!("node-{i}"), i))
+                .collect(),
+            Knobs {
+                latency_ms: args.cloud_latency_ms,
+                ..Knobs::default()
+            },
+        ),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .await?;
+    let cloud_config = dir.join("cloud.yaml");
+    std::fs::write(&cloud_config, format!("endpoint: {}\n", cloud.url()))?;
+    let kubeconfig = server.kubeconfig().to_owned();
+    let log = |name: &str| std::fs::File::create(dir.join(format!("{name}.log")));
+
+    let lease = Duration::from_secs(args.lease_seconds);
+    let mut kwoks = (0..args.groups)
+        .map(|g| {
+            Kwok::start(
+                &binaries.kwok,
+                &binaries.kwok_stages,
+                &kubeconfig,
+                &format!("g{g}"),
+                lease,
+                dir,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let _kcm = Killed(
+        Command::new(&binaries.kube_controller_manager)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--cloud-provider=external",
+                "--leader-elect=false",
+            ])
+            .args([
+                "--controllers=node-lifecycle-controller",
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
+            ])
+            .arg(format!("--node-monitor-grace-period={}s", args.grace_seconds))
+            .stdout(Stdio::null())
+            .stderr(log("kube-controller-manager")?)
+            .spawn()
+            .context("start kube-controller-manager")?,
+    );
+    let ours = Contender::ours(&[])?;
+    let manager = Killed(
+        Command::new(manager_binary()?)
+            .arg("--cloud-provider=fake")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .stdout(Stdio::null())
+            .stderr(log("cloud-controller-manager")?)
+            .spawn()
+            .context("start the cloud-controller-manager")?,
+    );
+    let pid = manager.0.id();
+
+    let started = Instant::now();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (follower, mut seen) = follow(nodes.clone(), started);
+    let cpu = |pids: &[u32]| pids.iter().filter_map(|&p| cpu_seconds(p)).sum::<f64>();
+    let kwok_pids: Vec<u32> = kwoks.iter().map(Kwok::pid).collect();
+    let server_cpu = || server.cpu_seconds().map(|(etcd, apiserver)| etcd + apiserver);
+    let (cpu_before, server_before) = (cpu(&[pid]), server_cpu());
+    futures::stream::iter(0..args.nodes)
+        .map(|i| {
+            let nodes = nodes.clone();
+            async move {
+                anyhow::Ok(
+                    nodes
+                        .create(&PostParams::default(), &node(i, args.groups)?)
+                        .await
+                        .map(drop)?,
+                )
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .await
+        .context("create the nodes")?;
+    let total = args.nodes as usize;
+    wait_until(&mut seen, timeout, "every node initialised and Ready", |n| {
+        n.values().filter(|s| s.alive.is_some()).count() >= total
+    })
+    .await?;
+    let init_seconds = started.elapsed().as_secs_f64();
+    let initialisation = json!({
+        "seconds": round(init_seconds),
+        "nodes_per_sec": round(f64::from(args.nodes) / init_seconds),
+        "manager_cpu_seconds": round(cpu(&[pid]) - cpu_before),
+        "manager_rss_mb": rss_mib(pid).map(round),
+        "manager_peak_rss_mb": peak_rss_mib(pid).map(round),
+        "kwok_cpu_seconds": round(cpu(&kwok_pids)),
+        "apiserver_and_etcd_cpu_seconds": server_cpu().zip(server_before).map(|(a, b)| round(a - b)),
+    });
+    eprintln!("kwok: initialisation {initialisation}");
+
+    let (requests_before, _) = count_requests(&server, &client, &ours).await?;
+    let (calls_before, cpu_before) = (cloud_calls(cloud.cloud()).await, cpu(&[pid]));
+    let window = Duration::from_secs(args.steady_seconds.max(1));
+    tokio::time::sleep(window).await;
+    let (requests_after, _) = count_requests(&server, &client, &ours).await?;
+    let minutes = window.as_secs_f64() / 60.0;
+    let steady = json!({
+        "seconds": window.as_secs(),
+        "api_requests_per_minute": round((requests_after - requests_before) as f64 / minutes),
+        "cloud_calls": calls_between(&calls_before, &cloud_calls(cloud.cloud()).await),
+        "manager_cpu_seconds": round(cpu(&[pid]) - cpu_before),
+        "manager_rss_mb": rss_mib(pid).map(round),
+    });
+    eprintln!("kwok: steady state {steady}");
+
+    let quiet_group = format!("g{}", args.groups - 1);
+    let quiet: Vec<String> = (0..args.nodes)
+        .filter(|&i| group_of(i, args.groups) == quiet_group)
+        .map(|i| format!("node-{i}"))
+        .collect();
+    for name in &quiet {
+        let state = AdminRequest::SetInstanceState {
+            name: name.clone(),
+            state: InstanceState::Stopped,
+        };
+        cloud.cloud().handle(CloudRequest::Admin(state)).await;
+    }
+    let calls_before = cloud_calls(cloud.cloud()).await;
+    let (requests_before, _) = count_requests(&server, &client, &ours).await?;
+    let Some(mut stopped) = kwoks.pop() else {
+        bail!("no kwok group")
+    };
+    stopped.kill()?;
+    let killed = started.elapsed();
+    let stop_timeout = timeout + Duration::from_secs(args.grace_seconds);
+    wait_until(
+        &mut seen,
+        stop_timeout,
+        "every quiet node tainted unreachable and shut down",
+        |n| {
+            quiet.iter().all(|q| {
+                n.get(q)
+                    .is_some_and(|s| s.shutdown.is_some() && s.unreachable.is_some())
+            })
+        },
+    )
+    .await?;
+    let phase_seconds = (started.elapsed() - killed).as_secs_f64();
+    let (requests_after, _) = count_requests(&server, &client, &ours).await?;
+    let snapshot = seen.borrow().clone();
+    let after_kill = |at: Option<Duration>| at.map_or(f64::NAN, |at| at.saturating_sub(killed).as_secs_f64());
+    let unreachable: Vec<f64> = quiet
+        .iter()
+        .map(|q| after_kill(snapshot[q].unreachable))
+        .collect();
+    let shutdown: Vec<f64> = quiet.iter().map(|q| after_kill(snapshot[q].shutdown)).collect();
+    let ours_after_kcm: Vec<f64> = shutdown.iter().zip(&unreachable).map(|(s, u)| s - u).collect();
+    let wrongly_tainted = snapshot
+        .iter()
+        .filter(|(name, s)| !quiet.contains(name) && (s.shutdown.is_some() || s.unreachable.is_some()))
+        .count();
+    follower.abort();
+    let heartbeats_stop = json!({
+        "nodes": quiet.len(),
+        "seconds": round(phase_seconds),
+        "unreachable_after_seconds": spread(&unreachable),
+        "shutdown_after_seconds": spread(&shutdown),
+        "shutdown_after_unreachable_seconds": spread(&ours_after_kcm),
+        "cloud_calls": calls_between(&calls_before, &cloud_calls(cloud.cloud()).await),
+        "api_requests": requests_after - requests_before,
+        "other_nodes_tainted": wrongly_tainted,
+    });
+    eprintln!("kwok: heartbeats stop {heartbeats_stop}");
+    if wrongly_tainted > 0 {
+        bail!("{wrongly_tainted} nodes whose heartbeats go on were tainted");
+    }
+    drop(manager);
+    Ok(json!({
+        "nodes": args.nodes,
+        "groups": args.groups,
+        "lease_seconds": args.lease_seconds,
+        "grace_seconds": args.grace_seconds,
+        "cloud_latency_ms": args.cloud_latency_ms,
+        "kwok": binaries.kwok_version,
+        "initialisation": initialisation,
+        "steady": steady,
+        "heartbeats_stop": heartbeats_stop,
+        "apiserver": server.describe(),
+    }))
+}
