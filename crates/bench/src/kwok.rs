@@ -18,10 +18,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use harness::kwok::{GROUP_LABEL, Kwok};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use kube_ccm_fake::{
     AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudServer, FakeInstance, InstanceState, Knobs,
@@ -29,7 +29,7 @@ use kube_ccm_fake::{
 use kube_ccm_provider::names::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
 use serde_json::json;
 
-use crate::nodes::{Contender, Server, count_requests};
+use crate::nodes::{Contender, Server, count_requests, create_all, wait_for};
 use crate::process::{TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib};
 use crate::stats::{percentile, round};
 
@@ -144,19 +144,6 @@ fn follow(
         Ok(())
     });
     (task, seen)
-}
-
-async fn wait_until(
-    seen: &mut tokio::sync::watch::Receiver<Nodes>,
-    timeout: Duration,
-    what: &str,
-    check: impl Fn(&Nodes) -> bool,
-) -> Result<()> {
-    tokio::time::timeout(timeout, seen.wait_for(|nodes| check(nodes)))
-        .await
-        .with_context(|| format!("timed out after {timeout:?} waiting for {what}"))?
-        .with_context(|| format!("the node watch ended before {what}"))?;
-    Ok(())
 }
 
 async fn cloud_calls(cloud: &FakeCloud) -> HashMap<String, u64> {
@@ -275,24 +262,11 @@ async fn measure(args: &Args, dir: &std::path::Path) -> Result<serde_json::Value
     let kwok_pids: Vec<u32> = kwoks.iter().map(Kwok::pid).collect();
     let server_cpu = || server.cpu_seconds().map(|(etcd, apiserver)| etcd + apiserver);
     let (cpu_before, server_before) = (cpu(&[pid]), server_cpu());
-    futures::stream::iter(0..args.nodes)
-        .map(|i| {
-            let nodes = nodes.clone();
-            async move {
-                anyhow::Ok(
-                    nodes
-                        .create(&PostParams::default(), &node(i, args.groups)?)
-                        .await
-                        .map(drop)?,
-                )
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
+    create_all(&nodes, args.nodes, args.concurrency, |i| node(i, args.groups))
         .await
         .context("create the nodes")?;
     let total = args.nodes as usize;
-    wait_until(&mut seen, timeout, "every node initialised and Ready", |n| {
+    wait_for(&mut seen, timeout, "every node initialised and Ready", |n| {
         n.values().filter(|s| s.alive.is_some()).count() >= total
     })
     .await?;
@@ -343,7 +317,7 @@ async fn measure(args: &Args, dir: &std::path::Path) -> Result<serde_json::Value
     stopped.kill()?;
     let killed = started.elapsed();
     let stop_timeout = timeout + Duration::from_secs(args.grace_seconds);
-    wait_until(
+    wait_for(
         &mut seen,
         stop_timeout,
         "every quiet node tainted unreachable and shut down",

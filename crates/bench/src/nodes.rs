@@ -359,19 +359,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     std::fs::write(&cloud_config, format!("endpoint: {}\n", cloud.url()))?;
 
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    futures::stream::iter(0..burst.services)
-        .map(|i| {
-            let services = services.clone();
-            async move {
-                services
-                    .create(&PostParams::default(), &service(i)?)
-                    .await
-                    .map(drop)
-                    .map_err(anyhow::Error::from)
-            }
-        })
-        .buffer_unordered(burst.concurrency)
-        .try_collect::<Vec<()>>()
+    create_all(&services, burst.services, burst.concurrency, service)
         .await
         .context("create the services")?;
     eprintln!("nodes: {} services created", burst.services);
@@ -406,7 +394,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     let pid = manager.child.id();
     // Follow every node; `done` counts the burst's initialised nodes.
     let nodes: Api<Node> = Api::all(client.clone());
-    let (progress, seen) = tokio::sync::watch::channel((false, 0_u32));
+    let (progress, mut seen) = tokio::sync::watch::channel((false, 0_u32));
     let follower = tokio::spawn({
         let nodes = nodes.clone();
         async move {
@@ -437,7 +425,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     nodes
         .create(&PostParams::default(), &kubelet_node(WARM_UP, 0)?)
         .await?;
-    wait_for(seen.clone(), deadline, "the warm-up node", |s| s.0)
+    wait_for(&mut seen.clone(), deadline, "the warm-up node", |s| s.0)
         .await
         .with_context(|| log_tail(&log_path))?;
     if let Some(status) = manager.child.try_wait()? {
@@ -450,32 +438,19 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
 
     let started = Instant::now();
     let apiserver_cpu_before = server.cpu_seconds();
-    let creating = futures::stream::iter(0..burst.nodes)
-        .map(|i| {
-            let nodes = nodes.clone();
-            async move {
-                nodes
-                    .create(
-                        &PostParams::default(),
-                        &kubelet_node(&format!("node-{i}"), i + 1)?,
-                    )
-                    .await
-                    .map(drop)
-                    .map_err(anyhow::Error::from)
-            }
-        })
-        .buffer_unordered(burst.concurrency)
-        .try_collect::<Vec<()>>()
-        .inspect(|_| {
-            eprintln!(
-                "nodes: all created after {:.1} s",
-                started.elapsed().as_secs_f64()
-            )
-        });
+    let creating = create_all(&nodes, burst.nodes, burst.concurrency, |i| {
+        kubelet_node(&format!("node-{i}"), i + 1)
+    })
+    .inspect(|_| {
+        eprintln!(
+            "nodes: all created after {:.1} s",
+            started.elapsed().as_secs_f64()
+        )
+    });
     let total = burst.nodes;
     let (created, all) = tokio::join!(
         creating,
-        wait_for(seen, deadline, "every node initialised", |s| s.1 >= total)
+        wait_for(&mut seen, deadline, "every node initialised", |s| s.1 >= total)
     );
     created.context("create the nodes")?;
     all?;
@@ -543,18 +518,40 @@ pub(crate) async fn count_requests(
     Ok((ours.len(), writes))
 }
 
-/// Waits until the node follower's progress passes `check`.
-async fn wait_for(
-    mut seen: tokio::sync::watch::Receiver<(bool, u32)>,
+/// Waits until what `seen` publishes passes `check`, for at most `deadline`.
+pub(crate) async fn wait_for<T>(
+    seen: &mut tokio::sync::watch::Receiver<T>,
     deadline: Duration,
     what: &str,
-    check: impl Fn(&(bool, u32)) -> bool,
+    check: impl Fn(&T) -> bool,
 ) -> Result<()> {
     tokio::time::timeout(deadline, seen.wait_for(|s| check(s)))
         .await
         .with_context(|| format!("timed out after {deadline:?} waiting for {what}"))?
-        .with_context(|| format!("the node watch ended before {what}"))?;
+        .with_context(|| format!("the watch ended before {what}"))?;
     Ok(())
+}
+
+/// Creates `make(0)` … `make(count - 1)` through `api`, `concurrency` at a time; the first error ends it.
+pub(crate) async fn create_all<K>(
+    api: &Api<K>,
+    count: u32,
+    concurrency: usize,
+    make: impl Fn(u32) -> Result<K>,
+) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let make = &make;
+    futures::stream::iter(0..count)
+        .map(|i| async move {
+            api.create(&PostParams::default(), &make(i)?).await?;
+            anyhow::Ok(())
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(drop)
 }
 
 /// The end of the controller-manager's log, for an error message.

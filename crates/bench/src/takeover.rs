@@ -13,7 +13,6 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use futures::{StreamExt, TryStreamExt};
 use harness::{Environment, Replica, Side, Timings, initialized};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -21,7 +20,7 @@ use kube::api::{Api, PostParams};
 use kube_ccm_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
 use serde_json::json;
 
-use crate::nodes::{kubelet_node, service};
+use crate::nodes::{create_all, kubelet_node, service};
 use crate::process::{ApiServer, TempDir, manager_binary, peak_rss_mib, rss_mib};
 use crate::stats::round;
 
@@ -65,40 +64,13 @@ fn initialised_node(index: u32) -> Result<Node> {
 
 async fn create_cluster(client: &kube::Client, args: &Args) -> Result<()> {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let nodes: Api<Node> = Api::all(client.clone());
-    futures::stream::iter(0..args.services)
-        .map(|i| {
-            let services = services.clone();
-            async move {
-                anyhow::Ok(
-                    services
-                        .create(&PostParams::default(), &service(i)?)
-                        .await
-                        .map(drop)?,
-                )
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
+    create_all(&services, args.services, args.concurrency, service)
         .await
         .context("create the services")?;
-    futures::stream::iter(0..args.nodes)
-        .map(|i| {
-            let nodes = nodes.clone();
-            async move {
-                anyhow::Ok(
-                    nodes
-                        .create(&PostParams::default(), &initialised_node(i)?)
-                        .await
-                        .map(drop)?,
-                )
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
+    let nodes: Api<Node> = Api::all(client.clone());
+    create_all(&nodes, args.nodes, args.concurrency, initialised_node)
         .await
-        .context("create the nodes")?;
-    Ok(())
+        .context("create the nodes")
 }
 
 /// Creates node `name` with the uninitialized taint and waits until it is initialised; returns when

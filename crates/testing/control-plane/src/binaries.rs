@@ -109,6 +109,12 @@ impl KubeBinaries {
                 )))
             }
         };
+        if !manifest.kwok_stages.is_file() {
+            return Err(broken(format!(
+                "{} is missing: run `cargo xtask kube`",
+                manifest.kwok_stages.display()
+            )));
+        }
         Ok(KubeBinaries {
             kube_apiserver: binary("kube-apiserver")?,
             kube_controller_manager: binary("kube-controller-manager")?,
@@ -116,14 +122,7 @@ impl KubeBinaries {
             aws_cloud_controller_manager: binary("aws-cloud-controller-manager")?,
             etcd: binary("etcd")?,
             kwok: binary("kwok")?,
-            kwok_stages: if manifest.kwok_stages.is_file() {
-                manifest.kwok_stages
-            } else {
-                return Err(broken(format!(
-                    "{} is missing: run `cargo xtask kube`",
-                    manifest.kwok_stages.display()
-                )));
-            },
+            kwok_stages: manifest.kwok_stages,
             kubernetes_version: manifest.kubernetes,
             etcd_version: manifest.etcd,
             cloud_provider_aws_version: manifest.cloud_provider_aws,

@@ -19,7 +19,6 @@ pub const GROUP_LABEL: &str = "kwok-group";
 
 /// One kwok process managing the nodes labelled [`GROUP_LABEL`]`=<group>`; killed on drop.
 pub struct Kwok {
-    group: String,
     child: Child,
     log: PathBuf,
 }
@@ -59,21 +58,12 @@ impl Kwok {
             .stderr(stderr)
             .spawn()
             .with_context(|| format!("start {}", binary.display()))?;
-        Ok(Kwok {
-            group: group.to_owned(),
-            child,
-            log,
-        })
+        Ok(Kwok { child, log })
     }
 
     /// Its process ID.
     pub fn pid(&self) -> u32 {
         self.child.id()
-    }
-
-    /// Its group.
-    pub fn group(&self) -> &str {
-        &self.group
     }
 
     /// SIGKILL, waited for: from now on its nodes get no heartbeat and no Lease renewal.
@@ -90,9 +80,7 @@ impl Kwok {
 
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
+        crate::replica::log_tail(&self.log)
     }
 }
 

@@ -421,10 +421,15 @@ impl Replica {
 
     /// The last lines of its log, for error messages.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
+        log_tail(&self.log)
     }
+}
+
+/// The last 15 lines of the log at `path` (empty when unreadable).
+pub(crate) fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
 impl Drop for Replica {
