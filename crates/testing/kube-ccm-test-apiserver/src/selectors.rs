@@ -32,7 +32,15 @@ impl LabelSelector {
         Ok(LabelSelector(requirements))
     }
 
+    /// Whether it selects everything.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub(crate) fn matches(&self, object: &Value) -> bool {
+        if self.is_empty() {
+            return true;
+        }
         let labels = object.pointer("/metadata/labels").and_then(Value::as_object);
         let get = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
         self.0.iter().all(|requirement| match requirement {
@@ -197,6 +205,11 @@ impl FieldSelector {
             .iter()
             .find(|(field, _, negated)| field == "metadata.name" && !negated)
             .map(|(_, value, _)| value.as_str())
+    }
+
+    /// Whether it selects everything.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     pub(crate) fn matches(&self, object: &Value) -> bool {

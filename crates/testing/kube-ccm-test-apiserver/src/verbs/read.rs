@@ -70,27 +70,30 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
             )));
         }
     }
+    let unfiltered = labels.is_empty() && fields.is_empty();
     let mut matching = store
         .list_after(target.id, target.namespace.as_deref(), start_after.as_ref())
         .filter(|o| labels.matches(&o.object) && fields.matches(&o.object));
     let mut items: Vec<Obj> = Vec::new();
-    let mut remaining = 0usize;
+    let mut more = false;
     for object in matching.by_ref() {
         if limit.is_some_and(|l| items.len() >= l) {
-            remaining = 1;
+            more = true;
             break;
         }
         items.push(object.clone());
     }
-    remaining += matching.count();
+    // As upstream, the count of what is left is given only for an unfiltered list: counting a filtered
+    // rest would match every later object once per page (quadratic in the list's length).
+    let remaining = (more && unfiltered).then(|| 1 + matching.count());
     drop(store);
 
     let mut metadata = json!({"resourceVersion": resource_version.to_string()});
-    if remaining > 0
-        && let Some(last) = items.last()
-    {
+    if more && let Some(last) = items.last() {
         metadata["continue"] = json!(encode_continue(resource_version, &object_key(&last.object)));
-        metadata["remainingItemCount"] = json!(remaining);
+        if let Some(remaining) = remaining {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
     }
     let mut body = Vec::with_capacity(64 + items.iter().map(|o| o.json.len() + 1).sum::<usize>());
     body.extend_from_slice(

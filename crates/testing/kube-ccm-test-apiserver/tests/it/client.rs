@@ -424,6 +424,30 @@ async fn selectors_pagination_and_watch_transitions() {
         .unwrap();
     assert_eq!(second_page.items[0].metadata.name.as_deref(), Some("m3"));
     assert_eq!(second_page.metadata.remaining_item_count, Some(1));
+    // A filtered list pages the same way, without a count of what is left (as upstream).
+    let first_odd = maps
+        .list(&ListParams::default().labels("parity=odd").limit(2))
+        .await
+        .unwrap();
+    let token = first_odd.metadata.continue_.clone().expect("more odd maps");
+    assert_eq!(first_odd.metadata.remaining_item_count, None);
+    let rest_odd = maps
+        .list(
+            &ListParams::default()
+                .labels("parity=odd")
+                .limit(2)
+                .continue_token(&token),
+        )
+        .await
+        .unwrap();
+    let names: Vec<_> = first_odd
+        .items
+        .iter()
+        .chain(&rest_odd.items)
+        .filter_map(|m| m.metadata.name.as_deref())
+        .collect();
+    assert_eq!(names, ["m1", "m3", "m5"]);
+    assert_eq!(rest_odd.metadata.continue_, None);
 
     // List resourceVersion semantics: never older than asked; newer than the server is a 504, as upstream.
     let current: u64 = first_page
