@@ -41,6 +41,9 @@ pub(crate) struct Args {
     /// Latency of every fake-cloud call, in milliseconds.
     #[arg(long, default_value_t = 50)]
     cloud_latency_ms: u64,
+    /// Standbys start their caches at once (`--warm-standby`) instead of when they lead.
+    #[arg(long)]
+    warm: bool,
     /// Creates in flight at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -116,6 +119,21 @@ fn lists(replica: &Replica) -> serde_json::Value {
     json!(lists)
 }
 
+/// Waits until `replica` has filled its node cache (a warm standby's list), polled every 100 ms.
+async fn node_cache_filled(replica: &Replica, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !lists(replica)
+        .as_array()
+        .is_some_and(|lists| lists.iter().any(|l| l["kind"] == "Node"))
+    {
+        if Instant::now() > deadline {
+            bail!("the standby did not fill its node cache within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 fn seconds_between(from: SystemTime, to: SystemTime) -> f64 {
     match to.duration_since(from) {
         Ok(d) => d.as_secs_f64(),
@@ -130,19 +148,24 @@ fn micro_time(
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(u64::try_from(time.as_microsecond()).ok()?))
 }
 
-/// Stops `old` (gracefully or not), then times the take-over by the replica named `new`.
+/// Stops `old` (gracefully or not), then times the take-over by the replica named `new`, which then
+/// initialises the probe node `probe_index`.
 async fn takeover(
     client: &kube::Client,
     old: &mut Replica,
     new: &mut Replica,
     graceful: bool,
     probe_index: u32,
-    first_index: u32,
-    timeout: Duration,
+    args: &Args,
 ) -> Result<serde_json::Value> {
+    let (warm, first_index) = (args.warm, args.nodes);
+    let timeout = Duration::from_secs(args.timeout_seconds);
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
     let nodes: Api<Node> = Api::all(client.clone());
     let new_id = new.identity(timeout)?;
+    if warm {
+        node_cache_filled(new, timeout).await?;
+    }
     if graceful {
         old.terminate()?;
     } else {
@@ -214,7 +237,10 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         timings,
     )?;
     // Routes off: a route per node is not what this measures; upstream's node-monitor period.
-    let flags = ["--configure-cloud-routes=false", "--node-monitor-period=5s"];
+    let mut flags = vec!["--configure-cloud-routes=false", "--node-monitor-period=5s"];
+    if args.warm {
+        flags.push("--warm-standby");
+    }
     let timeout = Duration::from_secs(args.timeout_seconds);
     let start = |name: &str| Replica::start_with(&environment, name, Side::Ccm, &flags);
     let mut first = start("ccm-1")?;
@@ -234,15 +260,18 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     second.identity(timeout)?;
     // A standby's cost: its memory once it has tried for the Lease a few times.
     tokio::time::sleep(timings.retry_period * 5).await;
+    if args.warm {
+        node_cache_filled(&second, timeout).await?;
+    }
     let standby = json!({"rss_mb": rss_mib(second.pid()).map(round), "peak_rss_mb": peak_rss_mib(second.pid()).map(round)});
     eprintln!("takeover: standby {standby}");
-    let crash = takeover(&client, &mut first, &mut second, false, 1, args.nodes, timeout)
+    let crash = takeover(&client, &mut first, &mut second, false, 1, &args)
         .await
         .with_context(|| second.log_tail())?;
     eprintln!("takeover: {crash}");
     let mut third = start("ccm-3")?;
     third.identity(timeout)?;
-    let graceful = takeover(&client, &mut second, &mut third, true, 2, args.nodes, timeout)
+    let graceful = takeover(&client, &mut second, &mut third, true, 2, &args)
         .await
         .with_context(|| third.log_tail())?;
     eprintln!("takeover: {graceful}");
@@ -250,7 +279,11 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         "nodes": args.nodes,
         "services": args.services,
         "lease_seconds": lease.as_secs(),
-        "standbys": "cold: a standby lists nothing until it leads",
+        "standbys": if args.warm {
+            "warm: a standby caches what a leader does (--warm-standby)"
+        } else {
+            "cold: a standby lists nothing until it leads"
+        },
         "leader": leader,
         "standby": standby,
         "takeovers": [crash, graceful],

@@ -115,6 +115,8 @@ pub struct LeaderElectionConfig {
     pub release_on_cancel: bool,
     /// What losing a lock does.
     pub on_loss: LossPolicy,
+    /// `--warm-standby`: the shared caches start with the process, not when it first leads.
+    pub warm_standby: bool,
     migration: Option<MigrationConfig>,
 }
 
@@ -132,6 +134,7 @@ impl LeaderElectionConfig {
             timings,
             release_on_cancel: true,
             on_loss,
+            warm_standby: false,
             migration: None,
         }
     }

@@ -193,6 +193,16 @@ impl Manager {
             .client(self.provider.provider_name(), None)
             .map_err(ManagerError::Client)?;
         let informers = self.informers()?;
+        if self
+            .config
+            .leader_election
+            .as_ref()
+            .is_some_and(|e| e.warm_standby)
+        {
+            // A standby lists and watches now, so that leading costs no list (decision 0036).
+            informers.nodes();
+            informers.services();
+        }
         let stop_informers = self.stop_informers.clone();
         let stopping = shutdown.clone();
         tokio::spawn(async move {

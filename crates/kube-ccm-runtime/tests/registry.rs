@@ -362,13 +362,23 @@ fn another_providers_controller_is_skipped_with_a_reason() {
     );
 }
 
-fn plain_manager(server: &ApiServer, identity: &str, provider: Arc<ProbeCloud>) -> Manager {
-    let timings = LeaseTimings::new(
+fn timings() -> LeaseTimings {
+    LeaseTimings::new(
         Duration::from_secs(2),
         Duration::from_secs(1),
         Duration::from_millis(200),
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn plain_manager(server: &ApiServer, identity: &str, provider: Arc<ProbeCloud>) -> Manager {
+    warmed_manager(server, identity, provider, false)
+}
+
+/// As [`plain_manager`], with `--warm-standby` as `warm` says.
+fn warmed_manager(server: &ApiServer, identity: &str, provider: Arc<ProbeCloud>, warm: bool) -> Manager {
+    let mut election = LeaderElectionConfig::new("kube-system", MAIN_LEASE, timings(), LossPolicy::Exit);
+    election.warm_standby = warm;
     let registry = registry();
     let config = ManagerConfig {
         component: "cloud-controller-manager".into(),
@@ -379,12 +389,7 @@ fn plain_manager(server: &ApiServer, identity: &str, provider: Arc<ProbeCloud>) 
             1000.0,
             1000,
         ),
-        leader_election: Some(LeaderElectionConfig::new(
-            "kube-system",
-            MAIN_LEASE,
-            timings,
-            LossPolicy::Exit,
-        )),
+        leader_election: Some(election),
         selection: ControllerSelection::parse(&["*"], registry.catalog()).unwrap(),
         controllers: ControllerSettings::defaults("test-cluster"),
     };
@@ -448,7 +453,49 @@ async fn only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when
     second_task.await.unwrap().unwrap();
 }
 
+/// Whether `identity`'s shared caches have asked for the nodes.
+fn listed_nodes(server: &ApiServer, identity: &str) -> bool {
+    server.requests().iter().any(|r| {
+        r.user_agent.contains(&format!("{identity}/shared-informers"))
+            && r.path.split('?').next() == Some("/api/v1/nodes")
+    })
+}
+
+async fn a_warm_standby_lists_before_it_leads_and_a_cold_one_does_not(backend: Backend) {
+    let server = ApiServer::for_test(backend).await;
+    hold_elsewhere(&server, MAIN_LEASE).await;
+    let warm = Arc::new(ProbeCloud::default());
+    let (warm_stop, warm_task) = start(warmed_manager(&server, "warm_1", warm.clone(), true));
+    let cold = Arc::new(ProbeCloud::default());
+    let (cold_stop, cold_task) = start(warmed_manager(&server, "cold_1", cold.clone(), false));
+    eventually("the warm standby lists the nodes", || {
+        listed_nodes(&server, "warm_1")
+    })
+    .await;
+    // Both campaign: their caches (or none) were started before they first read the Lease.
+    eventually("both standbys read the lease", || {
+        let requests = server.requests();
+        ["warm_1", "cold_1"].iter().all(|identity| {
+            requests
+                .iter()
+                .any(|r| r.user_agent.contains(&format!("{identity}/leader-election")))
+        })
+    })
+    .await;
+    assert!(!listed_nodes(&server, "cold_1"), "a cold standby lists nothing");
+    assert_eq!(
+        warm.leading.load(Ordering::SeqCst),
+        0,
+        "the warm standby does not lead"
+    );
+    for (stop, task) in [(warm_stop, warm_task), (cold_stop, cold_task)] {
+        stop.cancel();
+        task.await.unwrap().unwrap();
+    }
+}
+
 control_plane::on_both_backends!(
+    a_warm_standby_lists_before_it_leads_and_a_cold_one_does_not,
     a_providers_controller_runs_under_the_migration_lock_the_configuration_gives_it,
     without_migration_it_runs_under_the_main_lock_and_controllers_can_turn_it_off,
     only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when_that_ends,

@@ -64,6 +64,8 @@ settings! {
         "The namespace of resource object that is used for locking during leader election."),
     on_lost_leadership: String = ("on-lost-leadership", GENERIC, "exit",
         "Not an upstream flag. What losing a lock does: 'exit' (exit non-zero, as upstream) or 'recontend' (stop the lock's controllers and campaign again). Unlike upstream, on SIGTERM the controllers stop and then the locks are released, so a standby takes over at once. A lock is released only after everything under it stopped: when its controllers do not stop within the grace period, the process exits at once (code 1) without releasing anything and the Leases expire."),
+    warm_standby: bool = ("warm-standby", GENERIC, "false",
+        "Not an upstream flag. Start the node and service caches when the process starts, not when it first leads: a standby then lists and watches what a leader does (at 100,000 nodes about 140 MB more per standby) and takes over without listing them first. Without it, as upstream, a standby holds nothing (22 MB) and a new leader lists first (at 100,000 nodes about 3 s; docs/decisions/0036-cold-standbys.md)."),
     cloud_call_timeout: GoDuration = ("cloud-call-timeout", GENERIC, "1m0s",
         "Not an upstream flag. How long one cloud call may take before the manager abandons it (closing its connections); a call's deadline is also never later than the validity of the lock its controller runs under."),
     cloud_api_qps: f32 = ("cloud-api-qps", GENERIC, "0",

@@ -166,12 +166,13 @@ fn leader_election(
     }
     match (settings.leader_elect, timings) {
         (true, Some(timings)) => {
-            let election = LeaderElectionConfig::new(
+            let mut election = LeaderElectionConfig::new(
                 &settings.leader_elect_resource_namespace,
                 &settings.leader_elect_resource_name,
                 timings,
                 on_loss,
             );
+            election.warm_standby = settings.warm_standby;
             match migration {
                 Some(migration) => election
                     .with_migration(migration)
