@@ -84,7 +84,8 @@ pub(super) fn list(state: &State, request: &ApiRequest<'_>) -> Result<Reply, Api
         items.push(object.clone());
     }
     // As upstream, the count of what is left is given only for an unfiltered list: counting a filtered
-    // rest would match every later object once per page (quadratic in the list's length).
+    // rest ran the selectors over every later object once per page (a JSON lookup each, quadratic in the
+    // list's length); the unfiltered count walks the table's keys only.
     let remaining = (more && unfiltered).then(|| 1 + matching.count());
     drop(store);
 
