@@ -119,15 +119,17 @@ fn lists(replica: &Replica) -> serde_json::Value {
     json!(lists)
 }
 
-/// Waits until `replica` has filled its node cache (a warm standby's list), polled every 100 ms.
-async fn node_cache_filled(replica: &Replica, timeout: Duration) -> Result<()> {
+/// Waits until `replica` has filled its node and service caches (a warm standby's lists), polled every 100 ms.
+async fn caches_filled(replica: &Replica, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
-    while !lists(replica)
-        .as_array()
-        .is_some_and(|lists| lists.iter().any(|l| l["kind"] == "Node"))
-    {
+    let filled = |kind: &str| {
+        lists(replica)
+            .as_array()
+            .is_some_and(|lists| lists.iter().any(|l| l["kind"] == kind))
+    };
+    while !(filled("Node") && filled("Service")) {
         if Instant::now() > deadline {
-            bail!("the standby did not fill its node cache within {timeout:?}");
+            bail!("the standby did not fill its node and service caches within {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -164,7 +166,7 @@ async fn takeover(
     let nodes: Api<Node> = Api::all(client.clone());
     let new_id = new.identity(timeout)?;
     if warm {
-        node_cache_filled(new, timeout).await?;
+        caches_filled(new, timeout).await?;
     }
     if graceful {
         old.terminate()?;
@@ -261,7 +263,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     // A standby's cost: its memory once it has tried for the Lease a few times.
     tokio::time::sleep(timings.retry_period * 5).await;
     if args.warm {
-        node_cache_filled(&second, timeout).await?;
+        caches_filled(&second, timeout).await?;
     }
     let standby = json!({"rss_mb": rss_mib(second.pid()).map(round), "peak_rss_mb": peak_rss_mib(second.pid()).map(round)});
     eprintln!("takeover: standby {standby}");

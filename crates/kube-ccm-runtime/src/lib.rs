@@ -58,7 +58,7 @@ pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
-    SettingsCheck,
+    SettingsCheck, SharedCache,
 };
 pub use runner::{Action, Runner};
 pub use runtime::{Manager, ManagerError};

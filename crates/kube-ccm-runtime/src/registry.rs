@@ -33,6 +33,16 @@ pub enum Capability {
     Routes,
 }
 
+/// A cache the manager shares between its controllers, as a controller declares it reads it
+/// ([`ControllerDefinition::reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedCache {
+    /// Every Node.
+    Nodes,
+    /// Every Service.
+    Services,
+}
+
 impl Capability {
     /// Whether `provider` has it.
     pub fn is_offered_by(self, provider: &dyn CloudProvider) -> bool {
@@ -82,6 +92,7 @@ pub struct ControllerDefinition {
     flags_checks: Vec<FlagsCheck>,
     event_reporter: Option<&'static str>,
     service_account: Option<&'static str>,
+    reads: &'static [SharedCache],
     run: Run,
 }
 
@@ -120,6 +131,7 @@ impl ControllerDefinition {
             flags_checks: Vec::new(),
             event_reporter: None,
             service_account: None,
+            reads: &[],
             run: Arc::new(move |context| Box::pin(run(context))),
         }
     }
@@ -189,6 +201,19 @@ impl ControllerDefinition {
     pub fn service_account(mut self, account: &'static str) -> ControllerDefinition {
         self.service_account = Some(account);
         self
+    }
+
+    /// The shared caches it reads. A cache starts when a controller first reads it; with `--warm-standby`
+    /// the caches the process's controllers declare here start before it leads instead (decision 0036).
+    /// Undeclared, a cache it reads starts when it first runs.
+    pub fn reads(mut self, caches: &'static [SharedCache]) -> ControllerDefinition {
+        self.reads = caches;
+        self
+    }
+
+    /// The shared caches it declared it reads ([`Self::reads`]).
+    pub fn cache_reads(&self) -> &'static [SharedCache] {
+        self.reads
     }
 
     /// The service account it acts as with `--use-service-account-credentials`.

@@ -14,7 +14,7 @@ use crate::config::{LeaderElectionConfig, ManagerConfig};
 use crate::health::Health;
 use crate::informers::Informers;
 use crate::metrics::Metrics;
-use crate::registry::ControllerRegistry;
+use crate::registry::{ControllerRegistry, SharedCache};
 
 mod scope_controllers;
 
@@ -147,7 +147,7 @@ impl Manager {
                 Ok(())
             }
         });
-        let informers = self.initialize(&shutdown).await?;
+        let informers = self.initialize(&planned, &shutdown).await?;
         let runner = Arc::new(self.scope_controllers(informers));
         let running = self.prepare_accounts(planned).await?;
         let Some(election) = &self.config.leader_election else {
@@ -183,10 +183,15 @@ impl Manager {
         }
     }
 
-    /// Builds the provider's client and the shared caches (stopped when `shutdown` fires), then runs the
+    /// Builds the provider's client and the shared caches (stopped when `shutdown` fires; with
+    /// `--warm-standby`, those the `planned` controllers that run here read are started), then runs the
     /// provider's `initialize`; the caches, for the controllers. A separate step because every replica
     /// does it, before any lock is contended for.
-    async fn initialize(&self, shutdown: &CancellationToken) -> Result<Arc<Informers>, ManagerError> {
+    async fn initialize(
+        &self,
+        planned: &[PlannedController],
+        shutdown: &CancellationToken,
+    ) -> Result<Arc<Informers>, ManagerError> {
         let provider_client = self
             .config
             .clients
@@ -200,8 +205,21 @@ impl Manager {
             .is_some_and(|e| e.warm_standby)
         {
             // A standby lists and watches now, so that leading costs no list (decision 0036).
-            informers.nodes();
-            informers.services();
+            let reads = planned
+                .iter()
+                .filter(|p| p.runs())
+                .filter_map(|p| self.controllers.get(p.controller))
+                .flat_map(|definition| definition.cache_reads());
+            for cache in reads {
+                match cache {
+                    SharedCache::Nodes => {
+                        informers.nodes();
+                    }
+                    SharedCache::Services => {
+                        informers.services();
+                    }
+                }
+            }
         }
         let stop_informers = self.stop_informers.clone();
         let stopping = shutdown.clone();

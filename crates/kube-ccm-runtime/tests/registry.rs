@@ -18,7 +18,7 @@ use kube_ccm_leadermigration::{ControllerSelection, LeaseTimings, MigrationConfi
 use kube_ccm_provider::{CloudError, CloudProvider, LeadingContext};
 use kube_ccm_runtime::{
     ClientFactory, ControllerContext, ControllerDefinition, ControllerRegistry, ControllerSettings,
-    LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
+    LeaderElectionConfig, Manager, ManagerConfig, ManagerError, SharedCache,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -88,7 +88,13 @@ fn registry() -> ControllerRegistry {
             .register(
                 ControllerDefinition::new(name, write_greetings)
                     .aliases(aliases)
-                    .for_provider("probe"),
+                    .for_provider("probe")
+                    // What a warm standby fills: the probe's nodes, nobody's services.
+                    .reads(if name == "probe-controller" {
+                        &[SharedCache::Nodes]
+                    } else {
+                        &[]
+                    }),
             )
             .unwrap();
     }
@@ -455,9 +461,14 @@ async fn only_the_leader_tells_its_provider_it_leads_and_the_provider_hears_when
 
 /// Whether `identity`'s shared caches have asked for the nodes.
 fn listed_nodes(server: &ApiServer, identity: &str) -> bool {
+    listed(server, identity, "/api/v1/nodes")
+}
+
+/// Whether `identity`'s shared caches have asked for `path`.
+fn listed(server: &ApiServer, identity: &str, path: &str) -> bool {
     server.requests().iter().any(|r| {
         r.user_agent.contains(&format!("{identity}/shared-informers"))
-            && r.path.split('?').next() == Some("/api/v1/nodes")
+            && r.path.split('?').next() == Some(path)
     })
 }
 
@@ -483,11 +494,22 @@ async fn a_warm_standby_lists_before_it_leads_and_a_cold_one_does_not(backend: B
     })
     .await;
     assert!(!listed_nodes(&server, "cold_1"), "a cold standby lists nothing");
+    assert!(
+        !listed(&server, "warm_1", "/api/v1/services"),
+        "a warm standby fills only the caches its controllers read"
+    );
     assert_eq!(
         warm.leading.load(Ordering::SeqCst),
         0,
         "the warm standby does not lead"
     );
+    let writes: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_write() && r.user_agent.contains("warm_1"))
+        .map(|r| format!("{} {} ({})", r.method, r.path, r.user_agent))
+        .collect();
+    assert!(writes.is_empty(), "a warm standby writes nothing: {writes:?}");
     for (stop, task) in [(warm_stop, warm_task), (cold_stop, cold_task)] {
         stop.cancel();
         task.await.unwrap().unwrap();

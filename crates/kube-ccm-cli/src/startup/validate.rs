@@ -159,10 +159,8 @@ fn leader_election(
             None
         }
     };
-    if migration.is_some() && !settings.leader_elect {
-        tracing::warn!(
-            "--enable-leader-migration has no effect with --leader-elect=false (as upstream): every enabled controller runs"
-        );
+    for warning in without_election(settings.leader_elect, migration.is_some(), settings.warm_standby) {
+        tracing::warn!("{warning}");
     }
     match (settings.leader_elect, timings) {
         (true, Some(timings)) => {
@@ -183,6 +181,26 @@ fn leader_election(
         }
         _ => None,
     }
+}
+
+/// The flags that `--leader-elect=false` makes void, each as a warning: `migration` (a leader-migration
+/// configuration was given) and `warm_standby`.
+fn without_election(leader_elect: bool, migration: bool, warm_standby: bool) -> Vec<&'static str> {
+    let mut warnings = Vec::new();
+    if leader_elect {
+        return warnings;
+    }
+    if migration {
+        warnings.push(
+            "--enable-leader-migration has no effect with --leader-elect=false (as upstream): every enabled controller runs",
+        );
+    }
+    if warm_standby {
+        warnings.push(
+            "--warm-standby has no effect with --leader-elect=false: the process runs its controllers at once, so it is never a standby",
+        );
+    }
+    warnings
 }
 
 /// What may still reach the API server after this process stopped acting (a renew deadline after its last
@@ -563,5 +581,16 @@ mod tests {
         check(5, 2_000, true);
         check(2, 900, true);
         check(15, 14_500, true);
+    }
+
+    #[test]
+    fn flags_void_without_leader_election_are_warned_about() {
+        assert!(without_election(true, true, true).is_empty());
+        assert!(without_election(false, false, false).is_empty());
+        let both = without_election(false, true, true);
+        assert_eq!(both.len(), 2);
+        assert!(both[0].starts_with("--enable-leader-migration "));
+        assert!(both[1].starts_with("--warm-standby "));
+        assert_eq!(without_election(false, false, true), [both[1]]);
     }
 }

@@ -33,7 +33,7 @@ pub use node_lifecycle::NodeDeletion;
 pub use service::{MAX_PER_SWEEP, OrphanSweep};
 
 use crate::config::ControllerSettings;
-use crate::registry::{Capability, ControllerDefinition, ControllerRegistry};
+use crate::registry::{Capability, ControllerDefinition, ControllerRegistry, SharedCache};
 
 impl ControllerRegistry {
     /// The framework's controllers: `cloud-node-controller`, `cloud-node-lifecycle-controller`,
@@ -62,18 +62,22 @@ fn builtin() -> Vec<ControllerDefinition> {
     vec![
         ControllerDefinition::new("cloud-node-controller", node::run)
             .requires(Capability::Instances)
+            .reads(&[SharedCache::Nodes])
             .service_account("node-controller"),
         ControllerDefinition::new("cloud-node-lifecycle-controller", node_lifecycle::run)
             .requires(Capability::Instances)
+            .reads(&[SharedCache::Nodes])
             .migrated_by_default()
             .service_account("node-controller"),
         ControllerDefinition::new("service-lb-controller", service::run)
             .requires(Capability::LoadBalancers)
+            .reads(&[SharedCache::Nodes, SharedCache::Services])
             .migrated_by_default()
             .event_reporter("service-controller")
             .service_account("service-controller"),
         ControllerDefinition::new("node-route-controller", route::run)
             .requires_settings(routes_configured)
+            .reads(&[SharedCache::Nodes])
             .requires(Capability::Routes)
             .migrated_by_default()
             .event_reporter("route_controller")

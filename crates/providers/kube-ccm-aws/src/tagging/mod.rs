@@ -37,7 +37,7 @@ mod tagger;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube_ccm_runtime::{CachedNode, ControllerDefinition, Flag, FlagValue, FlagValues};
+use kube_ccm_runtime::{CachedNode, ControllerDefinition, Flag, FlagValue, FlagValues, SharedCache};
 use md5::{Digest, Md5};
 
 pub use self::ec2::{Refused, refused};
@@ -105,6 +105,7 @@ pub fn definition() -> ControllerDefinition {
         .aliases(&["tagging"])
         .for_provider(PROVIDER_NAME)
         .disabled_by_default()
+        .reads(&[SharedCache::Nodes])
         .flags(FLAGS)
         .validated_by(required)
 }

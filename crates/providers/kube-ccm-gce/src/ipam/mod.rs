@@ -46,7 +46,7 @@ use kube::runtime::events::EventType;
 use kube_ccm_provider::Refused;
 use kube_ccm_runtime::{
     CachedNode, ControllerContext, ControllerDefinition, ControllerSettings, Flag, FlagValue, FlagValues,
-    event_reference,
+    SharedCache, event_reference,
 };
 
 use crate::PROVIDER_NAME;
@@ -77,6 +77,7 @@ pub fn definition() -> ControllerDefinition {
         .for_provider(PROVIDER_NAME)
         .disabled_by_default()
         .requires_settings(allocator_configured)
+        .reads(&[SharedCache::Nodes])
         .flags(FLAGS)
         .validated_by(no_gke_features)
         .event_reporter("cidrAllocator")
