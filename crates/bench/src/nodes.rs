@@ -272,6 +272,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
 }
 
 /// The workload of one measurement.
+#[derive(Clone)]
 pub(crate) struct Burst {
     /// New nodes.
     pub(crate) nodes: u32,
@@ -298,6 +299,21 @@ pub(crate) struct Contender {
 }
 
 impl Contender {
+    /// The ideal client (`src/ideal.rs`, beside this binary) with `concurrency` writes in flight, over
+    /// HTTP/2 or kube's HTTP/1.1 pool.
+    pub(crate) fn ideal(concurrency: u32, http2: bool) -> Result<Contender> {
+        let mut args = vec![format!("--concurrency={concurrency}")];
+        if http2 {
+            args.push("--http2".to_owned());
+        }
+        Ok(Contender {
+            name: "ceiling",
+            binary: crate::process::sibling("ideal-node-client")?,
+            args,
+            agents: &["ideal-node-client/"],
+        })
+    }
+
     /// This repository's manager, with `flags`.
     pub(crate) fn ours(flags: &[&str]) -> Result<Contender> {
         Ok(Contender {
@@ -425,11 +441,14 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     nodes
         .create(&PostParams::default(), &kubelet_node(WARM_UP, 0)?)
         .await?;
-    wait_for(&mut seen.clone(), deadline, "the warm-up node", |s| s.0)
-        .await
-        .with_context(|| log_tail(&log_path))?;
-    if let Some(status) = manager.child.try_wait()? {
-        bail!("cloud-controller-manager exited: {status}");
+    let mut warm_up = seen.clone();
+    tokio::select! {
+        waited = wait_for(&mut warm_up, deadline, "the warm-up node", |s| s.0) => {
+            waited.with_context(|| log_tail(&log_path))?;
+        }
+        status = exited(&mut manager.child) => {
+            bail!("{} exited before the warm-up node was initialised ({}): {}", contender.name, status?, log_tail(&log_path));
+        }
     }
     eprintln!(
         "nodes: {}: warm-up node initialised; creating {} nodes",
@@ -448,10 +467,14 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         )
     });
     let total = burst.nodes;
-    let (created, all) = tokio::join!(
-        creating,
-        wait_for(&mut seen, deadline, "every node initialised", |s| s.1 >= total)
-    );
+    let (created, all) = tokio::join!(creating, async {
+        tokio::select! {
+            waited = wait_for(&mut seen, deadline, "every node initialised", |s| s.1 >= total) => waited,
+            status = exited(&mut manager.child) => {
+                Err(anyhow::anyhow!("{} exited during the burst ({})", contender.name, status?))
+            }
+        }
+    });
     created.context("create the nodes")?;
     all?;
     let seconds = started.elapsed().as_secs_f64();
@@ -519,6 +542,17 @@ pub(crate) async fn count_requests(
 }
 
 /// Waits until what `seen` publishes passes `check`, for at most `deadline`.
+/// When `child` exits, its status (polled every 200 ms): raced against a wait, so that a contender that
+/// dies fails the measurement at once instead of at the wait's bound.
+async fn exited(child: &mut std::process::Child) -> Result<std::process::ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 pub(crate) async fn wait_for<T>(
     seen: &mut tokio::sync::watch::Receiver<T>,
     deadline: Duration,

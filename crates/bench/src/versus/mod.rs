@@ -5,14 +5,16 @@
 //! kubelet-shaped nodes with the uninitialized taint and a cloud answering every call after
 //! `--cloud-latency-ms`.
 //!
-//! Contenders: `go-default` (upstream at its defaults: `--concurrent-node-syncs 1`,
+//! Contenders: `ceiling` (the ideal client, `src/ideal.rs`: the node controller's two writes per node
+//! from a minimal loop, at each `--ceiling-concurrency`, the best kept; what the kube-apiserver takes),
+//! `go-default` (upstream at its defaults: `--concurrent-node-syncs 1`,
 //! `--concurrent-service-syncs 1`, client QPS 20 and burst 30), `go-tuned` (upstream with our defaults'
 //! concurrency and client limits: 128 node and 8 service workers, QPS 1,000 and burst 2,000) and `ours`
 //! (at its defaults). Each: time to initialise every node and nodes/s, kube-apiserver requests and
 //! writes per node (from its audit log, by the managers' `User-Agent`s), the manager's peak resident set
 //! and CPU-seconds, kube-apiserver's and etcd's CPU-seconds over the burst; then `--services`
 //! LoadBalancer services, timed until each has its load balancer's address, with requests, writes and
-//! cloud calls per service; then the ratios ours/theirs.
+//! cloud calls per service; then the ratios ours/theirs, and each contender's nodes/s over the ceiling's.
 //! Then hand-offs ([`handoff`]): three replicas of each sharing upstream's Lease, the leader stopped
 //! gracefully and crashed in turn, with the same election timings (2 s / 1 s / 200 ms) for both.
 //!
@@ -32,7 +34,7 @@ mod handoff;
 
 use handoff::{Gaps, Kind};
 
-const CONTENDERS: [&str; 3] = ["go-default", "go-tuned", "ours"];
+const CONTENDERS: [&str; 4] = ["ceiling", "go-default", "go-tuned", "ours"];
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -66,10 +68,18 @@ pub(crate) struct Args {
     /// Graceful stops, and as many crashes, of the leader of three replicas of each (0: none).
     #[arg(long, default_value_t = 5)]
     handoff_rounds: u32,
-    /// Which contenders, in order [default: go-default,go-tuned,ours; with `--cloud aws`:
+    /// Which contenders, in order [default: ceiling,go-default,go-tuned,ours; with `--cloud aws`:
     /// aws-default,aws-tuned,ours].
-    #[arg(long, value_delimiter = ',', value_parser = ["go-default", "go-tuned", "aws-default", "aws-tuned", "ours"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["ceiling", "go-default", "go-tuned", "aws-default", "aws-tuned", "ours"])]
     contenders: Vec<String>,
+    /// The ceiling's writes in flight: it is measured once at each, with each of `--ceiling-protocols`,
+    /// and the best stands.
+    #[arg(long, value_delimiter = ',', default_values_t = [64, 256])]
+    ceiling_concurrency: Vec<u32>,
+    /// The ceiling's protocols: `http1` (kube's pool, a connection per request in flight) and `http2`
+    /// (one connection, as client-go's).
+    #[arg(long, value_delimiter = ',', default_values_t = ["http1".to_owned(), "http2".to_owned()], value_parser = ["http1", "http2"])]
+    ceiling_protocols: Vec<String>,
     #[command(flatten)]
     output: crate::Output,
 }
@@ -129,6 +139,12 @@ pub(crate) async fn run(mut args: Args) -> Result<()> {
     let mut measured: Vec<(String, Measured)> = Vec::new();
     let mut apiserver = serde_json::Value::Null;
     for name in &args.contenders {
+        if name == "ceiling" {
+            let (entry, best) = ceiling(&burst, &args.ceiling_concurrency, &args.ceiling_protocols).await?;
+            results.insert(name.clone(), entry);
+            measured.push((name.clone(), best));
+            continue;
+        }
         let contender = match name.as_str() {
             "go-default" => upstream("go-default", &binaries, &[]),
             // Our defaults' concurrency and client limits.
@@ -220,6 +236,49 @@ fn handoff_ratios(go: &Gaps, ours: &Gaps) -> serde_json::Value {
     })
 }
 
+/// The ideal client ([`Contender::ideal`]) at each of `concurrencies` with each of `protocols`, each on a
+/// fresh kube-apiserver with the burst's nodes and no services: every run, and the best (most nodes/s).
+async fn ceiling(
+    burst: &Burst,
+    concurrencies: &[u32],
+    protocols: &[String],
+) -> Result<(serde_json::Value, Measured)> {
+    let nodes_only = Burst {
+        load_balancers: 0,
+        ..burst.clone()
+    };
+    let mut runs = Vec::new();
+    let mut best: Option<Measured> = None;
+    let settings = protocols
+        .iter()
+        .flat_map(|p| concurrencies.iter().map(move |&c| (p.as_str(), c)));
+    for (protocol, concurrency) in settings {
+        let contender = Contender::ideal(concurrency, protocol == "http2")?;
+        let server = Server::start("kube").await?;
+        let result = measure(&server, &nodes_only, &contender)
+            .await
+            .with_context(|| format!("measuring the ceiling at {concurrency} in flight over {protocol}"))?;
+        eprintln!(
+            "versus: ceiling, {protocol}, {concurrency} in flight: {} nodes/s, {} requests/node, kube-apiserver {:?} CPU-s",
+            result.nodes_per_sec, result.api_requests_per_node, result.apiserver_cpu_seconds
+        );
+        let mut entry = serde_json::to_value(&result)?;
+        entry["concurrency"] = json!(concurrency);
+        entry["protocol"] = json!(protocol);
+        runs.push(entry);
+        if best
+            .as_ref()
+            .is_none_or(|b| result.nodes_per_sec > b.nodes_per_sec)
+        {
+            best = Some(result);
+        }
+    }
+    let best = best.context("--ceiling-concurrency: no value")?;
+    let mut entry = serde_json::to_value(&best)?;
+    entry["runs"] = json!(runs);
+    Ok((entry, best))
+}
+
 /// Ours against each Go contender: speed (higher is better for ours), memory, CPU per node (one burst
 /// size for all) and requests per node (lower is better for ours).
 fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
@@ -227,7 +286,23 @@ fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
         return json!({});
     };
     let mut ratios = serde_json::Map::new();
-    for (name, theirs) in measured.iter().filter(|(name, _)| name != "ours") {
+    if let Some((_, ceiling)) = measured.iter().find(|(name, _)| name == "ceiling") {
+        let of_ceiling: serde_json::Map<String, serde_json::Value> = measured
+            .iter()
+            .filter(|(name, _)| name != "ceiling")
+            .map(|(name, m)| {
+                (
+                    name.clone(),
+                    json!(round(m.nodes_per_sec / ceiling.nodes_per_sec)),
+                )
+            })
+            .collect();
+        ratios.insert("nodes_per_sec_of_ceiling".into(), json!(of_ceiling));
+    }
+    for (name, theirs) in measured
+        .iter()
+        .filter(|(name, _)| name != "ours" && name != "ceiling")
+    {
         ratios.insert(
             format!("ours_vs_{name}"),
             json!({
