@@ -2,10 +2,16 @@
 //!
 //! It makes the two writes per node the cloud-node controller makes (the addresses on the status, then the
 //! labels, the provider ID and the taint removed, conditional on the first write's resourceVersion; the same
-//! bodies, parameters and metadata-only answers, through `kube_ccm_runtime::written`) from a minimal loop:
-//! one watch of the nodes, the cloud asked for each ready batch's metadata at once, then each node's writes
-//! with `--concurrency` in flight. No queue, no retries but a conflict's, no caches, no metrics, no leader
-//! election: what is left is what the API server takes to initialise a node. Test tooling, never shipped.
+//! parameters and metadata-only answers, through `kube_ccm_runtime::written`) from a minimal loop: one watch
+//! of the nodes, the cloud asked for each ready batch's metadata at once, then each node's writes with
+//! `--concurrency` in flight. No queue, no retries but a conflict's (the node read again), no caches, no
+//! metrics, no leader election: what is left is what the API server takes to initialise a node. Test
+//! tooling, never shipped.
+//!
+//! The bodies are the node controller's for the nodes `ccm-bench` makes, not in general: the cloud's
+//! addresses replace the node's (the controller keeps a kubelet's Hostname the cloud lacks, and honours the
+//! provided-node-IP annotation), and the status is written even when it is already so. A node it cannot
+//! initialise ends the process with an error, so that a measurement fails at once.
 //!
 //! It accepts a contender's command line (`--cloud-provider=fake --cloud-config=FILE --kubeconfig=FILE`,
 //! the rest ignored), `--concurrency=N` (default 128) and `--http2` (one HTTP/2 connection, as client-go's,
@@ -16,11 +22,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch};
 use kube::client::ConfigExt;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube_ccm_fake::{FakeCloudConfig, FakeProvider};
 use kube_ccm_provider::names::{
     LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE,
@@ -49,17 +55,26 @@ struct Options {
     kubeconfig: String,
     cloud_config: String,
     concurrency: usize,
-    http2: bool,
+    protocol: Protocol,
+}
+
+/// How the client talks to the API server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// kube's own pool: a connection per request in flight.
+    Http1,
+    /// One connection carrying every request, as client-go's.
+    Http2,
 }
 
 fn options() -> Result<Options, Error> {
     let mut kubeconfig = None;
     let mut cloud_config = None;
     let mut concurrency = 128;
-    let mut http2 = false;
+    let mut protocol = Protocol::Http1;
     for arg in std::env::args().skip(1) {
         if arg == "--http2" {
-            http2 = true;
+            protocol = Protocol::Http2;
         } else if let Some(path) = arg.strip_prefix("--kubeconfig=") {
             kubeconfig = Some(path.to_owned());
         } else if let Some(path) = arg.strip_prefix("--cloud-config=") {
@@ -76,13 +91,13 @@ fn options() -> Result<Options, Error> {
         kubeconfig: kubeconfig.ok_or("--kubeconfig is required")?,
         cloud_config: cloud_config.ok_or("--cloud-config is required")?,
         concurrency,
-        http2,
+        protocol,
     })
 }
 
-/// A client from the kubeconfig at `path`: kube's own (HTTP/1.1, a connection per request in flight), or with
-/// `http2` one HTTP/2 connection carrying every request (as client-go's), through kube's own layers.
-async fn client(path: &str, http2: bool) -> Result<kube::Client, Error> {
+/// A client from the kubeconfig at `path`, speaking `protocol`: kube's own, or for HTTP/2 a hyper client
+/// speaking h2 alone under kube's own layers.
+async fn client(path: &str, protocol: Protocol) -> Result<kube::Client, Error> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
@@ -90,7 +105,7 @@ async fn client(path: &str, http2: bool) -> Result<kube::Client, Error> {
         http::header::USER_AGENT,
         http::HeaderValue::from_str(&format!("{AGENT}0.1"))?,
     ));
-    if !http2 {
+    if protocol == Protocol::Http1 {
         return Ok(kube::Client::try_from(config)?);
     }
     // kube's TLS configuration offers http/1.1 by ALPN; the connector offers h2 alone.
@@ -115,7 +130,8 @@ async fn client(path: &str, http2: bool) -> Result<kube::Client, Error> {
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
-/// The labels the node controller sets from the instance's metadata (those the node lacks).
+/// The labels the node controller sets from the instance's metadata: the well-known pairs where the node
+/// differs, the cloud's own where the node has none and the key is not in a Kubernetes domain.
 fn labels(node: &Node, metadata: &InstanceMetadata) -> BTreeMap<String, String> {
     let current = node.metadata.labels.clone().unwrap_or_default();
     let mut set = BTreeMap::new();
@@ -131,6 +147,15 @@ fn labels(node: &Node, metadata: &InstanceMetadata) -> BTreeMap<String, String> 
             if current.get(key) != Some(value) {
                 set.insert(key.to_owned(), value.clone());
             }
+        }
+    }
+    for (key, value) in &metadata.additional_labels {
+        let domain = key.split_once('/').map_or("", |(prefix, _)| prefix);
+        let reserved = ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|r| domain == *r || domain.ends_with(&format!(".{r}")));
+        if !reserved && !current.contains_key(key) {
+            set.insert(key.clone(), value.clone());
         }
     }
     set
@@ -156,9 +181,13 @@ async fn initialise(api: &Api<Written<Node>>, node: &Node, metadata: &InstanceMe
         .into_iter()
         .filter(|t| t.key != TAINT_UNINITIALIZED)
         .collect();
+    let mut spec = json!({"taints": taints});
+    if node.spec.as_ref().and_then(|s| s.provider_id.as_ref()).is_none() {
+        spec["providerID"] = json!(metadata.provider_id);
+    }
     let patch = json!({
         "metadata": {"resourceVersion": written.metadata.resource_version, "labels": labels(node, metadata)},
-        "spec": {"taints": taints, "providerID": metadata.provider_id},
+        "spec": spec,
     });
     api.patch(name, &patch_params(), &Patch::Strategic(patch))
         .await
@@ -175,32 +204,41 @@ fn uninitialised(node: &Node) -> bool {
 async fn run(options: Options) -> Result<(), Error> {
     let config = FakeCloudConfig::parse(&std::fs::read(&options.cloud_config)?)?;
     let provider = Arc::new(FakeProvider::new(config));
-    let client = client(&options.kubeconfig, options.http2).await?;
+    let client = client(&options.kubeconfig, options.protocol).await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let written: Api<Written<Node>> = Api::all(client);
     let writes = Arc::new(Semaphore::new(options.concurrency));
+    // By UID: a node deleted and made again under its name is a new node.
     let mut started: HashSet<String> = HashSet::new();
-    let events = watcher::watcher(nodes, watcher::Config::default())
-        .map_ok(|event| match event {
-            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => Some(node),
-            _ => None,
-        })
-        .try_filter_map(|node| async move { Ok(node.filter(uninitialised)) });
+    let events = watcher::watcher(nodes.clone(), watcher::Config::default())
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                    Some(node).filter(uninitialised)
+                }
+                Ok(_) => None,
+                Err(error) => {
+                    warn(&format!("watching the nodes: {error}"));
+                    None
+                }
+            }
+        });
     let mut batches = std::pin::pin!(events.ready_chunks(BATCH));
     while let Some(batch) = batches.next().await {
         let batch: Vec<Arc<Node>> = batch
             .into_iter()
-            .filter_map(Result::ok)
-            .filter(|n| started.insert(n.metadata.name.clone().unwrap_or_default()))
+            .filter(|n| started.insert(n.metadata.uid.clone().unwrap_or_default()))
             .map(Arc::new)
             .collect();
         if batch.is_empty() {
             continue;
         }
-        let (provider, written, writes) = (provider.clone(), written.clone(), writes.clone());
+        let (provider, nodes, written, writes) =
+            (provider.clone(), nodes.clone(), written.clone(), writes.clone());
         tokio::spawn(async move {
             let Some(instances) = provider.instances_v2() else {
-                return;
+                give_up("the fake provider offers no instances");
             };
             let cx = CallContext::new(
                 tokio::time::Instant::now() + Duration::from_secs(60),
@@ -209,15 +247,29 @@ async fn run(options: Options) -> Result<(), Error> {
             );
             let answers = instances.instance_metadata_batch(&cx, &batch).await;
             for (node, metadata) in batch.into_iter().zip(answers) {
-                let Ok(metadata) = metadata else { continue };
-                let (written, writes) = (written.clone(), writes.clone());
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let metadata = match metadata {
+                    Ok(metadata) => metadata,
+                    Err(error) => give_up(&format!("the cloud's answer for {name}: {error}")),
+                };
+                let (nodes, written, writes) = (nodes.clone(), written.clone(), writes.clone());
                 tokio::spawn(async move {
                     let Ok(_permit) = writes.acquire().await else {
                         return;
                     };
-                    for _ in 0..TRIES {
-                        if initialise(&written, &node, &metadata).await.is_ok() {
-                            break;
+                    let mut node = node;
+                    for tried in 1..=TRIES {
+                        match initialise(&written, &node, &metadata).await {
+                            Ok(()) => return,
+                            // The node changed between the two writes: read it again, as the node
+                            // controller's next sync would.
+                            Err(kube::Error::Api(status)) if status.code == 409 && tried < TRIES => {
+                                match nodes.get(&name).await {
+                                    Ok(fresh) => node = Arc::new(fresh),
+                                    Err(error) => give_up(&format!("read {name} again: {error}")),
+                                }
+                            }
+                            Err(error) => give_up(&format!("initialise {name}: {error}")),
                         }
                     }
                 });
@@ -239,6 +291,19 @@ fn main() -> ExitCode {
         },
         Err(error) => fail(&error),
     }
+}
+
+fn warn(message: &str) {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("ideal-node-client: {message}");
+    }
+}
+
+/// Ends the process: a node it cannot initialise would hold a measurement to its timeout.
+fn give_up(message: &str) -> ! {
+    warn(message);
+    std::process::exit(1)
 }
 
 fn fail(error: &Error) -> ExitCode {

@@ -300,10 +300,10 @@ pub(crate) struct Contender {
 
 impl Contender {
     /// The ideal client (`src/ideal.rs`, beside this binary) with `concurrency` writes in flight, over
-    /// HTTP/2 or kube's HTTP/1.1 pool.
-    pub(crate) fn ideal(concurrency: u32, http2: bool) -> Result<Contender> {
+    /// `protocol`: `http2` (one connection) or `http1` (kube's pool).
+    pub(crate) fn ideal(concurrency: u32, protocol: &str) -> Result<Contender> {
         let mut args = vec![format!("--concurrency={concurrency}")];
-        if http2 {
+        if protocol == "http2" {
             args.push("--http2".to_owned());
         }
         Ok(Contender {
@@ -541,7 +541,6 @@ pub(crate) async fn count_requests(
     Ok((ours.len(), writes))
 }
 
-/// Waits until what `seen` publishes passes `check`, for at most `deadline`.
 /// When `child` exits, its status (polled every 200 ms): raced against a wait, so that a contender that
 /// dies fails the measurement at once instead of at the wait's bound.
 async fn exited(child: &mut std::process::Child) -> Result<std::process::ExitStatus> {
@@ -553,6 +552,7 @@ async fn exited(child: &mut std::process::Child) -> Result<std::process::ExitSta
     }
 }
 
+/// Waits until what `seen` publishes passes `check`, for at most `deadline`.
 pub(crate) async fn wait_for<T>(
     seen: &mut tokio::sync::watch::Receiver<T>,
     deadline: Duration,

@@ -1,6 +1,7 @@
 //! The ceiling of `ccm-bench versus` is honest only if the ideal client (`src/ideal.rs`) does the node
 //! controller's work: each node ends initialised as the fake cloud describes its instance (provider ID,
-//! addresses, the instance-type, zone and region labels, the uninitialized taint gone and the others kept),
+//! addresses, the instance-type, zone and region labels and the cloud's own outside Kubernetes' domains, the
+//! uninitialized taint gone and the others kept),
 //! with two writes, over HTTP/1.1 and (on kube-apiserver, which speaks it) HTTP/2.
 
 use std::collections::BTreeMap;
@@ -11,7 +12,10 @@ use control_plane::{ApiServer, Backend, on_both_backends};
 use harness::Workload;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube_ccm_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
+use kube_ccm_fake::{
+    AdminRequest, CloudRequest, CloudResponse, FakeCloud, FakeCloudClient, FakeCloudServer, FakeInstance,
+    Knobs,
+};
 
 const NODES: u32 = 8;
 
@@ -23,6 +27,14 @@ impl Drop for Ideal {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Node `index`'s instance, with labels of the cloud's own.
+fn instance(index: u32) -> FakeInstance {
+    let mut instance = FakeInstance::running(&format!("node-{index}"), index);
+    instance.labels.insert("team".into(), "cloud".into());
+    instance.labels.insert("node.kubernetes.io/x".into(), "y".into());
+    instance
 }
 
 async fn initialised(nodes: &Api<Node>, names: &[String]) -> bool {
@@ -81,6 +93,7 @@ async fn the_ideal_client_does_the_node_controllers_two_writes(backend: Backend)
     std::fs::write(&cloud_config, format!("endpoint: {}\n", cloud.url())).unwrap();
     let workload = Workload::new(server.client(), cloud.url());
     let nodes: Api<Node> = Api::all(server.client());
+    let admin = FakeCloudClient::new(cloud.url());
     let mut protocols = vec![&[][..]];
     if backend == Backend::Kube {
         protocols.push(&["--http2"][..]);
@@ -89,6 +102,9 @@ async fn the_ideal_client_does_the_node_controllers_two_writes(backend: Backend)
         let indexes: Vec<u32> = (round * NODES..(round + 1) * NODES).collect();
         for &i in &indexes {
             workload.add_node(i).await.unwrap();
+            // The cloud's own labels: one the node gets, one in a Kubernetes domain it must not.
+            let put = CloudRequest::Admin(AdminRequest::PutInstance(instance(i)));
+            assert!(matches!(admin.call(&put).await, CloudResponse::Done));
         }
         let names: Vec<String> = indexes.iter().map(|i| format!("node-{i}")).collect();
         let _ideal = Ideal(
@@ -110,7 +126,7 @@ async fn the_ideal_client_does_the_node_controllers_two_writes(backend: Backend)
         }
         for (&i, name) in indexes.iter().zip(&names) {
             let node = nodes.get(name).await.unwrap();
-            let instance = FakeInstance::running(name, i);
+            let instance = instance(i);
             let Shape {
                 labels,
                 provider_id,
@@ -134,6 +150,12 @@ async fn the_ideal_client_does_the_node_controllers_two_writes(backend: Backend)
             ] {
                 assert_eq!(labels.get(key), Some(value), "{flags:?} {name}: {key}");
             }
+            assert_eq!(
+                labels.get("team").map(String::as_str),
+                Some("cloud"),
+                "{flags:?} {name}"
+            );
+            assert!(!labels.contains_key("node.kubernetes.io/x"), "{flags:?} {name}");
             // The uninitialized taint removed, the API server's own (not-ready, added at creation) kept.
             assert_eq!(taints, ["node.kubernetes.io/not-ready"], "{flags:?} {name}");
         }

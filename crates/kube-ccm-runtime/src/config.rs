@@ -115,7 +115,8 @@ pub struct LeaderElectionConfig {
     pub release_on_cancel: bool,
     /// What losing a lock does.
     pub on_loss: LossPolicy,
-    /// `--warm-standby`: the shared caches start with the process, not when it first leads.
+    /// `--warm-standby`: the shared caches the planned controllers declare they read
+    /// ([`crate::ControllerDefinition::reads`]) start with the process, not when it first leads.
     pub warm_standby: bool,
     migration: Option<MigrationConfig>,
 }

@@ -1,7 +1,8 @@
 //! Shared informers: one watch and one cache per resource type for all controllers of the process.
 //!
 //! They start when the first controller that needs them starts (a standby that leads nothing lists
-//! nothing, unless `--warm-standby` starts them with the process) and run until shutdown.
+//! nothing, unless `--warm-standby` starts those its controllers declare they read with the process) and
+//! run until shutdown.
 //!
 //! The cache holds a projection: nodes as [`CachedNode`]s (what the controllers read, compactly: with
 //! 10k kubelet-shaped nodes they are most of the process's memory), services as the JSON of the Service

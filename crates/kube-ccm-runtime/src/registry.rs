@@ -541,6 +541,18 @@ mod tests {
                 "node-route-controller"
             ]
         );
+        // What a warm standby fills for them: each reads nodes, the service controller services too.
+        let reads: Vec<&[SharedCache]> = registry.definitions().map(|d| d.cache_reads()).collect();
+        let nodes = &[SharedCache::Nodes][..];
+        assert_eq!(
+            reads,
+            [
+                nodes,
+                nodes,
+                &[SharedCache::Nodes, SharedCache::Services][..],
+                nodes
+            ]
+        );
     }
 
     #[test]

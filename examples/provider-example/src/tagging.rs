@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use kube_ccm::runtime::{Capability, ControllerContext, ControllerDefinition};
+use kube_ccm::runtime::{Capability, ControllerContext, ControllerDefinition, SharedCache};
 
 use crate::{ExampleCloud, PROVIDER_NAME};
 
@@ -18,6 +18,7 @@ pub fn definition() -> ControllerDefinition {
         .aliases(&["example-tagging"])
         .for_provider(PROVIDER_NAME) // only with --cloud-provider=example
         .requires(Capability::Instances)
+        .reads(&[SharedCache::Nodes]) // a warm standby fills it before it leads
         .disabled_by_default()
 }
 // ANCHOR_END: definition

@@ -253,7 +253,7 @@ async fn ceiling(
         .iter()
         .flat_map(|p| concurrencies.iter().map(move |&c| (p.as_str(), c)));
     for (protocol, concurrency) in settings {
-        let contender = Contender::ideal(concurrency, protocol == "http2")?;
+        let contender = Contender::ideal(concurrency, protocol)?;
         let server = Server::start("kube").await?;
         let result = measure(&server, &nodes_only, &contender)
             .await
@@ -275,16 +275,15 @@ async fn ceiling(
     }
     let best = best.context("--ceiling-concurrency: no value")?;
     let mut entry = serde_json::to_value(&best)?;
+    entry["cpu_seconds_per_1000_nodes"] = json!(round(best.cpu_seconds * 1000.0 / f64::from(burst.nodes)));
     entry["runs"] = json!(runs);
     Ok((entry, best))
 }
 
-/// Ours against each Go contender: speed (higher is better for ours), memory, CPU per node (one burst
-/// size for all) and requests per node (lower is better for ours).
+/// Each contender's nodes/s over the ceiling's (when it ran), and ours against each Go contender: speed
+/// (higher is better for ours), memory, CPU per node (one burst size for all) and requests per node (lower
+/// is better for ours).
 fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
-    let Some((_, ours)) = measured.iter().find(|(name, _)| name == "ours") else {
-        return json!({});
-    };
     let mut ratios = serde_json::Map::new();
     if let Some((_, ceiling)) = measured.iter().find(|(name, _)| name == "ceiling") {
         let of_ceiling: serde_json::Map<String, serde_json::Value> = measured
@@ -299,6 +298,9 @@ fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
             .collect();
         ratios.insert("nodes_per_sec_of_ceiling".into(), json!(of_ceiling));
     }
+    let Some((_, ours)) = measured.iter().find(|(name, _)| name == "ours") else {
+        return serde_json::Value::Object(ratios);
+    };
     for (name, theirs) in measured
         .iter()
         .filter(|(name, _)| name != "ours" && name != "ceiling")

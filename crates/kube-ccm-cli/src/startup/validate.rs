@@ -159,7 +159,7 @@ fn leader_election(
             None
         }
     };
-    for warning in without_election(settings.leader_elect, migration.is_some(), settings.warm_standby) {
+    for warning in without_election(settings, migration.is_some()) {
         tracing::warn!("{warning}");
     }
     match (settings.leader_elect, timings) {
@@ -183,11 +183,11 @@ fn leader_election(
     }
 }
 
-/// The flags that `--leader-elect=false` makes void, each as a warning: `migration` (a leader-migration
-/// configuration was given) and `warm_standby`.
-fn without_election(leader_elect: bool, migration: bool, warm_standby: bool) -> Vec<&'static str> {
+/// The flags that `--leader-elect=false` makes void, each as a warning: a leader-migration configuration
+/// (`migration`: one was given) and `--warm-standby`.
+fn without_election(settings: &Settings, migration: bool) -> Vec<&'static str> {
     let mut warnings = Vec::new();
-    if leader_elect {
+    if settings.leader_elect {
         return warnings;
     }
     if migration {
@@ -195,7 +195,7 @@ fn without_election(leader_elect: bool, migration: bool, warm_standby: bool) -> 
             "--enable-leader-migration has no effect with --leader-elect=false (as upstream): every enabled controller runs",
         );
     }
-    if warm_standby {
+    if settings.warm_standby {
         warnings.push(
             "--warm-standby has no effect with --leader-elect=false: the process runs its controllers at once, so it is never a standby",
         );
@@ -585,12 +585,17 @@ mod tests {
 
     #[test]
     fn flags_void_without_leader_election_are_warned_about() {
-        assert!(without_election(true, true, true).is_empty());
-        assert!(without_election(false, false, false).is_empty());
-        let both = without_election(false, true, true);
+        let settings = |leader_elect: bool, warm_standby: bool| Settings {
+            leader_elect,
+            warm_standby,
+            ..Settings::default()
+        };
+        assert!(without_election(&settings(true, true), true).is_empty());
+        assert!(without_election(&settings(false, false), false).is_empty());
+        let both = without_election(&settings(false, true), true);
         assert_eq!(both.len(), 2);
         assert!(both[0].starts_with("--enable-leader-migration "));
         assert!(both[1].starts_with("--warm-standby "));
-        assert_eq!(without_election(false, false, true), [both[1]]);
+        assert_eq!(without_election(&settings(false, true), false), [both[1]]);
     }
 }
