@@ -17,7 +17,7 @@
 //! the rest ignored), `--concurrency=N` (default 128) and `--http2` (one HTTP/2 connection, as client-go's,
 //! instead of kube's HTTP/1.1 pool).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,10 +28,7 @@ use kube::api::{Api, Patch};
 use kube::client::ConfigExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube_ccm_fake::{FakeCloudConfig, FakeProvider};
-use kube_ccm_provider::names::{
-    LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE,
-    LABEL_ZONE_BETA, TAINT_UNINITIALIZED,
-};
+use kube_ccm_provider::names::TAINT_UNINITIALIZED;
 use kube_ccm_provider::{CallContext, CloudProvider, InstanceMetadata};
 use kube_ccm_runtime::Written;
 use kube_ccm_runtime::written::{patch_params, patch_status};
@@ -130,35 +127,8 @@ async fn client(path: &str, protocol: Protocol) -> Result<kube::Client, Error> {
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
-/// The labels the node controller sets from the instance's metadata: the well-known pairs where the node
-/// differs, the cloud's own where the node has none and the key is not in a Kubernetes domain.
-fn labels(node: &Node, metadata: &InstanceMetadata) -> BTreeMap<String, String> {
-    let current = node.metadata.labels.clone().unwrap_or_default();
-    let mut set = BTreeMap::new();
-    for (value, keys) in [
-        (
-            &metadata.instance_type,
-            [LABEL_INSTANCE_TYPE_BETA, LABEL_INSTANCE_TYPE],
-        ),
-        (&metadata.zone, [LABEL_ZONE_BETA, LABEL_ZONE]),
-        (&metadata.region, [LABEL_REGION_BETA, LABEL_REGION]),
-    ] {
-        for key in keys.into_iter().filter(|_| !value.is_empty()) {
-            if current.get(key) != Some(value) {
-                set.insert(key.to_owned(), value.clone());
-            }
-        }
-    }
-    for (key, value) in &metadata.additional_labels {
-        let domain = key.split_once('/').map_or("", |(prefix, _)| prefix);
-        let reserved = ["kubernetes.io", "k8s.io"]
-            .iter()
-            .any(|r| domain == *r || domain.ends_with(&format!(".{r}")));
-        if !reserved && !current.contains_key(key) {
-            set.insert(key.clone(), value.clone());
-        }
-    }
-    set
+fn current_label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 /// The node's two writes.
@@ -186,7 +156,7 @@ async fn initialise(api: &Api<Written<Node>>, node: &Node, metadata: &InstanceMe
         spec["providerID"] = json!(metadata.provider_id);
     }
     let patch = json!({
-        "metadata": {"resourceVersion": written.metadata.resource_version, "labels": labels(node, metadata)},
+        "metadata": {"resourceVersion": written.metadata.resource_version, "labels": metadata.initial_labels(|key| current_label(node, key))},
         "spec": spec,
     });
     api.patch(name, &patch_params(), &Patch::Strategic(patch))

@@ -6,6 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
+use crate::names::{
+    LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE,
+    LABEL_ZONE_BETA,
+};
 use crate::{CallContext, CloudError};
 
 /// What the cloud says about a node's instance.
@@ -25,6 +29,43 @@ pub struct InstanceMetadata {
     /// More labels; keys under `kubernetes.io/` or `k8s.io/` are dropped, existing labels are not
     /// overwritten.
     pub additional_labels: BTreeMap<String, String>,
+}
+
+impl InstanceMetadata {
+    /// The labels a node's initialisation sets from this metadata, given the node's current labels
+    /// (`current(key)`): each well-known pair (beta and GA instance type, zone, region) where the node
+    /// differs, and the additional labels the node lacks, except those under kubernetes.io or k8s.io.
+    pub fn initial_labels<'a>(&self, current: impl Fn(&str) -> Option<&'a str>) -> BTreeMap<String, String> {
+        let mut set = BTreeMap::new();
+        for (value, keys) in [
+            (
+                &self.instance_type,
+                [LABEL_INSTANCE_TYPE_BETA, LABEL_INSTANCE_TYPE],
+            ),
+            (&self.zone, [LABEL_ZONE_BETA, LABEL_ZONE]),
+            (&self.region, [LABEL_REGION_BETA, LABEL_REGION]),
+        ] {
+            for key in keys.into_iter().filter(|_| !value.is_empty()) {
+                if current(key) != Some(value.as_str()) {
+                    set.insert(key.to_owned(), value.clone());
+                }
+            }
+        }
+        for (key, value) in &self.additional_labels {
+            if !reserved(key) && current(key).is_none() {
+                set.insert(key.clone(), value.clone());
+            }
+        }
+        set
+    }
+}
+
+/// Upstream's rule for additional labels: nothing under kubernetes.io or k8s.io.
+fn reserved(key: &str) -> bool {
+    let domain = key.split_once('/').map_or("", |(prefix, _)| prefix);
+    ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|reserved| domain == *reserved || domain.ends_with(&format!(".{reserved}")))
 }
 
 /// Instance look-ups by node (upstream's `InstancesV2`). Implementations should use `spec.providerID` when
@@ -121,4 +162,19 @@ pub trait Instances: Send + Sync {
         cx: &CallContext,
         provider_id: &str,
     ) -> Result<bool, CloudError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reserved;
+
+    #[test]
+    fn reserved_domains() {
+        assert!(reserved("kubernetes.io/hostname"));
+        assert!(reserved("node.kubernetes.io/x"));
+        assert!(reserved("k8s.io/x"));
+        assert!(!reserved("example.com/kubernetes.io"));
+        assert!(!reserved("plain"));
+        assert!(!reserved("mykubernetes.io/x"));
+    }
 }

@@ -26,10 +26,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
-use kube_ccm_provider::names::{
-    ANNOTATION_PROVIDED_NODE_IP, LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_PAIRS, LABEL_REGION,
-    LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA, TAINT_UNINITIALIZED,
-};
+use kube_ccm_provider::names::{ANNOTATION_PROVIDED_NODE_IP, LABEL_PAIRS, TAINT_UNINITIALIZED};
 use kube_ccm_provider::{CloudError, InstanceMetadata, Priority};
 use serde_json::json;
 
@@ -244,41 +241,6 @@ async fn sync_node(node: Arc<CachedNode>, context: Arc<NodeContext>) -> Result<A
     result
 }
 
-/// Upstream's rule for additional labels: nothing under kubernetes.io or k8s.io.
-fn reserved(key: &str) -> bool {
-    let domain = key.split_once('/').map_or("", |(prefix, _)| prefix);
-    ["kubernetes.io", "k8s.io"]
-        .iter()
-        .any(|reserved| domain == *reserved || domain.ends_with(&format!(".{reserved}")))
-}
-
-/// The labels initialisation sets (in pairs), without overwriting what the node already has for additional ones.
-fn initial_labels(node: &CachedNode, metadata: &InstanceMetadata) -> BTreeMap<String, String> {
-    let mut set = BTreeMap::new();
-    for (value, keys) in [
-        (
-            &metadata.instance_type,
-            [LABEL_INSTANCE_TYPE_BETA, LABEL_INSTANCE_TYPE],
-        ),
-        (&metadata.zone, [LABEL_ZONE_BETA, LABEL_ZONE]),
-        (&metadata.region, [LABEL_REGION_BETA, LABEL_REGION]),
-    ] {
-        if !value.is_empty() {
-            for key in keys {
-                if node.label(key) != Some(value.as_str()) {
-                    set.insert(key.to_owned(), value.clone());
-                }
-            }
-        }
-    }
-    for (key, value) in &metadata.additional_labels {
-        if !reserved(key) && node.label(key).is_none() {
-            set.insert(key.clone(), value.clone());
-        }
-    }
-    set
-}
-
 /// The status write of a node's addresses: the list replaced, as upstream's (`$patch: replace`: the list's
 /// merge key, the type, is not unique, a node may have several InternalIPs).
 fn addresses_patch(addresses: &[NodeAddress]) -> Patch<serde_json::Value> {
@@ -368,7 +330,7 @@ async fn initialize(node: &CachedNode, context: &NodeContext) -> Result<Action, 
         spec["providerID"] = json!(metadata.provider_id);
     }
     let patch = json!({
-        "metadata": {"resourceVersion": resource_version, "labels": initial_labels(node, &metadata)},
+        "metadata": {"resourceVersion": resource_version, "labels": metadata.initial_labels(|key| node.label(key))},
         "spec": spec,
     });
     let written = context
@@ -483,6 +445,9 @@ async fn refresh_one(node: &CachedNode, context: &NodeContext) -> Result<(), Nod
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_ccm_provider::names::{
+        LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_ZONE, LABEL_ZONE_BETA,
+    };
 
     fn node(labels: serde_json::Value) -> CachedNode {
         serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels}})).unwrap()
@@ -506,7 +471,8 @@ mod tests {
             .into(),
             ..InstanceMetadata::default()
         };
-        let set = initial_labels(&node(json!({"kept": "mine"})), &metadata);
+        let node = node(json!({"kept": "mine"}));
+        let set = metadata.initial_labels(|key| node.label(key));
         let keys: Vec<&str> = set.keys().map(String::as_str).collect();
         assert_eq!(
             keys,
@@ -518,15 +484,5 @@ mod tests {
                 LABEL_ZONE
             ],
         );
-    }
-
-    #[test]
-    fn reserved_domains() {
-        assert!(reserved("kubernetes.io/hostname"));
-        assert!(reserved("node.kubernetes.io/x"));
-        assert!(reserved("k8s.io/x"));
-        assert!(!reserved("example.com/kubernetes.io"));
-        assert!(!reserved("plain"));
-        assert!(!reserved("mykubernetes.io/x"));
     }
 }
