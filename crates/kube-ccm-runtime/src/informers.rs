@@ -323,6 +323,16 @@ impl<K: Cached> Informer<K> {
     }
 }
 
+/// A cache the manager shares between its controllers, as a controller declares it reads it
+/// ([`crate::ControllerDefinition::reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedCache {
+    /// Every Node.
+    Nodes,
+    /// Every Service.
+    Services,
+}
+
 /// The informers of one process.
 pub(crate) struct Informers {
     client: kube::Client,

@@ -49,7 +49,7 @@ pub use context::{ControllerContext, event_reference};
 pub use controllers::{Backoff, MAX_PER_SWEEP, NodeDeletion, OrphanSweep};
 pub use exposition::metric_reference;
 pub use health::{Health, Verdict};
-pub use informers::{Cache, Informer};
+pub use informers::{Cache, Informer, SharedCache};
 /// Flags a binary's own controllers add to the command line (as upstream's AWS manager adds `--tags`), declared
 /// as providers declare theirs.
 pub use kube_ccm_provider::flags::{Flag, FlagKind, FlagValue, FlagValues};
@@ -58,7 +58,7 @@ pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
-    SettingsCheck, SharedCache,
+    SettingsCheck,
 };
 pub use runner::{Action, Runner};
 pub use runtime::{Manager, ManagerError};

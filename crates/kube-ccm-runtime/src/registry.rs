@@ -20,6 +20,7 @@ use kube_ccm_provider::{CloudProvider, ProviderRegistry, ProviderRegistryError, 
 use crate::Binary;
 use crate::config::ControllerSettings;
 use crate::context::ControllerContext;
+use crate::informers::SharedCache;
 use kube_ccm_provider::flags::{Flag, FlagValues};
 
 /// A capability of the cloud provider that a controller cannot run without.
@@ -31,16 +32,6 @@ pub enum Capability {
     LoadBalancers,
     /// [`CloudProvider::routes`].
     Routes,
-}
-
-/// A cache the manager shares between its controllers, as a controller declares it reads it
-/// ([`ControllerDefinition::reads`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SharedCache {
-    /// Every Node.
-    Nodes,
-    /// Every Service.
-    Services,
 }
 
 impl Capability {
@@ -539,18 +530,6 @@ mod tests {
                 "cloud-node-lifecycle-controller",
                 "service-lb-controller",
                 "node-route-controller"
-            ]
-        );
-        // What a warm standby fills for them: each reads nodes, the service controller services too.
-        let reads: Vec<&[SharedCache]> = registry.definitions().map(|d| d.cache_reads()).collect();
-        let nodes = &[SharedCache::Nodes][..];
-        assert_eq!(
-            reads,
-            [
-                nodes,
-                nodes,
-                &[SharedCache::Nodes, SharedCache::Services][..],
-                nodes
             ]
         );
     }

@@ -13,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{LeaderElectionConfig, ManagerConfig};
 use crate::health::Health;
 use crate::informers::Informers;
+use crate::informers::SharedCache;
 use crate::metrics::Metrics;
-use crate::registry::{ControllerRegistry, SharedCache};
+use crate::registry::ControllerRegistry;
 
 mod scope_controllers;
 

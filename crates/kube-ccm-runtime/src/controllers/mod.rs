@@ -33,7 +33,8 @@ pub use node_lifecycle::NodeDeletion;
 pub use service::{MAX_PER_SWEEP, OrphanSweep};
 
 use crate::config::ControllerSettings;
-use crate::registry::{Capability, ControllerDefinition, ControllerRegistry, SharedCache};
+use crate::informers::SharedCache;
+use crate::registry::{Capability, ControllerDefinition, ControllerRegistry};
 
 impl ControllerRegistry {
     /// The framework's controllers: `cloud-node-controller`, `cloud-node-lifecycle-controller`,
@@ -102,4 +103,25 @@ pub(crate) fn age_seconds<K: Cached>(object: &K) -> Option<f64> {
     let created = object.identity().created()?.0;
     let age = jiff::Timestamp::now().duration_since(created);
     Some(age.as_secs_f64().max(0.0))
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn the_builtins_declare_the_caches_a_warm_standby_fills() {
+        // Each reads nodes, the service controller services too.
+        let reads: Vec<&[SharedCache]> = builtin().iter().map(|d| d.cache_reads()).collect();
+        let nodes = &[SharedCache::Nodes][..];
+        assert_eq!(
+            reads,
+            [
+                nodes,
+                nodes,
+                &[SharedCache::Nodes, SharedCache::Services][..],
+                nodes
+            ]
+        );
+    }
 }
