@@ -11,7 +11,9 @@
 //! carrying the uninitialized taint, are created as fast as the API server takes them; the time runs from
 //! the first create to the last node seen without the taint. Writes are counted from the API server's
 //! request log or audit log (every write attempt by the controller-manager, failed ones included); memory
-//! is the controller-manager's resident set once every node is initialised.
+//! is the controller-manager's resident set once every node is initialised. With `--steady-seconds`, a
+//! window with nothing changing follows: what the manager's periodic work asks of the API server and the
+//! cloud ([`steady`]).
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -26,12 +28,16 @@ use kube::runtime::watcher;
 use kube_ccm_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
 use serde_json::json;
 
+mod server;
 mod services;
+pub(crate) mod steady;
 
+pub(crate) use server::Server;
 pub(crate) use services::Provisioned;
 use services::{Phase, provision};
+use steady::{Steady, Window};
 
-use crate::process::{ApiServer, TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib, rss_split_mib};
+use crate::process::{TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib, rss_split_mib};
 use crate::stats::round;
 
 const CCM_AGENT: &str = "cloud-controller-manager/";
@@ -54,6 +60,14 @@ pub(crate) struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_seconds: u64,
+    /// After the burst, a window of this many seconds with nothing changing: the manager's API requests
+    /// and cloud calls meanwhile (0: none). With a window, the manager refreshes every node's addresses
+    /// every `--node-status-seconds`.
+    #[arg(long, default_value_t = 0)]
+    steady_seconds: u64,
+    /// The manager's `--node-status-update-frequency` in seconds, with a steady window.
+    #[arg(long, default_value_t = 60)]
+    node_status_seconds: u64,
     /// The API server: `test` (this repository's test API server, as a process) or `kube` (a real
     /// kube-apiserver on etcd, built by `cargo xtask kube`; writes are counted from its audit log).
     #[arg(long, default_value = "test", value_parser = ["test", "kube"])]
@@ -164,79 +178,6 @@ impl Drop for Manager {
     }
 }
 
-/// The API server the benchmark runs on.
-pub(crate) enum Server {
-    Test(ApiServer),
-    Kube(Box<control_plane::KubeApiServer>),
-}
-
-impl Server {
-    pub(crate) async fn start(kind: &str) -> Result<Server> {
-        if kind == "test" {
-            return Ok(Server::Test(ApiServer::start(&[])?));
-        }
-        let binaries = control_plane::KubeBinaries::find()
-            .context("--apiserver kube (`cargo xtask kube` builds kube-apiserver and etcd)")?;
-        let config = control_plane::KubeConfig {
-            audit_policy: Some(control_plane::LEAN_AUDIT_POLICY.to_owned()),
-            ..control_plane::KubeConfig::default()
-        };
-        Ok(Server::Kube(Box::new(
-            control_plane::KubeApiServer::start(&binaries, &config).await?,
-        )))
-    }
-
-    pub(crate) fn kubeconfig(&self) -> &std::path::Path {
-        match self {
-            Server::Test(server) => &server.kubeconfig,
-            Server::Kube(server) => server.kubeconfig_path(),
-        }
-    }
-
-    pub(crate) async fn client(&self) -> Result<kube::Client> {
-        match self {
-            Server::Test(server) => server.client().await,
-            Server::Kube(server) => Ok(server.client()),
-        }
-    }
-
-    /// Every request so far: the test API server's log, or kube-apiserver's audit log.
-    async fn requests(&self, client: &kube::Client) -> Result<Vec<ccm_audit::RequestEntry>> {
-        match self {
-            Server::Test(_) => harness::Admin::new(client.clone()).requests().await,
-            Server::Kube(server) => Ok(server.request_entries()),
-        }
-    }
-
-    /// CPU seconds used so far by etcd and kube-apiserver (the real one only).
-    pub(crate) fn cpu_seconds(&self) -> Option<(f64, f64)> {
-        match self {
-            Server::Test(_) => None,
-            Server::Kube(server) => {
-                let (etcd, apiserver) = server.pids();
-                Some((cpu_seconds(etcd)?, cpu_seconds(apiserver)?))
-            }
-        }
-    }
-
-    /// What it is, and its memory now (MiB; etcd's and kube-apiserver's for the real one).
-    pub(crate) fn describe(&self) -> serde_json::Value {
-        match self {
-            Server::Test(server) => json!({"kind": "test", "rss_mb": server.rss_mib().map(round)}),
-            Server::Kube(server) => {
-                let (etcd, apiserver) = server.rss_mib();
-                json!({
-                    "kind": "kube-apiserver",
-                    "version": server.version(),
-                    "etcd": server.binaries().etcd_version,
-                    "rss_mb": round(apiserver),
-                    "etcd_rss_mb": round(etcd),
-                })
-            }
-        }
-    }
-}
-
 pub(crate) async fn run(args: Args) -> Result<()> {
     let server = Server::start(&args.apiserver).await?;
     let burst = Burst {
@@ -246,9 +187,22 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),
+        steady: (args.steady_seconds > 0).then(|| Window {
+            length: Duration::from_secs(args.steady_seconds),
+            nodes: args.nodes + 1,
+            period: Duration::from_secs(args.node_status_seconds.max(1)),
+        }),
     };
+    let node_status = format!(
+        "--node-status-update-frequency={}s",
+        args.node_status_seconds.max(1)
+    );
     // The burst is bounded by the client-side rate limit otherwise (upstream's default: 20/s).
-    let ours = Contender::ours(&["--kube-api-qps=10000", "--kube-api-burst=10000"])?;
+    let mut flags = vec!["--kube-api-qps=10000", "--kube-api-burst=10000"];
+    if burst.steady.is_some() {
+        flags.push(&node_status);
+    }
+    let ours = Contender::ours(&flags)?;
     let measured = measure(&server, &burst, &ours).await?;
     let result = json!({
         "nodes": args.nodes,
@@ -266,6 +220,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         "cpu_seconds": measured.cpu_seconds,
         "apiserver_cpu_seconds": measured.apiserver_cpu_seconds,
         "etcd_cpu_seconds": measured.etcd_cpu_seconds,
+        "steady": measured.steady,
         "apiserver": server.describe(),
     });
     args.output.write(&result)
@@ -287,6 +242,8 @@ pub(crate) struct Burst {
     pub(crate) concurrency: usize,
     /// Bound of each wait.
     pub(crate) timeout: Duration,
+    /// A steady window after the burst (and the load balancers), if any.
+    pub(crate) steady: Option<Window>,
 }
 
 /// A controller manager to measure: its binary and flags (beyond the cloud, the kubeconfig, no leader
@@ -348,6 +305,8 @@ pub(crate) struct Measured {
     pub(crate) etcd_cpu_seconds: Option<f64>,
     /// The load balancers' phase, when the burst has one.
     pub(crate) load_balancers: Option<Provisioned>,
+    /// The steady window, if the burst had one.
+    pub(crate) steady: Option<Steady>,
 }
 
 /// Starts `contender` on `server` with a fake cloud holding every node's instance, initialises a
@@ -506,6 +465,18 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     } else {
         None
     };
+    let steady = match burst.steady {
+        Some(window) => {
+            let steady = steady::observe(server, &client, cloud.cloud(), contender, pid, window).await?;
+            eprintln!(
+                "nodes: {}: steady {}",
+                contender.name,
+                serde_json::to_string(&steady)?
+            );
+            Some(steady)
+        }
+        None => None,
+    };
     drop(manager);
     Ok(Measured {
         seconds: round(seconds),
@@ -520,6 +491,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         apiserver_cpu_seconds: delta(1),
         etcd_cpu_seconds: delta(0),
         load_balancers,
+        steady,
     })
 }
 

@@ -98,6 +98,25 @@ fn upstream(name: &'static str, binaries: &control_plane::KubeBinaries, flags: &
     }
 }
 
+/// Upstream's CCM as the contender `name` names: `go-default` (its defaults) or `go-tuned` (our
+/// defaults' concurrency and client limits); `None` for any other name.
+pub(crate) fn go_contender(name: &str, binaries: &control_plane::KubeBinaries) -> Option<Contender> {
+    match name {
+        "go-default" => Some(upstream("go-default", binaries, &[])),
+        "go-tuned" => Some(upstream(
+            "go-tuned",
+            binaries,
+            &[
+                "--concurrent-node-syncs=128",
+                "--concurrent-service-syncs=8",
+                "--kube-api-qps=1000",
+                "--kube-api-burst=2000",
+            ],
+        )),
+        _ => None,
+    }
+}
+
 pub(crate) async fn run(mut args: Args) -> Result<()> {
     if args.cloud == "aws" {
         let contenders = if args.contenders.is_empty() {
@@ -134,6 +153,7 @@ pub(crate) async fn run(mut args: Args) -> Result<()> {
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),
+        steady: None,
     };
     let mut results = serde_json::Map::new();
     let mut measured: Vec<(String, Measured)> = Vec::new();
@@ -145,20 +165,9 @@ pub(crate) async fn run(mut args: Args) -> Result<()> {
             measured.push((name.clone(), best));
             continue;
         }
-        let contender = match name.as_str() {
-            "go-default" => upstream("go-default", &binaries, &[]),
-            // Our defaults' concurrency and client limits.
-            "go-tuned" => upstream(
-                "go-tuned",
-                &binaries,
-                &[
-                    "--concurrent-node-syncs=128",
-                    "--concurrent-service-syncs=8",
-                    "--kube-api-qps=1000",
-                    "--kube-api-burst=2000",
-                ],
-            ),
-            _ => Contender::ours(&[])?,
+        let contender = match go_contender(name, &binaries) {
+            Some(go) => go,
+            None => Contender::ours(&[])?,
         };
         let server = Server::start("kube").await?;
         let result = measure(&server, &burst, &contender)
