@@ -2,6 +2,7 @@
 
 mod support;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use std::time::Duration;
@@ -129,6 +130,85 @@ async fn nodes_are_initialized_from_the_cloud_in_two_writes(backend: Backend) {
         taint_keys(&nodes, "n2")
             .await
             .contains(&TAINT_UNINITIALIZED.to_owned())
+    );
+    running.stop().await;
+}
+
+/// The cloud's `describe_instances` calls so far.
+async fn describe_calls(cluster: &Cluster) -> u64 {
+    match cluster.snapshot().await {
+        CloudResponse::Snapshot { calls_by_kind, .. } => {
+            calls_by_kind.get("describe_instances").copied().unwrap_or(0)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The address refresh asks the cloud about 1,000 nodes a call: 1,001 initialised nodes whose instances
+/// all moved take two calls and one status write each. (Before, each look-up was queued behind the
+/// refresh's workers and batches held a few nodes: dozens of calls.)
+async fn addresses_are_refreshed_in_one_cloud_call_per_thousand_nodes(backend: Backend) {
+    const NODES: u32 = 1_001;
+    let instance = |i: u32| FakeInstance::running(&format!("n{i}"), i);
+    let cluster = Cluster::start(backend, (0..NODES).map(instance).collect()).await;
+    let nodes = cluster.nodes();
+    futures::stream::iter(0..NODES)
+        .map(|i| {
+            let nodes = nodes.clone();
+            let addresses: Vec<_> = instance(i)
+                .addresses
+                .iter()
+                .map(|a| json!({"type": a.type_, "address": a.address}))
+                .collect();
+            let mut extra = ready("True");
+            extra["spec"] = json!({"providerID": format!("fake://n{i}")});
+            extra["status"]["addresses"] = json!(addresses);
+            async move {
+                nodes
+                    .create(&PostParams::default(), &node(&format!("n{i}"), extra))
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    // Every instance moves to another internal address (10.0.x.y to 10.200.x.y).
+    for i in 0..NODES {
+        let mut moved = instance(i);
+        moved.addresses[0].address = moved.addresses[0].address.replacen("10.0.", "10.200.", 1);
+        cluster.admin(AdminRequest::PutInstance(moved)).await;
+    }
+    let before = describe_calls(&cluster).await;
+    let settings = kube_ccm_runtime::ControllerSettings {
+        node_status_update_frequency: Duration::from_secs(3),
+        ..settings()
+    };
+    let running = start(manager(&cluster, cluster.cloud_config(), settings));
+    eventually("every node's new address", || async {
+        nodes
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.addresses.as_ref())
+                    .is_some_and(|a| a.iter().any(|a| a.address.starts_with("10.200.")))
+            })
+    })
+    .await;
+    assert_eq!(
+        describe_calls(&cluster).await - before,
+        2,
+        "one call per 1,000 nodes"
+    );
+    assert_eq!(
+        cluster.writes_by("cloud-node-controller").len(),
+        NODES as usize,
+        "one write a node"
     );
     running.stop().await;
 }
@@ -767,6 +847,7 @@ async fn the_orphan_sweep_deletes_only_this_clusters_unclaimed_load_balancers(ba
 
 control_plane::on_both_backends!(
     nodes_are_initialized_from_the_cloud_in_two_writes,
+    addresses_are_refreshed_in_one_cloud_call_per_thousand_nodes,
     a_node_without_a_provider_id_stays_tainted_with_an_event,
     lifecycle_deletes_gone_nodes_and_taints_shut_down_ones,
     a_cloud_that_says_every_node_is_gone_deletes_none_and_a_terminated_one_still_goes,

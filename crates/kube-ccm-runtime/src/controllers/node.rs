@@ -120,30 +120,38 @@ fn metadata_batcher(controller: &ControllerContext) -> MetadataBatcher {
         }
     };
     Batcher::spawn(500, 8, gate, move |nodes: Vec<Arc<Node>>| {
-        let provider = controller.provider.clone();
         let priority = nodes
             .iter()
             .map(|n| priority_of(n))
             .min()
             .unwrap_or(Priority::Refresh);
-        let cx = controller.call_context_at(priority);
-        async move {
-            let Some(instances) = instances_of(provider.as_ref()) else {
-                return nodes.iter().map(|_| Err(CloudError::NotImplemented)).collect();
-            };
-            let started = Instant::now();
-            let answers = cx
-                .guard(async { Ok(instances.instance_metadata_batch(&cx, &nodes).await) })
-                .await
-                .unwrap_or_else(|error| nodes.iter().map(|_| Err(error.clone())).collect());
-            cx.observe(
-                "instance_metadata_batch",
-                started.elapsed(),
-                crate::metrics::batch_outcome(&answers),
-            );
-            answers
-        }
+        let controller = controller.clone();
+        async move { ask_metadata(&controller, nodes, priority).await }
     })
+}
+
+/// One `instance_metadata_batch` call about `nodes` at `priority`, under the call context's deadline and
+/// observed as its request: one answer per node (each the error, when the framework abandoned the call).
+async fn ask_metadata(
+    controller: &ControllerContext,
+    nodes: Vec<Arc<Node>>,
+    priority: Priority,
+) -> Vec<Result<InstanceMetadata, CloudError>> {
+    let Some(instances) = instances_of(controller.provider.as_ref()) else {
+        return nodes.iter().map(|_| Err(CloudError::NotImplemented)).collect();
+    };
+    let cx = controller.call_context_at(priority);
+    let started = Instant::now();
+    let answers = cx
+        .guard(async { Ok(instances.instance_metadata_batch(&cx, &nodes).await) })
+        .await
+        .unwrap_or_else(|error| nodes.iter().map(|_| Err(error.clone())).collect());
+    cx.observe(
+        "instance_metadata_batch",
+        started.elapsed(),
+        crate::metrics::batch_outcome(&answers),
+    );
+    answers
 }
 
 pub(super) async fn run(controller: ControllerContext) {
@@ -374,7 +382,13 @@ async fn reconcile_labels(node: &CachedNode, context: &NodeContext) -> Result<Ac
     Ok(Action::await_change())
 }
 
-/// Every `--node-status-update-frequency`, refreshes the addresses of initialised nodes.
+/// Nodes a refresh asks the cloud about in one call: a provider that batches natively answers a refresh
+/// with one request per 1,000 nodes, and no more than this many whole `Node`s are built at once.
+const REFRESH_BATCH: usize = 1_000;
+
+/// Every `--node-status-update-frequency`, refreshes the addresses of initialised nodes: one metadata
+/// call per [`REFRESH_BATCH`] nodes, one batch after another, then a status write for each node whose
+/// addresses differ, `--concurrent-node-status-updates` at a time.
 async fn refresh_addresses(context: Arc<NodeContext>) {
     let controller = &context.controller;
     let settings = controller.settings();
@@ -399,24 +413,34 @@ async fn refresh_addresses(context: Arc<NodeContext>) {
             .collect();
         let context = context.clone();
         async move {
-            futures::stream::iter(nodes)
-                .for_each_concurrent(usize::from(workers.max(1)), |node| {
-                    let context = context.clone();
-                    async move {
-                        if let Err(error) = refresh_one(&node, &context).await {
-                            tracing::warn!(node = node.name(), %error, "cannot refresh node addresses");
-                        }
-                    }
-                })
-                .await;
+            for batch in nodes.chunks(REFRESH_BATCH) {
+                refresh_batch(batch, &context, usize::from(workers.max(1))).await;
+            }
         }
     })
     .await;
 }
 
-async fn refresh_one(node: &CachedNode, context: &NodeContext) -> Result<(), NodeError> {
+/// Refreshes the addresses of `batch` from one metadata call.
+async fn refresh_batch(batch: &[Arc<CachedNode>], context: &NodeContext, workers: usize) {
     let _working = context.controller.working();
-    let metadata = match instance_metadata(node, context).await {
+    let nodes: Vec<Arc<Node>> = batch.iter().map(|n| Arc::new(n.to_node())).collect();
+    let answers = ask_metadata(&context.controller, nodes, Priority::Refresh).await;
+    futures::stream::iter(batch.iter().zip(answers))
+        .for_each_concurrent(workers, |(node, answer)| async move {
+            if let Err(error) = refresh_one(node, answer.map_err(NodeError::Cloud), context).await {
+                tracing::warn!(node = node.name(), %error, "cannot refresh node addresses");
+            }
+        })
+        .await;
+}
+
+async fn refresh_one(
+    node: &CachedNode,
+    metadata: Result<InstanceMetadata, NodeError>,
+    context: &NodeContext,
+) -> Result<(), NodeError> {
+    let metadata = match metadata {
         Ok(metadata) => metadata,
         // A node whose instance is gone is the lifecycle controller's business.
         Err(NodeError::Cloud(CloudError::InstanceNotFound | CloudError::NotImplemented)) => return Ok(()),
