@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::names::{
@@ -68,11 +69,26 @@ fn reserved(key: &str) -> bool {
         .any(|reserved| domain == *reserved || domain.ends_with(&format!(".{reserved}")))
 }
 
+/// How many single look-ups the default batch forms of [`InstancesV2`] run at once: a batch may hold a
+/// thousand nodes (the address refresh), which a cloud should not get as a thousand requests at once.
+pub const DEFAULT_BATCH_CONCURRENCY: usize = 64;
+
+/// `calls`' outputs in order, at most [`DEFAULT_BATCH_CONCURRENCY`] of them running at once. The calls come
+/// made, as futures: a stream mapping borrowed nodes through a closure would defeat the `Send` check of
+/// the trait's boxed futures.
+async fn in_turns<F: Future>(calls: Vec<F>) -> Vec<F::Output> {
+    futures::stream::iter(calls)
+        .buffered(DEFAULT_BATCH_CONCURRENCY)
+        .collect()
+        .await
+}
+
 /// Instance look-ups by node (upstream's `InstancesV2`). Implementations should use `spec.providerID` when
 /// the node has one and fall back to the node's name, labels and annotations (`status.nodeInfo.systemUUID`
 /// is there too).
 ///
-/// The `*_batch` methods answer many nodes at once; their defaults call the single forms concurrently.
+/// The `*_batch` methods answer many nodes at once; their defaults call the single forms,
+/// [`DEFAULT_BATCH_CONCURRENCY`] at a time.
 /// Override them when the cloud has a batch API: the controllers always call the batch forms.
 ///
 /// Errors: a look-up that cannot answer returns an error and the node is left as it is (retried later);
@@ -90,31 +106,46 @@ pub trait InstancesV2: Send + Sync {
     /// Everything the cloud-node controller needs to initialise the node.
     async fn instance_metadata(&self, cx: &CallContext, node: &Node) -> Result<InstanceMetadata, CloudError>;
 
-    /// [`InstancesV2::instance_exists`] for many nodes; one result per node, in order.
+    /// [`InstancesV2::instance_exists`] for many nodes; one result per node, in order (the
+    /// default: [`DEFAULT_BATCH_CONCURRENCY`] single look-ups at a time).
     async fn instance_exists_batch(
         &self,
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        futures::future::join_all(nodes.iter().map(|node| self.instance_exists(cx, node))).await
+        in_turns(nodes.iter().map(|node| self.instance_exists(cx, node)).collect()).await
     }
 
-    /// [`InstancesV2::instance_shutdown`] for many nodes; one result per node, in order.
+    /// [`InstancesV2::instance_shutdown`] for many nodes; one result per node, in order (the
+    /// default: [`DEFAULT_BATCH_CONCURRENCY`] single look-ups at a time).
     async fn instance_shutdown_batch(
         &self,
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<bool, CloudError>> {
-        futures::future::join_all(nodes.iter().map(|node| self.instance_shutdown(cx, node))).await
+        in_turns(
+            nodes
+                .iter()
+                .map(|node| self.instance_shutdown(cx, node))
+                .collect(),
+        )
+        .await
     }
 
-    /// [`InstancesV2::instance_metadata`] for many nodes; one result per node, in order.
+    /// [`InstancesV2::instance_metadata`] for many nodes; one result per node, in order (the
+    /// default: [`DEFAULT_BATCH_CONCURRENCY`] single look-ups at a time).
     async fn instance_metadata_batch(
         &self,
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Vec<Result<InstanceMetadata, CloudError>> {
-        futures::future::join_all(nodes.iter().map(|node| self.instance_metadata(cx, node))).await
+        in_turns(
+            nodes
+                .iter()
+                .map(|node| self.instance_metadata(cx, node))
+                .collect(),
+        )
+        .await
     }
 }
 

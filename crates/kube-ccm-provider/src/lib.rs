@@ -45,7 +45,7 @@ pub use cidr::{Cidr, CidrError};
 pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::{CloudError, Refused};
 pub use fence::FencedStream;
-pub use instances::{InstanceMetadata, Instances, InstancesV2};
+pub use instances::{DEFAULT_BATCH_CONCURRENCY, InstanceMetadata, Instances, InstancesV2};
 pub use load_balancer::{
     ClusterLoadBalancer, LoadBalancer, default_load_balancer_name, is_default_load_balancer_name,
 };

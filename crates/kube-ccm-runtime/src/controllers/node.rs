@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
 use kube_ccm_provider::names::{ANNOTATION_PROVIDED_NODE_IP, LABEL_PAIRS, TAINT_UNINITIALIZED};
-use kube_ccm_provider::{CloudError, InstanceMetadata, Priority};
+use kube_ccm_provider::{CloudError, InstanceMetadata, Priority, RequestRate};
 use serde_json::json;
 
 use super::age_seconds;
@@ -382,13 +382,28 @@ async fn reconcile_labels(node: &CachedNode, context: &NodeContext) -> Result<Ac
     Ok(Action::await_change())
 }
 
-/// Nodes a refresh asks the cloud about in one call: a provider that batches natively answers a refresh
-/// with one request per 1,000 nodes, and no more than this many whole `Node`s are built at once.
+/// The most nodes a refresh asks the cloud about in one call: a provider that batches natively makes one
+/// request of it (or a few, at its API's limit per request), and no more than this many whole `Node`s are
+/// built at once.
 const REFRESH_BATCH: usize = 1_000;
 
+/// Nodes per refresh call under a cloud budget of `rate` and calls of at most `timeout`: [`REFRESH_BATCH`],
+/// or fewer when a provider making one request per node (the default batch forms) could not get through
+/// the batch within half the timeout on the budget alone.
+fn refresh_batch_size(rate: RequestRate, timeout: Duration) -> usize {
+    if rate.per_second <= 0.0 {
+        return REFRESH_BATCH;
+    }
+    let affordable = (rate.per_second * timeout.as_secs_f64() / 2.0).floor();
+    // Clamped to 1..=REFRESH_BATCH before the cast.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let nodes = affordable.clamp(1.0, REFRESH_BATCH as f64) as usize;
+    nodes
+}
+
 /// Every `--node-status-update-frequency`, refreshes the addresses of initialised nodes: one metadata
-/// call per [`REFRESH_BATCH`] nodes, one batch after another, then a status write for each node whose
-/// addresses differ, `--concurrent-node-status-updates` at a time.
+/// call per batch ([`refresh_batch_size`]), one batch after another, then a status write for each node
+/// whose addresses differ, `--concurrent-node-status-updates` at a time.
 async fn refresh_addresses(context: Arc<NodeContext>) {
     let controller = &context.controller;
     let settings = controller.settings();
@@ -396,6 +411,10 @@ async fn refresh_addresses(context: Arc<NodeContext>) {
         0 => settings.concurrent_node_syncs,
         n => n,
     };
+    let batch = refresh_batch_size(
+        settings.request_rate(controller.provider.default_request_rate()),
+        settings.cloud_call_timeout,
+    );
     let schedule = Schedule {
         period: settings.node_status_update_frequency,
         from_start: false,
@@ -413,8 +432,11 @@ async fn refresh_addresses(context: Arc<NodeContext>) {
             .collect();
         let context = context.clone();
         async move {
-            for batch in nodes.chunks(REFRESH_BATCH) {
-                refresh_batch(batch, &context, usize::from(workers.max(1))).await;
+            for chunk in nodes.chunks(batch) {
+                if context.controller.stop().is_cancelled() {
+                    break;
+                }
+                refresh_batch(chunk, &context, usize::from(workers.max(1))).await;
             }
         }
     })
@@ -423,13 +445,29 @@ async fn refresh_addresses(context: Arc<NodeContext>) {
 
 /// Refreshes the addresses of `batch` from one metadata call.
 async fn refresh_batch(batch: &[Arc<CachedNode>], context: &NodeContext, workers: usize) {
-    let _working = context.controller.working();
-    let nodes: Vec<Arc<Node>> = batch.iter().map(|n| Arc::new(n.to_node())).collect();
-    let answers = ask_metadata(&context.controller, nodes, Priority::Refresh).await;
+    let answers = {
+        let _working = context.controller.working();
+        let nodes: Vec<Arc<Node>> = batch.iter().map(|n| Arc::new(n.to_node())).collect();
+        ask_metadata(&context.controller, nodes, Priority::Refresh).await
+    };
+    // A call that failed as a whole (every answer the same kind of error) is said once, not per node.
+    let failed_call = answers.iter().all(|answer| {
+        matches!(answer, Err(error) if !matches!(error, CloudError::InstanceNotFound | CloudError::NotImplemented))
+    });
+    if failed_call {
+        if let Some(Err(error)) = answers.first()
+            && !matches!(error, CloudError::Cancelled)
+        {
+            tracing::warn!(nodes = batch.len(), %error, "cannot refresh node addresses");
+        }
+        return;
+    }
     futures::stream::iter(batch.iter().zip(answers))
         .for_each_concurrent(workers, |(node, answer)| async move {
-            if let Err(error) = refresh_one(node, answer.map_err(NodeError::Cloud), context).await {
-                tracing::warn!(node = node.name(), %error, "cannot refresh node addresses");
+            let _working = context.controller.working();
+            match refresh_one(node, answer, context).await {
+                Ok(()) | Err(NodeError::Cloud(CloudError::Cancelled)) => {}
+                Err(error) => tracing::warn!(node = node.name(), %error, "cannot refresh node addresses"),
             }
         })
         .await;
@@ -437,14 +475,14 @@ async fn refresh_batch(batch: &[Arc<CachedNode>], context: &NodeContext, workers
 
 async fn refresh_one(
     node: &CachedNode,
-    metadata: Result<InstanceMetadata, NodeError>,
+    metadata: Result<InstanceMetadata, CloudError>,
     context: &NodeContext,
 ) -> Result<(), NodeError> {
     let metadata = match metadata {
         Ok(metadata) => metadata,
         // A node whose instance is gone is the lifecycle controller's business.
-        Err(NodeError::Cloud(CloudError::InstanceNotFound | CloudError::NotImplemented)) => return Ok(()),
-        Err(error) => return Err(error),
+        Err(CloudError::InstanceNotFound | CloudError::NotImplemented) => return Ok(()),
+        Err(error) => return Err(NodeError::Cloud(error)),
     };
     let current = node.addresses();
     let provided_ip = node.annotation(ANNOTATION_PROVIDED_NODE_IP);
@@ -469,6 +507,16 @@ async fn refresh_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refresh_batch_fits_half_a_call_timeout_of_the_budget() {
+        let rate = |per_second| RequestRate { per_second, burst: 1 };
+        let minute = Duration::from_secs(60);
+        assert_eq!(refresh_batch_size(rate(0.0), minute), REFRESH_BATCH, "no budget");
+        assert_eq!(refresh_batch_size(rate(100.0), minute), REFRESH_BATCH);
+        assert_eq!(refresh_batch_size(rate(10.0), minute), 300);
+        assert_eq!(refresh_batch_size(rate(0.01), minute), 1);
+    }
     use kube_ccm_provider::names::{
         LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_ZONE, LABEL_ZONE_BETA,
     };
