@@ -165,41 +165,88 @@ pub async fn default_subnet(moto_url: &str) -> Result<String> {
         .with_context(|| format!("moto has no default subnet in {ZONE}"))
 }
 
-/// `count` running instances tagged for [`CLUSTER_ID`], started in moto with one `RunInstances` in the
-/// default subnet of [`ZONE`]; their private DNS names, which are the node names.
-///
-/// The subnet is named: without one, moto picks each instance's private IP at random in 10.0.0.0/8,
-/// and among 1,000 instances two share an IP (so a DNS name) about one run in thirty; in a subnet it
-/// hands out IPs in order.
-pub async fn run_instances(moto_url: &str, count: usize) -> Result<Vec<String>> {
-    let subnet = default_subnet(moto_url).await?;
-    let text = ec2_query(
+/// The default subnets of the region, [`ZONE`]'s first.
+async fn default_subnets(moto_url: &str) -> Result<Vec<String>> {
+    let first = default_subnet(moto_url).await?;
+    let all = ec2_query(
         moto_url,
         &[
-            ("Action", "RunInstances".to_owned()),
-            ("ImageId", "ami-12c6146b".to_owned()),
-            ("InstanceType", "t3.medium".to_owned()),
-            ("MinCount", count.to_string()),
-            ("MaxCount", count.to_string()),
-            ("SubnetId", subnet),
-            ("TagSpecification.1.ResourceType", "instance".to_owned()),
-            (
-                "TagSpecification.1.Tag.1.Key",
-                format!("kubernetes.io/cluster/{CLUSTER_ID}"),
-            ),
-            ("TagSpecification.1.Tag.1.Value", "owned".to_owned()),
+            ("Action", "DescribeSubnets".to_owned()),
+            ("Filter.1.Name", "default-for-az".to_owned()),
+            ("Filter.1.Value.1", "true".to_owned()),
         ],
     )
     .await?;
-    // An instance's name appears again in its network interfaces: first sightings, in order.
+    let mut subnets = vec![first];
+    for subnet in xml_values(&all, "subnetId") {
+        if !subnets.contains(&subnet) {
+            subnets.push(subnet);
+        }
+    }
+    Ok(subnets)
+}
+
+/// Instances a default subnet holds: a /20 has 4,091 addresses to give.
+const PER_SUBNET: usize = 4_000;
+/// Instances started by one `RunInstances`.
+const PER_CALL: usize = 1_000;
+
+/// `count` running instances tagged for [`CLUSTER_ID`], started in moto in the default subnet of
+/// [`ZONE`], and past 4,000 in the region's other default subnets (4,000 each; one `RunInstances` per
+/// 1,000); their private DNS names, which are the node names.
+///
+/// A subnet is named: without one, moto picks each instance's private IP at random in 10.0.0.0/8,
+/// and among 1,000 instances two share an IP (so a DNS name) about one run in thirty; in a subnet it
+/// hands out IPs in order.
+pub async fn run_instances(moto_url: &str, count: usize) -> Result<Vec<String>> {
+    let subnets = if count > PER_SUBNET {
+        default_subnets(moto_url).await?
+    } else {
+        vec![default_subnet(moto_url).await?]
+    };
+    if count > PER_SUBNET * subnets.len() {
+        bail!(
+            "{count} instances do not fit moto's {} default subnets ({PER_SUBNET} each)",
+            subnets.len()
+        );
+    }
+    let mut names = Vec::with_capacity(count);
     let mut seen = HashSet::new();
-    let names: Vec<String> = xml_values(&text, "privateDnsName")
-        .into_iter()
-        .filter(|name| !name.is_empty() && seen.insert(name.clone()))
-        .collect();
+    let mut started = 0;
+    while started < count {
+        let subnet = &subnets[started / PER_SUBNET];
+        let batch = PER_CALL
+            .min(count - started)
+            .min(PER_SUBNET - started % PER_SUBNET);
+        let text = ec2_query(
+            moto_url,
+            &[
+                ("Action", "RunInstances".to_owned()),
+                ("ImageId", "ami-12c6146b".to_owned()),
+                ("InstanceType", "t3.medium".to_owned()),
+                ("MinCount", batch.to_string()),
+                ("MaxCount", batch.to_string()),
+                ("SubnetId", subnet.clone()),
+                ("TagSpecification.1.ResourceType", "instance".to_owned()),
+                (
+                    "TagSpecification.1.Tag.1.Key",
+                    format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+                ),
+                ("TagSpecification.1.Tag.1.Value", "owned".to_owned()),
+            ],
+        )
+        .await?;
+        // An instance's name appears again in its network interfaces: first sightings, in order.
+        names.extend(
+            xml_values(&text, "privateDnsName")
+                .into_iter()
+                .filter(|name| !name.is_empty() && seen.insert(name.clone())),
+        );
+        started += batch;
+    }
     if names.len() != count {
         bail!(
-            "RunInstances in moto: {} instance names in the answer, not {count}",
+            "RunInstances in moto: {} instance names in the answers, not {count}",
             names.len()
         );
     }
