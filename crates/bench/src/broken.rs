@@ -119,6 +119,10 @@ async fn patch_service(user_agent: &str, namespace: &str, name: &str, value: &st
 
 #[async_trait]
 impl LoadBalancer for BrokenProvider {
+    fn classes(&self) -> kube_ccm_provider::LoadBalancerClasses {
+        self.inner.classes()
+    }
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,

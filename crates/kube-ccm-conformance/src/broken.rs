@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube_ccm_provider::{
     CallContext, CloudError, CloudProvider, ClusterLoadBalancer, Clusters, InitializeContext,
-    InstanceMetadata, Instances, InstancesV2, LeadingContext, LoadBalancer, Routes, Zones,
+    InstanceMetadata, Instances, InstancesV2, LeadingContext, LoadBalancer, LoadBalancerClasses, Routes,
+    Zones,
 };
 use tokio::time::Instant;
 
@@ -31,15 +32,22 @@ pub enum Fault {
     /// `list_load_balancers` lists load balancers by the cloud's ID, not by the name their services give
     /// them: the orphan sweep would take every live load balancer for an orphan.
     ListsByCloudId,
+    /// `classes` declares a class (`conformance.example.com/refused`) that `ensure_load_balancer`
+    /// refuses as `ImplementedElsewhere`: its services would keep the finalizer and never get an address.
+    RefusesDeclaredClass,
 }
+
+/// The class [`Fault::RefusesDeclaredClass`] declares and refuses.
+const REFUSED_CLASS: &str = "conformance.example.com/refused";
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 4] = [
+    pub const ALL: [Fault; 5] = [
         Fault::GoneOnError,
         Fault::NonIdempotentEnsure,
         Fault::IgnoresDeadline,
         Fault::ListsByCloudId,
+        Fault::RefusesDeclaredClass,
     ];
 
     /// The checks the suite must fail for this fault.
@@ -60,6 +68,7 @@ impl Fault {
                 "no_cloud_write_lands_after_the_lock_is_lost",
             ],
             Fault::ListsByCloudId => &["listed_load_balancers_are_named_as_their_services_and_deleted_whole"],
+            Fault::RefusesDeclaredClass => &["declared_classes_are_served"],
         }
     }
 }
@@ -308,6 +317,19 @@ impl LoadBalancer for Broken {
         self.calls.note("get_load_balancer", call).await
     }
 
+    fn classes(&self) -> LoadBalancerClasses {
+        let inner = self
+            .inner
+            .load_balancer()
+            .map(LoadBalancer::classes)
+            .unwrap_or_default();
+        if self.fault != Some(Fault::RefusesDeclaredClass) {
+            return inner;
+        }
+        let classes = inner.classes().iter().map(String::as_str).chain([REFUSED_CLASS]);
+        LoadBalancerClasses::new(inner.serves_unclassed(), classes).unwrap_or(inner)
+    }
+
     fn load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
         match self.inner.load_balancer() {
             Some(inner) => inner.load_balancer_name(cluster_name, service),
@@ -392,6 +414,11 @@ impl Broken {
     ) -> Result<LoadBalancerStatus, CloudError> {
         let inner = self.balancer()?;
         match self.fault {
+            Some(Fault::RefusesDeclaredClass)
+                if kube_ccm_provider::service::load_balancer_class(service) == Some(REFUSED_CLASS) =>
+            {
+                Err(CloudError::ImplementedElsewhere)
+            }
             Some(Fault::NonIdempotentEnsure)
                 if inner
                     .get_load_balancer(cx, cluster_name, service)

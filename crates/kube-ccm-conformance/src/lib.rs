@@ -355,6 +355,10 @@ macro_rules! negative_controls {
         fn negative_control_lists_by_cloud_id() {
             $crate::assert_negative_control($fixture, $crate::broken::Fault::ListsByCloudId);
         }
+        #[test]
+        fn negative_control_refuses_declared_class() {
+            $crate::assert_negative_control($fixture, $crate::broken::Fault::RefusesDeclaredClass);
+        }
     };
 }
 
@@ -402,6 +406,7 @@ macro_rules! __checks {
             delete_is_idempotent,
             a_new_process_adopts_an_existing_load_balancer,
             listed_load_balancers_are_named_as_their_services_and_deleted_whole,
+            declared_classes_are_served,
             routes_are_created_listed_and_deleted,
             a_call_abandoned_at_its_deadline_writes_nothing_later,
             a_cancelled_call_writes_nothing_later,
@@ -454,7 +459,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), count, "{names:?}");
         let of = |suite| super::CHECKS.iter().filter(|c| c.suite == suite).count();
-        assert_eq!(of(super::Suite::Contract), 13);
+        assert_eq!(of(super::Suite::Contract), 14);
         assert_eq!(of(super::Suite::Controllers), 4);
         assert_eq!(of(super::Suite::Fencing), 1);
     }

@@ -26,6 +26,7 @@
 mod budget;
 mod caches;
 mod cidr;
+mod classes;
 mod context;
 mod error;
 mod fence;
@@ -42,6 +43,7 @@ pub mod service;
 pub use budget::{BudgetStats, MAX_PAUSE, MIN_PER_SECOND, Priority, RateBudget};
 pub use caches::{CacheEvent, FixedCaches, NoCaches, SharedCaches};
 pub use cidr::{Cidr, CidrError};
+pub use classes::{InvalidClass, LoadBalancerClasses};
 pub use context::{CallContext, CallObserver, LockValidity};
 pub use error::{CloudError, Refused};
 pub use fence::FencedStream;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
-use crate::{CallContext, CloudError};
+use crate::{CallContext, CloudError, LoadBalancerClasses};
 
 /// Upstream's default load-balancer name: `a` + the service UID without dashes, at most 32 characters.
 pub fn default_load_balancer_name(service: &Service) -> String {
@@ -147,6 +147,14 @@ pub trait LoadBalancer: Send + Sync {
         cluster_name: &str,
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, CloudError>;
+
+    /// The services this provider makes load balancers for, by `spec.loadBalancerClass`: asked once when
+    /// the service controller starts. The default, services without a class, is upstream's. Services of
+    /// any other class are never handed to the provider, and the controller writes neither their status
+    /// nor their finalizer, so two managers serving different classes share a cluster.
+    fn classes(&self) -> LoadBalancerClasses {
+        LoadBalancerClasses::default()
+    }
 
     /// The name the cloud object has (or will have).
     fn load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {

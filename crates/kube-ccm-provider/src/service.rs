@@ -37,7 +37,7 @@ pub fn service_key(service: &Service) -> String {
 }
 
 /// The service's `spec.type`.
-fn service_type(service: &Service) -> Option<&str> {
+pub(crate) fn service_type(service: &Service) -> Option<&str> {
     service.spec.as_ref()?.type_.as_deref()
 }
 

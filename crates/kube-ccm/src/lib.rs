@@ -53,8 +53,8 @@ pub use kube_ccm_cli::main;
 pub use kube_ccm_runtime::{RegistrationError, Registry};
 
 pub use kube_ccm_provider::{
-    CallContext, CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer, Route,
-    Routes, Zone, Zones,
+    CallContext, CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
+    LoadBalancerClasses, Route, Routes, Zone, Zones,
 };
 
 /// `#[async_trait]`, as the traits are declared with it.

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use kube_ccm::async_trait;
 use kube_ccm::k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
-use kube_ccm::provider::{CallContext, CloudError, LoadBalancer, default_load_balancer_name, service};
+use kube_ccm::provider::{
+    CallContext, CloudError, LoadBalancer, LoadBalancerClasses, default_load_balancer_name, service,
+};
 
 use crate::ExampleCloud;
 use crate::cloud;
@@ -28,6 +30,14 @@ fn names(nodes: &[Arc<Node>]) -> Vec<String> {
 // Every method is idempotent: a call abandoned at its deadline is made again, perhaps by another process.
 #[async_trait]
 impl LoadBalancer for ExampleCloud {
+    // ANCHOR: classes
+    // Services without a class, and those that name this cloud's load balancer by its class (the
+    // default: without a class only). Services of any other class are never handed over.
+    fn classes(&self) -> LoadBalancerClasses {
+        LoadBalancerClasses::new(true, ["example.com/lb"]).unwrap_or_default()
+    }
+    // ANCHOR_END: classes
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,

@@ -259,3 +259,61 @@ pub async fn listed_load_balancers_are_named_as_their_services_and_deleted_whole
         lb.delete_load_balancer(&cx(), cluster, found).await,
     )
 }
+
+/// Every class [`LoadBalancer::classes`] declares is served: the service controller hands over exactly
+/// those services, so a service of a declared class that `ensure_load_balancer` refuses
+/// (`ImplementedElsewhere`) would keep the finalizer and never get an address. Each gets a load balancer
+/// with an address, in a status the API server takes (an `ipMode` only beside an IP, and only `VIP` or
+/// `Proxy`), and `ensure_load_balancer_deleted` removes it.
+pub async fn declared_classes_are_served(fixture: &dyn Fixture) -> Result<(), Failure> {
+    let provider = fixture.provider().await?;
+    let lb = load_balancer(fixture, &*provider)?;
+    let declared = lb.classes();
+    let (_, a) = launched(fixture, &*provider, "conformance-class-a").await?;
+    let cluster = fixture.cluster_name();
+    let unclassed = declared.serves_unclassed().then_some(None);
+    let classes = unclassed
+        .into_iter()
+        .chain(declared.classes().iter().map(|c| Some(c.as_str())));
+    for (index, class) in classes.enumerate() {
+        let mut svc = service(&format!("class-{index}"));
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.load_balancer_class = class.map(str::to_owned);
+        }
+        let what = |call: &str| format!("{call} for a service of class {class:?}, which classes() declares");
+        let status = answer(
+            &what("ensure_load_balancer"),
+            lb.ensure_load_balancer(&cx(), cluster, &svc, &arcs(&[&a])).await,
+        )?;
+        ensure(has_address(&status), || {
+            format!("{} answered no address: {status:?}", what("ensure_load_balancer"))
+        })?;
+        for ingress in status.ingress.iter().flatten() {
+            let has_ip = ingress.ip.as_deref().is_some_and(|ip| !ip.is_empty());
+            let valid = match ingress.ip_mode.as_deref() {
+                None => true,
+                Some("VIP" | "Proxy") => has_ip,
+                Some(_) => false,
+            };
+            ensure(valid, || {
+                format!(
+                    "{} answered an ipMode the API server refuses (only VIP or Proxy, and only beside an ip): \
+                     {ingress:?}",
+                    what("ensure_load_balancer")
+                )
+            })?;
+        }
+        answer(
+            &what("ensure_load_balancer_deleted"),
+            lb.ensure_load_balancer_deleted(&cx(), cluster, &svc).await,
+        )?;
+        eventually(&what("the load balancer gone after delete"), || async {
+            Ok(match cloud_load_balancer(fixture, lb, &svc).await? {
+                None => Ok(()),
+                Some(held) => Err(format!("{held:?}")),
+            })
+        })
+        .await?;
+    }
+    Ok(())
+}

@@ -102,24 +102,33 @@ impl Running {
 }
 
 pub fn manager(cluster: &Cluster, cloud: FakeCloudConfig, settings: ControllerSettings) -> Manager {
+    manager_as(cluster, cloud, settings, "test-host_1", &["*"])
+}
+
+/// A manager whose requests carry `identity` in their user agent, running `controllers` (as
+/// `--controllers`).
+pub fn manager_as(
+    cluster: &Cluster,
+    cloud: FakeCloudConfig,
+    settings: ControllerSettings,
+    identity: &str,
+    controllers: &[&str],
+) -> Manager {
+    let registry = ControllerRegistry::builtin();
     let config = ManagerConfig {
         component: "cloud-controller-manager".into(),
         clients: ClientFactory::new(
             cluster.server.config(),
             "cloud-controller-manager",
-            "test-host_1",
+            identity,
             1000.0,
             1000,
         ),
         leader_election: None,
-        selection: ControllerSelection::default(),
+        selection: ControllerSelection::parse(controllers, registry.catalog()).unwrap(),
         controllers: settings,
     };
-    Manager::new(
-        config,
-        ControllerRegistry::builtin(),
-        Arc::new(FakeProvider::new(cloud)),
-    )
+    Manager::new(config, registry, Arc::new(FakeProvider::new(cloud)))
 }
 
 pub fn start(manager: Manager) -> Running {

@@ -15,8 +15,15 @@
 //! loadBalancers: true
 //! routes: true
 //! clusterID: fake-cluster
+//! # The services load balancers are made for (`LoadBalancer::classes`): these classes, and services
+//! # without one unless unclassedLoadBalancers is false.
+//! loadBalancerClasses: [example.com/fake]
+//! unclassedLoadBalancers: true
+//! # The load balancers' `ingress[].ipMode` (VIP or Proxy); none by default.
+//! loadBalancerIPMode: Proxy
 //! ```
 
+use kube_ccm_provider::{InvalidClass, LoadBalancerClasses};
 use serde::Deserialize;
 
 use crate::model::FakeInstance;
@@ -46,6 +53,15 @@ pub struct FakeCloudConfig {
     /// The cluster ID; `has_cluster_id` is false without one.
     #[serde(default = "cluster", rename = "clusterID")]
     pub cluster_id: Option<String>,
+    /// The `spec.loadBalancerClass` values served.
+    #[serde(default)]
+    pub load_balancer_classes: Vec<String>,
+    /// Serve services without a class.
+    #[serde(default = "yes")]
+    pub unclassed_load_balancers: bool,
+    /// The load balancers' `ingress[].ipMode` (`VIP` or `Proxy`).
+    #[serde(default, rename = "loadBalancerIPMode")]
+    pub load_balancer_ip_mode: Option<String>,
 }
 
 fn yes() -> bool {
@@ -67,6 +83,9 @@ impl Default for FakeCloudConfig {
             load_balancers: true,
             routes: true,
             cluster_id: cluster(),
+            load_balancer_classes: Vec::new(),
+            unclassed_load_balancers: true,
+            load_balancer_ip_mode: None,
         }
     }
 }
@@ -125,12 +144,33 @@ impl FakeCloudConfig {
                 message: format!("endpoint: {why}"),
             });
         }
+        if let Err(error) = config.classes() {
+            return Err(ConfigError {
+                message: format!("loadBalancerClasses: {error}"),
+            });
+        }
+        if let Some(mode) = config
+            .load_balancer_ip_mode
+            .as_deref()
+            .filter(|m| !matches!(*m, "VIP" | "Proxy"))
+        {
+            return Err(ConfigError {
+                message: format!("loadBalancerIPMode: {mode:?} is neither VIP nor Proxy"),
+            });
+        }
         if !(0.0..=1.0).contains(&config.error_rate) {
             return Err(ConfigError {
                 message: format!("errorRate: {} is not between 0 and 1", config.error_rate),
             });
         }
         Ok(config)
+    }
+}
+
+impl FakeCloudConfig {
+    /// The classes served (`loadBalancerClasses`, `unclassedLoadBalancers`).
+    pub fn classes(&self) -> Result<LoadBalancerClasses, InvalidClass> {
+        LoadBalancerClasses::new(self.unclassed_load_balancers, &self.load_balancer_classes)
     }
 }
 
@@ -188,5 +228,24 @@ mod tests {
             );
         }
         assert!(FakeCloudConfig::parse(b"endpoint: http://127.0.0.1:1/\n").is_ok());
+        let classed =
+            FakeCloudConfig::parse(b"loadBalancerClasses: [example.com/a]\nunclassedLoadBalancers: false\n")
+                .unwrap();
+        let classes = classed.classes().unwrap();
+        assert!(classes.serves_class(Some("example.com/a")) && !classes.serves_class(None));
+        let proxy = FakeCloudConfig::parse(b"loadBalancerIPMode: Proxy\n").unwrap();
+        assert_eq!(proxy.load_balancer_ip_mode.as_deref(), Some("Proxy"));
+        assert_eq!(
+            FakeCloudConfig::parse(b"loadBalancerIPMode: proxy\n")
+                .unwrap_err()
+                .to_string(),
+            "--cloud-config: loadBalancerIPMode: \"proxy\" is neither VIP nor Proxy"
+        );
+        let error = FakeCloudConfig::parse(b"loadBalancerClasses: [Example.com/a]\n").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "--cloud-config: loadBalancerClasses: load-balancer class \"Example.com/a\": the prefix \"Example.com\" \
+             must be a lower-case DNS subdomain (e.g. example.com)"
+        );
     }
 }

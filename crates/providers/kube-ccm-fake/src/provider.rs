@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
 use kube_ccm_provider::{
     CallContext, CloudError, CloudProvider, ClusterLoadBalancer, InstanceMetadata, InstancesV2, LoadBalancer,
-    Route, Routes,
+    LoadBalancerClasses, Route, Routes,
 };
 
 use crate::cloud::FakeCloud;
@@ -61,6 +61,11 @@ impl FakeProvider {
             )),
         };
         FakeProvider { backend, config }
+    }
+
+    /// The load balancers' `ipMode` (`loadBalancerIPMode`).
+    fn ip_mode(&self) -> Option<&str> {
+        self.config.load_balancer_ip_mode.as_deref()
     }
 
     /// One call to the cloud, abandoned at the context's deadline or cancellation.
@@ -160,10 +165,11 @@ fn service_key(service: &Service) -> String {
     )
 }
 
-fn status(ip: &str) -> LoadBalancerStatus {
+fn status(ip: &str, mode: Option<&str>) -> LoadBalancerStatus {
     LoadBalancerStatus {
         ingress: Some(vec![LoadBalancerIngress {
             ip: Some(ip.to_owned()),
+            ip_mode: mode.map(str::to_owned),
             ..LoadBalancerIngress::default()
         }]),
     }
@@ -231,6 +237,14 @@ impl InstancesV2 for FakeProvider {
 
 #[async_trait]
 impl LoadBalancer for FakeProvider {
+    /// The cloud-config's classes; none when they are invalid (a config built in code, not parsed).
+    fn classes(&self) -> LoadBalancerClasses {
+        self.config.classes().unwrap_or_else(|error| {
+            tracing::error!(%error, "serving no load balancers");
+            LoadBalancerClasses::new(false, Vec::<String>::new()).unwrap_or_default()
+        })
+    }
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,
@@ -239,7 +253,9 @@ impl LoadBalancer for FakeProvider {
     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
         let name = self.load_balancer_name(cluster_name, service);
         match self.call(cx, CloudRequest::GetLoadBalancer { name }).await? {
-            CloudResponse::LoadBalancer { load_balancer } => Ok(load_balancer.map(|lb| status(&lb.ip))),
+            CloudResponse::LoadBalancer { load_balancer } => {
+                Ok(load_balancer.map(|lb| status(&lb.ip, self.ip_mode())))
+            }
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
     }
@@ -267,7 +283,7 @@ impl LoadBalancer for FakeProvider {
         match self.call(cx, request).await? {
             CloudResponse::LoadBalancer {
                 load_balancer: Some(lb),
-            } => Ok(status(&lb.ip)),
+            } => Ok(status(&lb.ip, self.ip_mode())),
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
     }

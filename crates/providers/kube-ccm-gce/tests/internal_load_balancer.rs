@@ -88,7 +88,10 @@ fn writes(double: &ComputeDouble) -> Vec<String> {
 }
 
 fn ip_of(status: &LoadBalancerStatus) -> String {
-    status.ingress.as_ref().unwrap()[0].ip.clone().unwrap()
+    let ingress = &status.ingress.as_ref().unwrap()[0];
+    // A passthrough load balancer: kube-proxy may short-cut its address.
+    assert_eq!(ingress.ip_mode.as_deref(), Some("VIP"));
+    ingress.ip.clone().unwrap()
 }
 
 fn members(double: &ComputeDouble, zone: &str) -> Vec<String> {

@@ -4,6 +4,38 @@ use serde_json::{Value, json};
 
 use crate::resources::ResourceType;
 
+/// Features of the real server that can be off, as on an older one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Features {
+    /// `LoadBalancerIPMode` (Kubernetes 1.30 and later): `status.loadBalancer.ingress[].ipMode` is stored.
+    /// Off, the field is dropped from what is written, as the real server drops a disabled field.
+    pub(crate) load_balancer_ip_mode: bool,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Features {
+            load_balancer_ip_mode: true,
+        }
+    }
+}
+
+/// Drops the fields of features that are off from a written object (after validation, which on the real
+/// server does not ask for them then).
+pub(crate) fn drop_disabled_fields(resource: &ResourceType, object: &mut Value, features: Features) {
+    if (resource.group, resource.plural) != ("", "services") || features.load_balancer_ip_mode {
+        return;
+    }
+    if let Some(ingress) = object
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    {
+        for entry in ingress.iter_mut().filter_map(Value::as_object_mut) {
+            entry.remove("ipMode");
+        }
+    }
+}
+
 /// Cluster IPs and node ports handed out so far.
 #[derive(Debug)]
 pub(crate) struct Allocations {

@@ -248,6 +248,12 @@ impl TestApiServer {
         self.state.auth.lock().rbac = enabled;
     }
 
+    /// Stores `status.loadBalancer.ingress[].ipMode` (`true`, the default: Kubernetes 1.30 and later), or
+    /// drops it as a server without the `LoadBalancerIPMode` feature does.
+    pub fn set_load_balancer_ip_mode(&self, stored: bool) {
+        self.state.store.lock().features.load_balancer_ip_mode = stored;
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.state.logs.lock().requests.iter().cloned().collect()

@@ -75,6 +75,8 @@ pub(crate) struct Subscription {
 pub(crate) struct Store {
     /// Cluster IPs and node ports handed out.
     pub(crate) allocations: crate::defaults::Allocations,
+    /// Features that are on.
+    pub(crate) features: crate::defaults::Features,
     rv: u64,
     tables: Vec<Table>,
     history_limit: usize,
@@ -93,6 +95,7 @@ impl Store {
             .collect();
         Store {
             allocations: crate::defaults::Allocations::default(),
+            features: crate::defaults::Features::default(),
             rv: 1,
             tables,
             history_limit,

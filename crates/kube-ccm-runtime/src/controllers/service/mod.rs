@@ -1,7 +1,9 @@
 //! `service-lb-controller`: cloud load balancers for `type: LoadBalancer` services, as upstream's service
 //! controller (its Events report as `service-controller`, as upstream's).
 //!
-//! - Services of type LoadBalancer without `spec.loadBalancerClass` want one.
+//! - Services of type LoadBalancer of a class the provider serves want one ([`LoadBalancer::classes`]:
+//!   by default, those without `spec.loadBalancerClass`, as upstream). Services of other classes are not
+//!   touched, even deleting with the finalizer (another manager's: the finalizer's name is shared).
 //! - The `service.kubernetes.io/load-balancer-cleanup` finalizer is added *before* anything is created in
 //!   the cloud, so a load balancer is never orphaned, whatever crashes between steps.
 //! - Ensure → `status.loadBalancer.ingress`; a change of node set → update the hosts; deletion or a change of
@@ -20,11 +22,14 @@
 //!   something else causes (upstream's connection draining).
 //! - `ImplementedElsewhere` counts as done; `Retry { after }` requeues after exactly that long; other
 //!   failures back off per service from 5 s doubling to 300 s (upstream's), with up to 10% jitter.
+//! - `ingress[].ipMode` as the provider gives it, compared as the API server keeps it ([`ip_mode`]).
 //! - Events as upstream: EnsuringLoadBalancer, EnsuredLoadBalancer, UpdatedLoadBalancer,
 //!   DeletingLoadBalancer (only when a load balancer exists), DeletedLoadBalancer, and warnings
 //!   SyncLoadBalancerFailed (`Error syncing load balancer: …`), UpdateLoadBalancerFailed,
-//!   UnAvailableLoadBalancer, DeleteLoadBalancerFailed.
+//!   UnAvailableLoadBalancer, DeleteLoadBalancerFailed; and, where upstream has none,
+//!   LoadBalancerIPModeUnsupported (a `Proxy` address on an API server that drops `ipMode`).
 
+mod ip_mode;
 mod node_set;
 mod sweep;
 mod sync;
@@ -38,6 +43,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::Api;
 use kube::runtime::events::EventType;
+use kube_ccm_provider::{LoadBalancer, LoadBalancerClasses};
 use tokio::sync::mpsc;
 
 use self::node_set::{NodeSet, spec_hash, sync_trigger};
@@ -95,6 +101,10 @@ pub(super) struct ServiceContext {
     unpublished: Mutex<HashMap<String, Vec<String>>>,
     backoff: Backoff,
     node_sync: Mutex<Option<NodeSync>>,
+    /// The provider's classes ([`LoadBalancer::classes`]), asked once.
+    classes: LoadBalancerClasses,
+    /// What the API server does with `ingress[].ipMode`.
+    ip_modes: ip_mode::IpModes,
 }
 
 impl ServiceContext {
@@ -221,22 +231,27 @@ fn key(service: &Service) -> String {
     )
 }
 
-/// Upstream's `wantsLoadBalancer`.
-fn wants_load_balancer(service: &Service) -> bool {
-    kube_ccm_provider::service::wants_default_load_balancer(service)
+/// Upstream's `wantsLoadBalancer`, for the provider's classes.
+fn wants_load_balancer(service: &Service, classes: &LoadBalancerClasses) -> bool {
+    classes.serves(service)
 }
 
 fn has_finalizer(service: &Service) -> bool {
     kube_ccm_provider::service::has_load_balancer_finalizer(service)
 }
 
-/// Upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer.
-fn needs_cleanup(service: &Service) -> bool {
+/// Upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer; and, where
+/// upstream has none, of a class served. The API server erases the class when the type changes, so a
+/// service that left type LoadBalancer counts as unclassed: a manager serving classes only cleans those
+/// up from its memory of what it ensured ([`sync`]).
+fn needs_cleanup(service: &Service, classes: &LoadBalancerClasses) -> bool {
     let is_load_balancer = service
         .spec
         .as_ref()
         .is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"));
-    has_finalizer(service) && (service.metadata.deletion_timestamp.is_some() || !is_load_balancer)
+    has_finalizer(service)
+        && (service.metadata.deletion_timestamp.is_some() || !is_load_balancer)
+        && classes.serves_class(kube_ccm_provider::service::load_balancer_class(service))
 }
 
 fn ingress_of(service: &Service) -> Option<&LoadBalancerStatus> {
@@ -254,6 +269,12 @@ pub(super) async fn run(controller: ControllerContext) {
         () = controller.stop().cancelled() => return,
         () = async { tokio::join!(services.ready(), nodes.ready()); } => {}
     }
+    let classes = controller
+        .provider()
+        .load_balancer()
+        .map(LoadBalancer::classes)
+        .unwrap_or_default();
+    tracing::info!(%classes, "serving load balancers");
     let context = Arc::new(ServiceContext {
         controller: controller.clone(),
         nodes: nodes.store(),
@@ -264,6 +285,8 @@ pub(super) async fn run(controller: ControllerContext) {
         unpublished: Mutex::default(),
         backoff: Backoff::per_key(Duration::from_secs(5), Duration::from_secs(300)),
         node_sync: Mutex::default(),
+        classes,
+        ip_modes: ip_mode::IpModes::default(),
     });
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
@@ -446,10 +469,10 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
         delete_orphan(context, load_balancers, &previous).await?;
         context.forget(&target.key);
     }
-    if needs_cleanup(&service) {
+    if needs_cleanup(&service, &context.classes) {
         return clean_up(&target, &service).await;
     }
-    if !wants_load_balancer(&service) {
+    if !wants_load_balancer(&service, &context.classes) {
         // One this process ensured a load balancer for, that no longer wants it without our finalizer
         // (an object older than the finalizer): cleaned up as upstream does.
         if context.ensured().contains_key(&target.key) {
@@ -529,24 +552,39 @@ mod tests {
 
     #[test]
     fn wanting_and_cleaning_up() {
+        let plain = LoadBalancerClasses::default();
         let lb = service(json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer"}}));
-        assert!(wants_load_balancer(&lb) && !needs_cleanup(&lb));
+        assert!(wants_load_balancer(&lb, &plain) && !needs_cleanup(&lb, &plain));
         let classed = service(
-            json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "other"}}),
+            json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "x.io/lb"}}),
         );
-        assert!(!wants_load_balancer(&classed));
+        assert!(!wants_load_balancer(&classed, &plain));
         // A class never makes a live service with our finalizer need clean-up (upstream's needsCleanup).
         let classed_with_finalizer = service(
-            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "other"}}),
+            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "x.io/lb"}}),
         );
-        assert!(!wants_load_balancer(&classed_with_finalizer) && !needs_cleanup(&classed_with_finalizer));
+        assert!(
+            !wants_load_balancer(&classed_with_finalizer, &plain)
+                && !needs_cleanup(&classed_with_finalizer, &plain)
+        );
         let changed_type = service(
             json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "ClusterIP"}}),
         );
-        assert!(needs_cleanup(&changed_type));
-        let deleting = service(
-            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP], "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"type": "LoadBalancer"}}),
-        );
-        assert!(needs_cleanup(&deleting));
+        assert!(needs_cleanup(&changed_type, &plain));
+        let deleting = |class: Option<&str>| {
+            service(
+                json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP], "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": class}}),
+            )
+        };
+        assert!(needs_cleanup(&deleting(None), &plain));
+        // Another class's service, deleting with the (shared) finalizer: its own manager's to clean up.
+        assert!(!needs_cleanup(&deleting(Some("x.io/lb")), &plain));
+
+        let only_x = LoadBalancerClasses::new(false, ["x.io/lb"]).unwrap();
+        assert!(wants_load_balancer(&classed, &only_x) && !wants_load_balancer(&lb, &only_x));
+        assert!(needs_cleanup(&deleting(Some("x.io/lb")), &only_x));
+        assert!(!needs_cleanup(&deleting(None), &only_x));
+        // The class is erased with the type: only a manager that ensured it (its memory) cleans it up.
+        assert!(!needs_cleanup(&changed_type, &only_x));
     }
 }

@@ -12,6 +12,7 @@ use kube_ccm_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
 use kube_ccm_provider::{CloudError, LoadBalancer};
 use serde_json::json;
 
+use super::ip_mode;
 use super::node_set::NodeSet;
 use super::{ServiceContext, Synced, has_finalizer, ingress_of};
 use crate::context::event_reference;
@@ -84,16 +85,16 @@ impl Target<'_> {
             .await;
     }
 
-    /// Writes `status.loadBalancer` (a service already gone is fine).
-    async fn set_status(&self, status: serde_json::Value) -> Result<(), ServiceError> {
+    /// Writes `status.loadBalancer`; the service as stored, or `None` when it is already gone (fine).
+    async fn set_status(&self, status: serde_json::Value) -> Result<Option<Service>, ServiceError> {
         let patch = json!({"status": {"loadBalancer": status}});
         match self
             .api
             .patch_status(&self.name, &crate::written::patch_params(), &Patch::Merge(patch))
             .await
         {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Ok(stored) => Ok(Some(stored)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
             Err(error) => Err(ServiceError::Status(error)),
         }
     }
@@ -371,12 +372,32 @@ pub(super) async fn ensure(
             "Ensured load balancer".to_owned(),
         )
         .await;
-    if service.status.as_ref().and_then(|s| s.load_balancer.as_ref()) != Some(&status) {
-        target.set_status(json!(status)).await?;
+    // As the API server keeps it (an address without a mode is a VIP), so that a status it defaulted is
+    // not written again.
+    let stored = context.ip_modes.as_stored(&status);
+    if service.status.as_ref().and_then(|s| s.load_balancer.as_ref()) != Some(&stored) {
+        let answer = target.set_status(json!(stored)).await?;
+        if let Some(answer) = answer.and_then(|s| s.status?.load_balancer) {
+            context.ip_modes.learn(&stored, &answer);
+        }
         // The versions this sync read and wrote before the status: a sync that meets one of them next
         // (its change is still queued) would ensure again for nothing.
         let versions = [read, service.metadata.resource_version.clone()];
         context.published(&target.key, versions.into_iter().flatten().collect());
+    }
+    if context.ip_modes.dropped() && ip_mode::wants_proxy(&status) {
+        let note = "The API server does not store status.loadBalancer.ingress[].ipMode (Kubernetes 1.30 and \
+                    later do): kube-proxy will send in-cluster traffic for this Proxy load balancer's address \
+                    straight to the endpoints";
+        target
+            .event(
+                &service,
+                EventType::Warning,
+                "LoadBalancerIPModeUnsupported",
+                "EnsureLoadBalancer",
+                note.to_owned(),
+            )
+            .await;
     }
     Ok(Action::await_change())
 }

@@ -11,8 +11,10 @@
 //! - `orphans.rs`: the cluster's load balancers, claimed through links to parts named for the cluster ID,
 //!   for the framework's orphan sweep.
 //!
-//! Services for other implementations (`spec.loadBalancerClass` other than upstream's legacy classes,
-//! `cloud.google.com/l4-rbs: enabled`) are `ImplementedElsewhere`. A service that changes kind has the
+//! The provider serves services without a class and upstream's two legacy classes
+//! ([`LoadBalancer::classes`]); the framework hands it no other class. Services for other implementations
+//! (`cloud.google.com/l4-rbs: enabled`, or another class if one were handed over) are
+//! `ImplementedElsewhere`. A service that changes kind has the
 //! other kind's load balancer taken down by its next ensure.
 
 pub mod external;
@@ -30,7 +32,8 @@ use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 use kube_ccm_provider::service::{annotation, load_balancer_class, service_key};
 use kube_ccm_provider::{
-    CallContext, CloudError, ClusterLoadBalancer, LoadBalancer, default_load_balancer_name,
+    CallContext, CloudError, ClusterLoadBalancer, LoadBalancer, LoadBalancerClasses,
+    default_load_balancer_name,
 };
 
 use crate::client::Attributed as _;
@@ -45,12 +48,30 @@ pub const ANNOTATION_LOAD_BALANCER_TYPE_DEPRECATED: &str = "cloud.google.com/loa
 pub const ANNOTATION_NETWORK_TIER: &str = "cloud.google.com/network-tier";
 /// `enabled`: a backend-service based load balancer, made by another controller.
 pub const ANNOTATION_RBS: &str = "cloud.google.com/l4-rbs";
-/// The only `loadBalancerClass` this provider serves (upstream's legacy external class).
+/// Upstream's legacy external class: the external network load balancer, as for a service without a
+/// class.
 pub const CLASS_LEGACY_EXTERNAL: &str = "networking.gke.io/l4-regional-external-legacy";
-/// Upstream's legacy internal class (internal load balancers: not yet).
+/// Upstream's legacy internal class: the internal load balancer, as the annotation asks for it.
 pub const CLASS_LEGACY_INTERNAL: &str = "networking.gke.io/l4-regional-internal-legacy";
 /// The ConfigMap holding the cluster ID (namespace `kube-system`).
 pub const CLUSTER_ID_CONFIG_MAP: &str = "ingress-uid";
+
+/// The status of a load balancer at `ip`. Both kinds pass the connection through to the nodes with the
+/// client's address: kube-proxy may short-cut the address in the cluster (`ipMode: VIP`).
+pub(super) fn passthrough(ip: String) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: Some(vec![LoadBalancerIngress {
+            ip: Some(ip),
+            ip_mode: Some("VIP".to_owned()),
+            ..LoadBalancerIngress::default()
+        }]),
+    }
+}
+
+/// Services without a class, and the legacy classes.
+fn served_classes() -> LoadBalancerClasses {
+    LoadBalancerClasses::new(true, [CLASS_LEGACY_EXTERNAL, CLASS_LEGACY_INTERNAL]).unwrap_or_default()
+}
 
 /// Whether another implementation owns the service's load balancer.
 pub(super) fn implemented_elsewhere(service: &Service) -> bool {
@@ -242,6 +263,12 @@ impl GceProvider {
 
 #[async_trait]
 impl LoadBalancer for GceProvider {
+    /// Services without a class and upstream's two legacy classes, which cloud-provider-gcp serves from
+    /// its fork of the service controller.
+    fn classes(&self) -> LoadBalancerClasses {
+        served_classes()
+    }
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,
@@ -251,12 +278,7 @@ impl LoadBalancer for GceProvider {
         let name = default_load_balancer_name(service);
         let rule = cx.request("forwardingRules.get", self.get_rule(&name)).await?;
         match rule {
-            Some(rule) => Ok(Some(LoadBalancerStatus {
-                ingress: Some(vec![LoadBalancerIngress {
-                    ip: rule.ip_address,
-                    ..LoadBalancerIngress::default()
-                }]),
-            })),
+            Some(rule) => Ok(Some(rule.ip_address.map(passthrough).unwrap_or_default())),
             // As upstream: the finalizer says a delete is not finished (the rule goes second), so the
             // service controller asks for the delete again instead of letting the service go.
             None if internal::has_finalizer(service, internal::FINALIZER_ILB_V1) => {
@@ -386,6 +408,13 @@ mod tests {
             serde_json::json!({"cloud.google.com/l4-rbs": "enabled"}),
         );
         assert!(implemented_elsewhere(&rbs));
+        let classes = served_classes();
+        assert!(
+            classes.serves_unclassed()
+                && classes.serves_class(Some(CLASS_LEGACY_EXTERNAL))
+                && classes.serves_class(Some(CLASS_LEGACY_INTERNAL))
+                && !classes.serves_class(Some("example.com/lb"))
+        );
         for key in [
             ANNOTATION_LOAD_BALANCER_TYPE,
             ANNOTATION_LOAD_BALANCER_TYPE_DEPRECATED,

@@ -123,6 +123,7 @@ pub(super) fn create_locked(
     }
     defaults::apply(resource, &mut object, None, &mut store.allocations);
     validation::validate(resource, &object, Write::Create)?;
+    defaults::drop_disabled_fields(resource, &mut object, store.features);
     if let Some(namespace) = &target.namespace
         && store
             .get(id_of("", "namespaces"), &(String::new(), namespace.clone()))
@@ -236,6 +237,7 @@ pub(super) fn prepare_update(
         Scope::Main => Write::Update(current),
     };
     validation::validate(resource, &new, write)?;
+    defaults::drop_disabled_fields(resource, &mut new, store.features);
     Ok(new)
 }
 

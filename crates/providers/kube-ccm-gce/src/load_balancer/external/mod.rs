@@ -33,7 +33,7 @@ use google_cloud_compute_v1::model::{
     TargetPoolsRemoveInstanceRequest,
 };
 use google_cloud_lro::Poller;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube_ccm_provider::{CloudError, default_load_balancer_name};
 
 pub use self::plan::{Actions, AddressAction, Plan, actions, condensed_ports, instance_changes, plan};
@@ -308,12 +308,7 @@ impl GceProvider {
         if actions.release_address || reserved_now {
             self.delete_address(&plan.name).await?;
         }
-        Ok(LoadBalancerStatus {
-            ingress: Some(vec![LoadBalancerIngress {
-                ip: Some(ip),
-                ..LoadBalancerIngress::default()
-            }]),
-        })
+        Ok(super::passthrough(ip))
     }
 
     pub(super) async fn update_external(

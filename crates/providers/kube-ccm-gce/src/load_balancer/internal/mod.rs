@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use google_cloud_compute_v1::model::{self, Address, BackendService, ForwardingRule};
 use google_cloud_lro::Poller;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube_ccm_provider::{CloudError, default_load_balancer_name};
 
 pub use self::backend_service::backend_services_equal;
@@ -310,12 +310,7 @@ impl GceProvider {
         let ip = made?;
         self.clear_previous_internal(&plan, old_backend, &cluster_id)
             .await;
-        Ok(LoadBalancerStatus {
-            ingress: Some(vec![LoadBalancerIngress {
-                ip: Some(ip),
-                ..LoadBalancerIngress::default()
-            }]),
-        })
+        Ok(super::passthrough(ip))
     }
 
     /// The rule, backend service and firewalls, with the address held; the rule's IP.
