@@ -3,8 +3,10 @@
 //! `cargo xtask bench aws` installs) is reached through a counting proxy, so every attempt is counted, as
 //! the account's rate limit would count it. See `harness::aws_cost` for the scenario.
 //!
-//! The targets: ≤ 20 `DescribeInstances` to initialise 1,000 nodes, ≤ 10 per lifecycle-monitor
-//! period with every node NotReady, ≤ 10 per address-refresh period.
+//! The targets, per 1,000 nodes: ≤ 20 `DescribeInstances` to initialise them, ≤ 10 per lifecycle-monitor
+//! period with every node NotReady, ≤ 10 per address-refresh period. (The AWS provider asks about 200
+//! nodes a request, EC2's limit on a filter's values: 5 per 1,000 nodes a round.) Past 4,000 nodes the
+//! instances are spread over moto's default subnets, one zone each.
 
 use std::time::Duration;
 
@@ -54,17 +56,20 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         .with_context(|| format!("the managers' logs are in {}", directory.keep().display()))?;
     let targets = json!({
         "init_describe_instances_per_1000_nodes": 20,
-        "monitor_describe_instances_per_period": 10,
-        "refresh_describe_instances_per_period": 10,
+        "monitor_describe_instances_per_1000_nodes_per_period": 10,
+        "refresh_describe_instances_per_1000_nodes_per_period": 10,
     });
-    let per_thousand = costs.init_describe_instances as f64 * 1000.0 / costs.nodes.max(1) as f64;
-    let pass = per_thousand <= 20.0
-        && costs.monitor_describe_instances_per_period <= 10.0
-        && costs.refresh_describe_instances_per_period <= 10.0;
+    let thousands = costs.nodes.max(1) as f64 / 1000.0;
+    let init = costs.init_describe_instances as f64 / thousands;
+    let monitor = costs.monitor_describe_instances_per_period / thousands;
+    let refresh = costs.refresh_describe_instances_per_period / thousands;
+    let pass = init <= 20.0 && monitor <= 10.0 && refresh <= 10.0;
     let mut result = serde_json::to_value(&costs)?;
     result["period_seconds"] = json!(args.period_seconds);
     result["periods_sampled"] = json!(args.periods);
-    result["init_describe_instances_per_1000_nodes"] = json!(crate::stats::round(per_thousand));
+    result["init_describe_instances_per_1000_nodes"] = json!(crate::stats::round(init));
+    result["monitor_describe_instances_per_1000_nodes_per_period"] = json!(crate::stats::round(monitor));
+    result["refresh_describe_instances_per_1000_nodes_per_period"] = json!(crate::stats::round(refresh));
     result["targets"] = targets;
     result["pass"] = json!(pass);
     args.output.write(&result)
