@@ -151,7 +151,10 @@ pub trait LoadBalancer: Send + Sync {
     /// The services this provider makes load balancers for, by `spec.loadBalancerClass`: asked once when
     /// the service controller starts. The default, services without a class, is upstream's. Services of
     /// any other class are never handed to the provider, and the controller writes neither their status
-    /// nor their finalizer, so two managers serving different classes share a cluster.
+    /// nor their finalizer, so two managers serving different classes share a cluster. (A service that
+    /// leaves type LoadBalancer loses its class; the one recorded with the finalizer,
+    /// [`ANNOTATION_LOAD_BALANCER_CLASS`](crate::names::ANNOTATION_LOAD_BALANCER_CLASS), says whose
+    /// clean-up it is.)
     fn classes(&self) -> LoadBalancerClasses {
         LoadBalancerClasses::default()
     }

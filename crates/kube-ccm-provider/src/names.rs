@@ -29,6 +29,11 @@ pub const ANNOTATION_PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node
 
 /// Finalizer the service controller puts on LoadBalancer services before creating anything in the cloud.
 pub const FINALIZER_LOAD_BALANCER_CLEANUP: &str = "service.kubernetes.io/load-balancer-cleanup";
+/// The `spec.loadBalancerClass` a service had when the service controller put
+/// [`FINALIZER_LOAD_BALANCER_CLEANUP`] on it, written in the same patch (and removed there when it has
+/// none). The API server erases the class when the type changes, and every class's manager uses the one
+/// finalizer name: this is how a service that left type LoadBalancer says whose clean-up it is.
+pub const ANNOTATION_LOAD_BALANCER_CLASS: &str = "kube-ccm.io/load-balancer-class";
 
 /// The cloud-controller-manager's default secure port.
 pub const DEFAULT_SECURE_PORT: u16 = 10258;

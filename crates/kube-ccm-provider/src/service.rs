@@ -131,7 +131,8 @@ pub fn load_balancer_class(service: &Service) -> Option<&str> {
 }
 
 /// Whether the service is a `LoadBalancer` for the cloud provider's default implementation (no
-/// `loadBalancerClass`): the services the framework's service controller hands to the provider.
+/// `loadBalancerClass`): what the service controller hands to a provider that declares no classes
+/// ([`LoadBalancerClasses`](crate::LoadBalancerClasses)).
 pub fn wants_default_load_balancer(service: &Service) -> bool {
     service_type(service) == Some("LoadBalancer") && load_balancer_class(service).is_none()
 }

@@ -288,6 +288,16 @@ pub async fn declared_classes_are_served(fixture: &dyn Fixture) -> Result<(), Fa
         ensure(has_address(&status), || {
             format!("{} answered no address: {status:?}", what("ensure_load_balancer"))
         })?;
+        let got = answer(
+            &what("get_load_balancer"),
+            lb.get_load_balancer(&cx(), cluster, &svc).await,
+        )?;
+        ensure(got.is_some(), || {
+            format!(
+                "after ensure_load_balancer, {} answered none",
+                what("get_load_balancer")
+            )
+        })?;
         for ingress in status.ingress.iter().flatten() {
             let has_ip = ingress.ip.as_deref().is_some_and(|ip| !ip.is_empty());
             let valid = match ingress.ip_mode.as_deref() {
@@ -308,9 +318,13 @@ pub async fn declared_classes_are_served(fixture: &dyn Fixture) -> Result<(), Fa
             lb.ensure_load_balancer_deleted(&cx(), cluster, &svc).await,
         )?;
         eventually(&what("the load balancer gone after delete"), || async {
-            Ok(match cloud_load_balancer(fixture, lb, &svc).await? {
-                None => Ok(()),
-                Some(held) => Err(format!("{held:?}")),
+            let asked = answer(
+                "get_load_balancer",
+                lb.get_load_balancer(&cx(), cluster, &svc).await,
+            )?;
+            Ok(match (asked, cloud_load_balancer(fixture, lb, &svc).await?) {
+                (None, None) => Ok(()),
+                (asked, held) => Err(format!("get_load_balancer: {asked:?}; the cloud holds {held:?}")),
             })
         })
         .await?;

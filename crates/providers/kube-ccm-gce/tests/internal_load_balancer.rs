@@ -675,6 +675,49 @@ async fn a_delete_follows_the_rule_not_a_changed_spec() {
     nothing_left(&double, "deleted after the policy changed");
 }
 
+/// A service of the legacy internal class that left type LoadBalancer has lost its class (the API server
+/// erases it), and perhaps the finalizer of the internal kind: its delete still takes the internal load
+/// balancer down whole, found by the rule's scheme.
+#[tokio::test]
+async fn a_legacy_internal_class_that_left_type_load_balancer_is_deleted_whole() {
+    for keep_finalizer in [true, false] {
+        let (double, provider, nodes) = setup().await;
+        let classed: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "shop", "uid": UID},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": kube_ccm_gce::load_balancer::CLASS_LEGACY_INTERNAL,
+                     "ports": [{"port": 5432, "nodePort": 30432}]},
+        }))
+        .unwrap();
+        provider
+            .ensure_load_balancer(&cx(), "k", &classed, &nodes)
+            .await
+            .unwrap();
+        assert_eq!(
+            double.backend_services(PROJECT).len(),
+            1,
+            "an internal load balancer"
+        );
+        let finalizers = if keep_finalizer {
+            serde_json::json!([kube_ccm_gce::load_balancer::internal::FINALIZER_ILB_V1])
+        } else {
+            serde_json::json!([])
+        };
+        let left: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "namespace": "shop", "uid": UID, "finalizers": finalizers},
+            "spec": {"type": "ClusterIP", "ports": [{"port": 5432}]},
+        }))
+        .unwrap();
+        provider
+            .ensure_load_balancer_deleted(&cx(), "k", &left)
+            .await
+            .unwrap();
+        nothing_left(
+            &double,
+            &format!("deleted after the type changed (finalizer kept: {keep_finalizer})"),
+        );
+    }
+}
+
 /// The temporary address could not be released after the rule took its IP: the next ensure, with
 /// nothing else to change, releases it.
 #[tokio::test]

@@ -451,7 +451,12 @@ pub fn tenures(leases: &[LeaseWrite]) -> (Vec<Tenure>, Vec<Handoff>, Vec<Overlap
                                 _ => previous,
                             };
                             let allowed_us = write.time_us - since.time_us;
-                            if current.is_some() && !released && allowed_us / 1000 < duration_ms {
+                            // Electors time the lease on the monotonic clock; the audit log stamps
+                            // with the wall clock, which NTP may slew by up to 0.05% (1 ms in 2 s):
+                            // 0.1% of the duration is allowed for it.
+                            let duration_us = duration_ms.saturating_mul(1000);
+                            let premature = allowed_us < duration_us - duration_us / 1000;
+                            if current.is_some() && !released && premature {
                                 overlaps.push(Overlap::PrematureTakeover {
                                     lease: lease.clone(),
                                     from,
@@ -1005,6 +1010,21 @@ mod tests {
         let report = audit(&leases, &[], &governance());
         assert_eq!(kinds(&report), Vec::<&str>::new());
         assert_eq!(report.handoffs.last().unwrap().gap_ms, 15_000.0);
+        // The wall clock the log is stamped with may run 0.05% off the electors' monotonic clock: within
+        // 0.1% of the duration (15 ms) it is not premature; past it, it is.
+        for (early_us, premature) in [(15_000, false), (15_001, true)] {
+            let mut leases = clean_history().0;
+            leases.push(lease(9, KCM, Some("kcm-a"), (KCM, "kcm-a")));
+            let mut takeover = lease(24, KCM, Some("kcm-z"), (KCM, "kcm-z"));
+            takeover.time_us -= early_us;
+            leases.push(takeover);
+            let found = kinds(&audit(&leases, &[], &governance()));
+            assert_eq!(
+                found == ["premature"],
+                premature,
+                "{early_us} µs early: {found:?}"
+            );
+        }
     }
 
     #[test]

@@ -50,7 +50,10 @@ impl IpModes {
     pub(super) fn learn(&self, sent: &LoadBalancerStatus, stored: &LoadBalancerStatus) {
         let pairs = sent.ingress.iter().flatten().zip(stored.ingress.iter().flatten());
         for (sent, stored) in pairs {
-            if sent.ip_mode.is_some() && sent.ip == stored.ip {
+            let has_ip = sent.ip.as_deref().is_some_and(|ip| !ip.is_empty());
+            // A mode sent and kept, or none sent (the field was thought dropped) and one defaulted: stored.
+            // A mode sent and not kept: dropped.
+            if has_ip && sent.ip == stored.ip && (sent.ip_mode.is_some() || stored.ip_mode.is_some()) {
                 let learnt = if stored.ip_mode.is_some() { STORED } else { DROPPED };
                 if self.0.swap(learnt, Ordering::Relaxed) != learnt && learnt == DROPPED {
                     tracing::warn!(
@@ -111,6 +114,10 @@ mod tests {
         modes.learn(&modes.as_stored(&proxy), &answer);
         assert!(modes.dropped() && wants_proxy(&proxy));
         assert_eq!(modes.as_stored(&proxy), answer);
+        // A server upgraded meanwhile (it defaults the mode again) is learnt too.
+        modes.learn(&answer, &status(json!([{"ip": "203.0.113.1", "ipMode": "VIP"}])));
+        assert!(!modes.dropped());
+        assert_eq!(modes.as_stored(&proxy), proxy);
         // An answer for other addresses (another writer's) teaches nothing.
         let fresh = IpModes::default();
         fresh.learn(&proxy, &status(json!([{"ip": "198.51.100.1"}])));

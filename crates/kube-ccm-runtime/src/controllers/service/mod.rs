@@ -3,12 +3,14 @@
 //!
 //! - Services of type LoadBalancer of a class the provider serves want one ([`LoadBalancer::classes`]:
 //!   by default, those without `spec.loadBalancerClass`, as upstream). Services of other classes are not
-//!   touched, even deleting with the finalizer (another manager's: the finalizer's name is shared).
+//!   touched, even deleting with the finalizer (another manager's: the finalizer's name is shared). The
+//!   class goes on the service with the finalizer ([`ANNOTATION_LOAD_BALANCER_CLASS`]), for when a change
+//!   of type erases it.
 //! - The `service.kubernetes.io/load-balancer-cleanup` finalizer is added *before* anything is created in
 //!   the cloud, so a load balancer is never orphaned, whatever crashes between steps.
 //! - Ensure → `status.loadBalancer.ingress`; a change of node set → update the hosts; deletion or a change of
-//!   type (upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer — a
-//!   class does not count, so a live classed service keeps its finalizer) → ask the cloud whether a load
+//!   type (upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer; here
+//!   also of a class served) → ask the cloud whether a load
 //!   balancer exists, delete it if so, clear the status, then remove the finalizer. Cleanup on a change of
 //!   type is not a deletion, which is why this does not use kube-runtime's `finalizer` helper.
 //! - A service deleted without our finalizer, or re-created under its name with a new UID, has the load
@@ -43,6 +45,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::Api;
 use kube::runtime::events::EventType;
+use kube_ccm_provider::names::ANNOTATION_LOAD_BALANCER_CLASS;
 use kube_ccm_provider::{LoadBalancer, LoadBalancerClasses};
 use tokio::sync::mpsc;
 
@@ -241,17 +244,22 @@ fn has_finalizer(service: &Service) -> bool {
 }
 
 /// Upstream's `needsCleanup`: our finalizer, and deleting or no longer of type LoadBalancer; and, where
-/// upstream has none, of a class served. The API server erases the class when the type changes, so a
-/// service that left type LoadBalancer counts as unclassed: a manager serving classes only cleans those
-/// up from its memory of what it ensured ([`sync`]).
+/// upstream has none, of a class served. The API server erases the class when the type changes: a service
+/// that left type LoadBalancer is of the class recorded with our finalizer
+/// ([`ANNOTATION_LOAD_BALANCER_CLASS`]; none recorded: without a class, as upstream).
 fn needs_cleanup(service: &Service, classes: &LoadBalancerClasses) -> bool {
     let is_load_balancer = service
         .spec
         .as_ref()
         .is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"));
+    let class = if is_load_balancer {
+        kube_ccm_provider::service::load_balancer_class(service)
+    } else {
+        kube_ccm_provider::service::annotation(service, ANNOTATION_LOAD_BALANCER_CLASS)
+    };
     has_finalizer(service)
         && (service.metadata.deletion_timestamp.is_some() || !is_load_balancer)
-        && classes.serves_class(kube_ccm_provider::service::load_balancer_class(service))
+        && classes.serves_class(class)
 }
 
 fn ingress_of(service: &Service) -> Option<&LoadBalancerStatus> {
@@ -584,7 +592,11 @@ mod tests {
         assert!(wants_load_balancer(&classed, &only_x) && !wants_load_balancer(&lb, &only_x));
         assert!(needs_cleanup(&deleting(Some("x.io/lb")), &only_x));
         assert!(!needs_cleanup(&deleting(None), &only_x));
-        // The class is erased with the type: only a manager that ensured it (its memory) cleans it up.
+        // The class is erased with the type: the one recorded with the finalizer says whose it is.
         assert!(!needs_cleanup(&changed_type, &only_x));
+        let left_x = service(
+            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP], "annotations": {ANNOTATION_LOAD_BALANCER_CLASS: "x.io/lb"}}, "spec": {"type": "ClusterIP"}}),
+        );
+        assert!(needs_cleanup(&left_x, &only_x) && !needs_cleanup(&left_x, &plain));
     }
 }

@@ -8,7 +8,8 @@ use crate::runner::Action;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
-use kube_ccm_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
+use kube_ccm_provider::names::{ANNOTATION_LOAD_BALANCER_CLASS, FINALIZER_LOAD_BALANCER_CLEANUP};
+use kube_ccm_provider::service::{annotation, load_balancer_class};
 use kube_ccm_provider::{CloudError, LoadBalancer};
 use serde_json::json;
 
@@ -103,13 +104,24 @@ impl Target<'_> {
     /// `PatchService` (a status write keeps the spec but takes metadata), so the bootstrap role
     /// `system:controller:service-controller`, which grants `services/status` but not `services` patch,
     /// is enough.
+    /// With it, the service's class is recorded ([`ANNOTATION_LOAD_BALANCER_CLASS`]), or a recorded one
+    /// removed; a service with our finalizer whose record differs from its class has it put right.
     pub(super) async fn add_finalizer(&self, service: Arc<Service>) -> Result<Arc<Service>, ServiceError> {
-        if has_finalizer(&service) {
+        let class = load_balancer_class(&service);
+        let recorded = annotation(&service, ANNOTATION_LOAD_BALANCER_CLASS);
+        if has_finalizer(&service) && recorded == class {
             return Ok(service);
         }
         let mut finalizers = service.metadata.finalizers.clone().unwrap_or_default();
-        finalizers.push(FINALIZER_LOAD_BALANCER_CLEANUP.to_owned());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": service.metadata.resource_version}});
+        if !has_finalizer(&service) {
+            finalizers.push(FINALIZER_LOAD_BALANCER_CLEANUP.to_owned());
+        }
+        let mut patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": service.metadata.resource_version}});
+        if recorded != class {
+            let mut annotations = serde_json::Map::new();
+            annotations.insert(ANNOTATION_LOAD_BALANCER_CLASS.to_owned(), json!(class));
+            patch["metadata"]["annotations"] = serde_json::Value::Object(annotations);
+        }
         self.api
             .patch_status(&self.name, &crate::written::patch_params(), &Patch::Merge(patch))
             .await

@@ -347,7 +347,19 @@ impl LoadBalancer for GceProvider {
         if implemented_elsewhere(service) {
             return Ok(());
         }
-        if wants_internal(service) {
+        // The kind the load balancer *is*, as upstream's: a service that left type LoadBalancer has lost
+        // its class (the legacy internal one), and may have lost its annotation.
+        let internal = wants_internal(service)
+            || internal::has_finalizer(service, internal::FINALIZER_ILB_V1)
+            || cx
+                .request(
+                    "forwardingRules.get",
+                    self.get_rule(&default_load_balancer_name(service)),
+                )
+                .await?
+                .as_ref()
+                .is_some_and(is_internal_rule);
+        if internal {
             return cx
                 .request("delete_internal_load_balancer", self.delete_internal(service))
                 .await;
