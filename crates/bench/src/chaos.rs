@@ -193,12 +193,11 @@ impl Run {
         let listen = if namespaces { "0.0.0.0:0" } else { "127.0.0.1:0" };
         let (sides, peers) = lineup(&args.peers);
         // The links first: the real API server's certificate names the addresses replicas reach it at.
-        let mut links = Vec::new();
-        if namespaces {
-            for slot in 0..sides.len() {
-                links.push(Netns::create(u8::try_from(slot)?)?);
-            }
-        }
+        let links = if namespaces {
+            Netns::create_all(sides.len())?
+        } else {
+            Vec::new()
+        };
         let kube_binaries = if args.apiserver == "kube" || args.peers == "go" {
             Some(
                 control_plane::KubeBinaries::find()

@@ -6,7 +6,10 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-/// One namespace and its link: the host end `10.231.<slot>.1`, the replica's `10.231.<slot>.2`.
+/// What this harness's namespaces are called: `ccm-chaos-<pid>-<slot>`.
+const PREFIX: &str = "ccm-chaos-";
+
+/// One namespace and its link: the host end `10.231.<octet>.1`, the replica's `10.231.<octet>.2`.
 pub(crate) struct Netns {
     name: String,
     host_link: String,
@@ -37,14 +40,35 @@ impl Netns {
         ip(&["netns", "add", &name]).is_ok() && ip(&["netns", "del", &name]).is_ok()
     }
 
-    /// Namespace number `slot` (0–250) of this process.
-    pub(crate) fn create(slot: u8) -> Result<Netns> {
-        let pid = std::process::id() % 100_000;
-        let name = format!("ccm-chaos-{pid}-{slot}");
+    /// `count` namespaces for this process, on subnets no link here uses. Namespaces of earlier runs
+    /// whose process is gone (killed before its clean-up ran) are deleted first: their host ends would
+    /// otherwise hold the routes to the same subnets, and this run's replicas could not reach anything.
+    pub(crate) fn create_all(count: usize) -> Result<Vec<Netns>> {
+        sweep_stale()?;
+        let used = octets_in_use()?;
+        let free: Vec<u8> = (0..=250).filter(|octet| !used.contains(octet)).collect();
+        if free.len() < count {
+            bail!(
+                "network namespaces: only {} of the 10.231.0.0/16 subnets are free here, {count} wanted \
+                 (see `ip -brief addr`)",
+                free.len()
+            );
+        }
+        free.into_iter()
+            .take(count)
+            .enumerate()
+            .map(|(slot, octet)| Netns::create(slot, octet))
+            .collect()
+    }
+
+    /// Namespace number `slot` of this process, on the subnet `10.231.<octet>.0/30`.
+    fn create(slot: usize, octet: u8) -> Result<Netns> {
+        let pid = std::process::id();
+        let name = format!("{PREFIX}{pid}-{slot}");
         // Interface names have at most 15 bytes.
         let host_link = format!("cch{}s{slot}", pid % 10_000);
         let inner_link = format!("ccn{}s{slot}", pid % 10_000);
-        let host_ip = format!("10.231.{slot}.1");
+        let host_ip = format!("10.231.{octet}.1");
         ip(&["netns", "add", &name])?;
         let netns = Netns {
             name,
@@ -75,7 +99,7 @@ impl Netns {
             all.extend_from_slice(args);
             ip(&all)
         };
-        inside(&["addr", "add", &format!("10.231.{slot}.2/30"), "dev", &inner_link])?;
+        inside(&["addr", "add", &format!("10.231.{octet}.2/30"), "dev", &inner_link])?;
         inside(&["link", "set", &inner_link, "up"])?;
         inside(&["link", "set", "lo", "up"])?;
         // While the link is down, Linux holds what a socket sends in the neighbour's queue until address
@@ -110,6 +134,44 @@ impl Netns {
     pub(crate) fn cut(&self, cut: bool) -> Result<()> {
         ip(&["link", "set", &self.host_link, if cut { "down" } else { "up" }])
     }
+}
+
+/// Deletes the namespaces of runs whose process is gone; deleting one deletes its veth pair.
+fn sweep_stale() -> Result<()> {
+    let output = Command::new("ip")
+        .args(["netns", "list"])
+        .stdin(Stdio::null())
+        .output()
+        .context("run ip netns list")?;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        // `NAME` or `NAME (id: N)`.
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(owner) = name
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if owner != std::process::id() && !std::path::Path::new(&format!("/proc/{owner}")).exists() {
+            ip(&["netns", "del", name])?;
+        }
+    }
+    Ok(())
+}
+
+/// The third octets of the `10.231.0.0/16` addresses on this namespace's links.
+fn octets_in_use() -> Result<Vec<u8>> {
+    let output = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .stdin(Stdio::null())
+        .output()
+        .context("run ip addr show")?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix("10.231."))
+        .filter_map(|rest| rest.split('.').next()?.parse().ok())
+        .collect())
 }
 
 impl Drop for Netns {

@@ -134,7 +134,7 @@ pub fn load_balancer_class(service: &Service) -> Option<&str> {
 /// `loadBalancerClass`): what the service controller hands to a provider that declares no classes
 /// ([`LoadBalancerClasses`](crate::LoadBalancerClasses)).
 pub fn wants_default_load_balancer(service: &Service) -> bool {
-    service_type(service) == Some("LoadBalancer") && load_balancer_class(service).is_none()
+    crate::LoadBalancerClasses::default().serves(service)
 }
 
 /// Whether the service carries the load-balancer cleanup finalizer.
