@@ -28,10 +28,12 @@ use kube::runtime::watcher;
 use kube_ccm_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
 use serde_json::json;
 
+mod fleet;
 mod server;
 mod services;
 pub(crate) mod steady;
 
+pub(crate) use fleet::Fleet;
 pub(crate) use server::Server;
 pub(crate) use services::Provisioned;
 use services::{Phase, provision};
@@ -184,6 +186,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         nodes: args.nodes,
         services: args.services,
         load_balancers: 0,
+        fleet: None,
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),
@@ -236,6 +239,9 @@ pub(crate) struct Burst {
     /// LoadBalancer services of the default class created once every node is initialised, each to be
     /// given a load balancer by the manager (0: none).
     pub(crate) load_balancers: u32,
+    /// With load balancers: the node set changed three times after they are served ([`fleet`]), the
+    /// unschedulable change watched this long.
+    pub(crate) fleet: Option<Duration>,
     /// Latency of every fake-cloud call.
     pub(crate) cloud_latency_ms: u64,
     /// Creates in flight at once.
@@ -305,6 +311,8 @@ pub(crate) struct Measured {
     pub(crate) etcd_cpu_seconds: Option<f64>,
     /// The load balancers' phase, when the burst has one.
     pub(crate) load_balancers: Option<Provisioned>,
+    /// The node-set changes after it, when the burst has them.
+    pub(crate) fleet: Option<Fleet>,
     /// The steady window, if the burst had one.
     pub(crate) steady: Option<Steady>,
 }
@@ -465,6 +473,20 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
     } else {
         None
     };
+    let fleet = match burst.fleet.filter(|_| burst.load_balancers > 0) {
+        Some(quiet) => Some(
+            fleet::measure(
+                &client,
+                cloud.cloud(),
+                usize::try_from(burst.load_balancers)?,
+                burst.timeout,
+                quiet,
+            )
+            .await
+            .with_context(|| log_tail(&log_path))?,
+        ),
+        None => None,
+    };
     let steady = match burst.steady {
         Some(window) => {
             let steady = steady::observe(server, &client, cloud.cloud(), contender, pid, window).await?;
@@ -491,6 +513,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         apiserver_cpu_seconds: delta(1),
         etcd_cpu_seconds: delta(0),
         load_balancers,
+        fleet,
         steady,
     })
 }

@@ -58,6 +58,17 @@ pub(crate) struct Args {
     /// Latency of every fake-cloud call, in milliseconds.
     #[arg(long, default_value_t = 50)]
     cloud_latency_ms: u64,
+    /// Once the services are served, change the node set three times (a node added, one deleted, one
+    /// made unschedulable) and time each until every load balancer has the new set.
+    #[arg(long)]
+    fleet: bool,
+    /// A flag for ours beyond its defaults (repeatable), e.g. to measure the default of one against
+    /// another value.
+    #[arg(long = "ours-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    ours_flags: Vec<String>,
+    /// With `--fleet`: how long the unschedulable change is watched for load-balancer writes.
+    #[arg(long, default_value_t = 10)]
+    fleet_quiet_seconds: u64,
     /// Creates in flight at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
@@ -150,6 +161,7 @@ pub(crate) async fn run(mut args: Args) -> Result<()> {
         nodes,
         services: 0,
         load_balancers: args.services,
+        fleet: args.fleet.then(|| Duration::from_secs(args.fleet_quiet_seconds)),
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),
@@ -167,7 +179,7 @@ pub(crate) async fn run(mut args: Args) -> Result<()> {
         }
         let contender = match go_contender(name, &binaries) {
             Some(go) => go,
-            None => Contender::ours(&[])?,
+            None => Contender::ours(&args.ours_flags.iter().map(String::as_str).collect::<Vec<_>>())?,
         };
         let server = Server::start("kube").await?;
         let result = measure(&server, &burst, &contender)
@@ -334,6 +346,18 @@ fn ratios(measured: &[(String, Measured)]) -> serde_json::Value {
                     }),
                     _ => serde_json::Value::Null,
                 },
+                // Theirs over ours: how many times faster ours brings every load balancer to a new node
+                // set (the slowest change), and ours over theirs for the cloud calls it takes.
+                "fleet": match (&ours.fleet, &theirs.fleet) {
+                    (Some(ours), Some(theirs)) => json!({
+                        "worst_seconds_theirs_over_ours": ratio(Some(theirs.worst_seconds), Some(ours.worst_seconds)),
+                        "cloud_calls": ratio(
+                            Some(ours.changes.iter().map(|c| c.cloud_calls_total as f64).sum()),
+                            Some(theirs.changes.iter().map(|c| c.cloud_calls_total as f64).sum()),
+                        ),
+                    }),
+                    _ => serde_json::Value::Null,
+                },
             }),
         );
     }
@@ -383,6 +407,24 @@ fn print_table(measured: &[(String, Measured)], ratios: &serde_json::Value) {
                     lb.cloud_calls_per_service,
                     lb.peak_rss_mb,
                     lb.cpu_seconds
+                );
+            }
+        }
+    }
+    if measured.iter().any(|(_, m)| m.fleet.is_some()) {
+        eprintln!(
+            "\n{:<11} {:>14} {:>9} {:>9} {:>9}",
+            "contender", "change", "seconds", "written", "calls"
+        );
+        for (name, m) in measured {
+            for change in m.fleet.iter().flat_map(|f| &f.changes) {
+                eprintln!(
+                    "{:<11} {:>14} {:>9} {:>9} {:>9}",
+                    name,
+                    change.change,
+                    change.seconds,
+                    change.load_balancers_written,
+                    change.cloud_calls_total
                 );
             }
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{CloudWrite, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
-use crate::protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
+use crate::protocol::{AdminRequest, CloudRequest, CloudResponse, HostSet, NodeRef};
 
 #[derive(Debug, Default)]
 struct State {
@@ -19,6 +19,9 @@ struct State {
     knobs: Knobs,
     calls: u64,
     calls_by_kind: BTreeMap<String, u64>,
+    /// Calls being answered now, and the most there have been at once, by kind.
+    in_flight: BTreeMap<&'static str, u64>,
+    peak_in_flight: BTreeMap<String, u64>,
     writes: Vec<CloudWrite>,
     next_ip: u32,
     unreachable_zones: std::collections::BTreeSet<String>,
@@ -107,7 +110,17 @@ impl FakeCloud {
                     throttled: true,
                 };
             }
+            let kind = request.kind();
+            let now = state.in_flight.entry(kind).or_insert(0);
+            *now += 1;
+            let now = *now;
+            let peak = state.peak_in_flight.entry(kind.to_owned()).or_insert(0);
+            *peak = (*peak).max(now);
             state.knobs
+        };
+        let _in_flight = InFlight {
+            state: &self.state,
+            kind: request.kind(),
         };
         if let Some(injected) = injected(knobs).await {
             return injected;
@@ -251,10 +264,48 @@ impl FakeCloud {
                 calls: state.calls,
                 calls_by_kind: state.calls_by_kind.clone(),
                 throttled: state.throttled,
+                peak_in_flight: state.peak_in_flight.clone(),
             },
+            AdminRequest::HostSets => {
+                let mut sets: HashMap<&[String], usize> = HashMap::new();
+                for load_balancer in state.load_balancers.values() {
+                    *sets.entry(&load_balancer.nodes).or_default() += 1;
+                }
+                let mut sets: Vec<HostSet> = sets
+                    .into_iter()
+                    .map(|(nodes, load_balancers)| HostSet {
+                        nodes: nodes.to_vec(),
+                        load_balancers,
+                    })
+                    .collect();
+                sets.sort_by(|a, b| {
+                    b.load_balancers
+                        .cmp(&a.load_balancers)
+                        .then_with(|| a.nodes.cmp(&b.nodes))
+                });
+                CloudResponse::HostSets {
+                    sets,
+                    calls_by_kind: state.calls_by_kind.clone(),
+                    writes: state.writes.len(),
+                }
+            }
             AdminRequest::Writes { from } => CloudResponse::Writes {
                 writes: state.writes.get(from..).unwrap_or_default().to_vec(),
             },
+        }
+    }
+}
+
+/// A call being answered: counted in flight until answered or dropped (its caller gave up).
+struct InFlight<'a> {
+    state: &'a Mutex<State>,
+    kind: &'static str,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(now) = self.state.lock().in_flight.get_mut(self.kind) {
+            *now = now.saturating_sub(1);
         }
     }
 }
@@ -501,6 +552,36 @@ mod tests {
                 .await,
             CloudResponse::Error { not_found: true, .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn host_sets_group_load_balancers_by_their_nodes() {
+        let cloud = FakeCloud::default();
+        for (name, nodes) in [
+            ("a1", vec!["n1", "n2"]),
+            ("a2", vec!["n2", "n1"]),
+            ("a3", vec!["n1"]),
+        ] {
+            cloud
+                .handle(CloudRequest::EnsureLoadBalancer {
+                    name: name.into(),
+                    service: format!("default/{name}"),
+                    cluster: "k".into(),
+                    ports: vec![80],
+                    nodes: nodes.into_iter().map(str::to_owned).collect(),
+                })
+                .await;
+        }
+        let CloudResponse::HostSets { sets, .. } =
+            cloud.handle(CloudRequest::Admin(AdminRequest::HostSets)).await
+        else {
+            panic!("not host sets")
+        };
+        let sets: Vec<(Vec<&str>, usize)> = sets
+            .iter()
+            .map(|set| (set.nodes.iter().map(String::as_str).collect(), set.load_balancers))
+            .collect();
+        assert_eq!(sets, [(vec!["n1", "n2"], 2), (vec!["n1"], 1)]);
     }
 
     #[tokio::test]

@@ -21,6 +21,6 @@ mod server;
 pub use cloud::{FakeCloud, RateLimit};
 pub use config::{ConfigError, FakeCloudConfig};
 pub use model::{CloudWrite, FakeAddress, FakeInstance, FakeLoadBalancer, FakeRoute, InstanceState, Knobs};
-pub use protocol::{AdminRequest, CloudRequest, CloudResponse, NodeRef};
+pub use protocol::{AdminRequest, CloudRequest, CloudResponse, HostSet, NodeRef};
 pub use provider::{FakeProvider, PROVIDER_NAME, THROTTLED_RETRY_AFTER, factory};
 pub use server::{FakeCloudClient, FakeCloudServer};

@@ -159,6 +159,9 @@ pub enum AdminRequest {
     },
     /// Everything the cloud holds.
     Snapshot,
+    /// The load balancers grouped by the nodes they send traffic to: a cheap check that every one has
+    /// a node set, where a snapshot would copy every load balancer's nodes.
+    HostSets,
     /// The changes applied, from the `from`-th on (the audit judges them against lock tenures).
     Writes {
         /// Index of the first change wanted.
@@ -213,6 +216,18 @@ pub enum CloudResponse {
         /// Of `calls`, those refused for the rate limit.
         #[serde(default)]
         throttled: u64,
+        /// The most calls answered at once so far, by call (refused ones not counted).
+        #[serde(default)]
+        peak_in_flight: std::collections::BTreeMap<String, u64>,
+    },
+    /// The load balancers by node set, the largest group first.
+    HostSets {
+        /// Each distinct node set and how many load balancers have it.
+        sets: Vec<HostSet>,
+        /// Cloud calls answered so far, by call, as in [`CloudResponse::Snapshot`].
+        calls_by_kind: std::collections::BTreeMap<String, u64>,
+        /// How many changes the cloud has applied ([`AdminRequest::Writes`]' next `from`).
+        writes: usize,
     },
     /// Changes applied, in order.
     Writes {
@@ -229,4 +244,13 @@ pub enum CloudResponse {
         #[serde(default)]
         throttled: bool,
     },
+}
+
+/// Load balancers sending traffic to the same nodes ([`AdminRequest::HostSets`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSet {
+    /// The nodes, sorted.
+    pub nodes: Vec<String>,
+    /// How many load balancers have exactly these.
+    pub load_balancers: usize,
 }
