@@ -41,6 +41,9 @@ pub struct ControllerSettings {
     pub concurrent_node_status_updates: u16,
     /// `--concurrent-service-syncs`.
     pub concurrent_service_syncs: u16,
+    /// `--concurrent-load-balancer-host-updates`: services whose load balancers' hosts a node-set change
+    /// updates at once (syncs that ensure or delete stay within `concurrent_service_syncs`).
+    pub concurrent_load_balancer_host_updates: u16,
     /// The longest a cloud call may take (its deadline is also never past the caller's lock).
     pub cloud_call_timeout: Duration,
     /// `--cloud-api-qps`: the requests a second the process's cloud budget allows (0: the provider's
@@ -70,6 +73,7 @@ impl ControllerSettings {
             concurrent_node_syncs: 128,
             concurrent_node_status_updates: 0,
             concurrent_service_syncs: 8,
+            concurrent_load_balancer_host_updates: 64,
             cloud_call_timeout: Duration::from_secs(60),
             cloud_api_qps: 0.0,
             cloud_api_burst: 0,

@@ -162,6 +162,7 @@ fn controller_settings(startup: &Startup) -> ControllerSettings {
         concurrent_node_syncs: settings.concurrent_node_syncs,
         concurrent_node_status_updates: settings.concurrent_node_status_updates,
         concurrent_service_syncs: settings.concurrent_service_syncs,
+        concurrent_load_balancer_host_updates: settings.concurrent_load_balancer_host_updates,
         cloud_call_timeout: settings.cloud_call_timeout.0,
         cloud_api_qps: f64::from(settings.cloud_api_qps),
         cloud_api_burst: settings.cloud_api_burst,

@@ -227,6 +227,10 @@ fn workers_and_periods(settings: &Settings, problems: &mut Problems) {
         ("--concurrent-node-syncs", settings.concurrent_node_syncs),
         ("--concurrent-service-syncs", settings.concurrent_service_syncs),
         (
+            "--concurrent-load-balancer-host-updates",
+            settings.concurrent_load_balancer_host_updates,
+        ),
+        (
             "--concurrent-node-lifecycle-syncs",
             settings.concurrent_node_lifecycle_syncs,
         ),

@@ -108,6 +108,9 @@ pub(super) struct ServiceContext {
     classes: LoadBalancerClasses,
     /// What the API server does with `ingress[].ipMode`.
     ip_modes: ip_mode::IpModes,
+    /// Syncs that create, change or delete a load balancer, `--concurrent-service-syncs` at once; the
+    /// runner runs up to `--concurrent-load-balancer-host-updates`, so a node-set pass goes wider.
+    changes: tokio::sync::Semaphore,
 }
 
 impl ServiceContext {
@@ -145,6 +148,11 @@ impl ServiceContext {
             nodes: memo.selected.iter().map(|&i| nodes[i].clone()).collect(),
             hash: memo.hash,
         }
+    }
+
+    /// Waits for a turn to create, change or delete a load balancer (the semaphore is never closed).
+    async fn change_turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.changes.acquire().await.ok()
     }
 
     fn synced(&self) -> MutexGuard<'_, HashMap<String, Synced>> {
@@ -295,6 +303,7 @@ pub(super) async fn run(controller: ControllerContext) {
         node_sync: Mutex::default(),
         classes,
         ip_modes: ip_mode::IpModes::default(),
+        changes: tokio::sync::Semaphore::new(controller.settings().concurrent_service_syncs.into()),
     });
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
@@ -313,7 +322,10 @@ pub(super) async fn run(controller: ControllerContext) {
     controller.set_started();
     controller
         .runner(runner::by_key(services.store()))
-        .concurrency(controller.settings().concurrent_service_syncs)
+        .concurrency(
+            (controller.settings().concurrent_service_syncs)
+                .max(controller.settings().concurrent_load_balancer_host_updates),
+        )
         .watch(services, |_| true)
         .feed(triggers)
         .run(controller.stop(), reconcile, error_policy, context)
@@ -474,16 +486,19 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
     // A service of this name with another UID had a load balancer: it goes first.
     let previous = context.ensured().get(&target.key).cloned();
     if let Some(previous) = previous.filter(|p| p.metadata.uid != service.metadata.uid) {
+        let _turn = context.change_turn().await;
         delete_orphan(context, load_balancers, &previous).await?;
         context.forget(&target.key);
     }
     if needs_cleanup(&service, &context.classes) {
+        let _turn = context.change_turn().await;
         return clean_up(&target, &service).await;
     }
     if !wants_load_balancer(&service, &context.classes) {
         // One this process ensured a load balancer for, that no longer wants it without our finalizer
         // (an object older than the finalizer): cleaned up as upstream does.
         if context.ensured().contains_key(&target.key) {
+            let _turn = context.change_turn().await;
             return clean_up(&target, &service).await;
         }
         return Ok(Action::await_change());
@@ -505,7 +520,10 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
     match next_step(previous, current, published) {
         Step::Nothing => Ok(Action::await_change()),
         Step::UpdateHosts => update_hosts(&target, &service, &set, current).await,
-        Step::Ensure => ensure(&target, service, &set, current).await,
+        Step::Ensure => {
+            let _turn = context.change_turn().await;
+            ensure(&target, service, &set, current).await
+        }
     }
 }
 
@@ -529,74 +547,4 @@ fn next_step(previous: Option<Synced>, current: Synced, published: bool) -> Step
 }
 
 #[cfg(test)]
-mod tests {
-    use kube_ccm_provider::names::FINALIZER_LOAD_BALANCER_CLEANUP;
-    use serde_json::json;
-
-    use super::*;
-
-    fn service(value: serde_json::Value) -> Service {
-        serde_json::from_value(value).unwrap()
-    }
-
-    /// A node set that changes while the cache still holds the service as it was before this process
-    /// published its address is a hosts update (upstream's `UpdatedLoadBalancer`), not a new ensure.
-    #[test]
-    fn the_step_after_the_last_sync() {
-        let synced = |spec, nodes| Synced { spec, nodes };
-        let last = Some(synced(1, 1));
-        assert_eq!(next_step(None, synced(1, 1), true), Step::Ensure);
-        assert_eq!(next_step(last, synced(1, 1), true), Step::Nothing);
-        assert_eq!(
-            next_step(last, synced(1, 1), false),
-            Step::Ensure,
-            "the address was removed"
-        );
-        assert_eq!(next_step(last, synced(1, 2), true), Step::UpdateHosts);
-        assert_eq!(next_step(last, synced(1, 2), false), Step::Ensure);
-        assert_eq!(next_step(last, synced(2, 1), true), Step::Ensure);
-        assert_eq!(next_step(last, synced(2, 2), true), Step::Ensure);
-    }
-
-    #[test]
-    fn wanting_and_cleaning_up() {
-        let plain = LoadBalancerClasses::default();
-        let lb = service(json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer"}}));
-        assert!(wants_load_balancer(&lb, &plain) && !needs_cleanup(&lb, &plain));
-        let classed = service(
-            json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "x.io/lb"}}),
-        );
-        assert!(!wants_load_balancer(&classed, &plain));
-        // A class never makes a live service with our finalizer need clean-up (upstream's needsCleanup).
-        let classed_with_finalizer = service(
-            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "LoadBalancer", "loadBalancerClass": "x.io/lb"}}),
-        );
-        assert!(
-            !wants_load_balancer(&classed_with_finalizer, &plain)
-                && !needs_cleanup(&classed_with_finalizer, &plain)
-        );
-        let changed_type = service(
-            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP]}, "spec": {"type": "ClusterIP"}}),
-        );
-        assert!(needs_cleanup(&changed_type, &plain));
-        let deleting = |class: Option<&str>| {
-            service(
-                json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP], "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"type": "LoadBalancer", "loadBalancerClass": class}}),
-            )
-        };
-        assert!(needs_cleanup(&deleting(None), &plain));
-        // Another class's service, deleting with the (shared) finalizer: its own manager's to clean up.
-        assert!(!needs_cleanup(&deleting(Some("x.io/lb")), &plain));
-
-        let only_x = LoadBalancerClasses::new(false, ["x.io/lb"]).unwrap();
-        assert!(wants_load_balancer(&classed, &only_x) && !wants_load_balancer(&lb, &only_x));
-        assert!(needs_cleanup(&deleting(Some("x.io/lb")), &only_x));
-        assert!(!needs_cleanup(&deleting(None), &only_x));
-        // The class is erased with the type: the one recorded with the finalizer says whose it is.
-        assert!(!needs_cleanup(&changed_type, &only_x));
-        let left_x = service(
-            json!({"metadata": {"name": "s", "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP], "annotations": {ANNOTATION_LOAD_BALANCER_CLASS: "x.io/lb"}}, "spec": {"type": "ClusterIP"}}),
-        );
-        assert!(needs_cleanup(&left_x, &only_x) && !needs_cleanup(&left_x, &plain));
-    }
-}
+mod tests;
