@@ -136,7 +136,9 @@ impl Netns {
     }
 }
 
-/// Deletes the namespaces of runs whose process is gone; deleting one deletes its veth pair.
+/// Deletes the namespaces of runs whose process is gone (by the pid in the name: runs sharing
+/// `/run/netns` must share a PID namespace too). Deleting one deletes its veth pair once no process is
+/// left inside; a leftover replica keeps it, and its subnet is then avoided.
 fn sweep_stale() -> Result<()> {
     let output = Command::new("ip")
         .args(["netns", "list"])
@@ -154,7 +156,10 @@ fn sweep_stale() -> Result<()> {
             continue;
         };
         if owner != std::process::id() && !std::path::Path::new(&format!("/proc/{owner}")).exists() {
-            ip(&["netns", "del", name])?;
+            // Another run may be sweeping it too; the subnets in use are avoided either way.
+            if let Err(error) = ip(&["netns", "del", name]) {
+                eprintln!("chaos: could not delete the stale namespace {name}: {error:#}");
+            }
         }
     }
     Ok(())

@@ -13,7 +13,8 @@
 //! request log or audit log (every write attempt by the controller-manager, failed ones included); memory
 //! is the controller-manager's resident set once every node is initialised. With `--steady-seconds`, a
 //! window with nothing changing follows: what the manager's periodic work asks of the API server and the
-//! cloud ([`steady`]).
+//! cloud ([`steady`]). With `--route-periods`, the manager runs its route controller too, and a routes'
+//! phase follows the burst ([`routes`]).
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -29,11 +30,15 @@ use kube_ccm_fake::{FakeCloud, FakeCloudServer, FakeInstance, Knobs};
 use serde_json::json;
 
 mod fleet;
+mod objects;
+mod routes;
 mod server;
 mod services;
 pub(crate) mod steady;
 
 pub(crate) use fleet::Fleet;
+pub(crate) use objects::{kubelet_node, service};
+pub(crate) use routes::Routes;
 pub(crate) use server::Server;
 pub(crate) use services::Provisioned;
 use services::{Phase, provision};
@@ -43,6 +48,8 @@ use crate::process::{TempDir, cpu_seconds, manager_binary, peak_rss_mib, rss_mib
 use crate::stats::round;
 
 const CCM_AGENT: &str = "cloud-controller-manager/";
+/// The manager's `--route-reconciliation-period` (its default).
+const ROUTE_PERIOD: Duration = Duration::from_secs(10);
 const WARM_UP: &str = "warm-up";
 
 #[derive(Debug, clap::Args)]
@@ -70,87 +77,17 @@ pub(crate) struct Args {
     /// The manager's `--node-status-update-frequency` in seconds, with a steady window.
     #[arg(long, default_value_t = 60)]
     node_status_seconds: u64,
+    /// Run the route controller (for the nodes' pod CIDRs): after the burst, the time and cloud calls
+    /// until every node has its route, then the route calls per period over this many
+    /// `--route-reconciliation-period`s (10 s) with nothing changing (0: no route controller).
+    #[arg(long, default_value_t = 0)]
+    route_periods: u32,
     /// The API server: `test` (this repository's test API server, as a process) or `kube` (a real
     /// kube-apiserver on etcd, built by `cargo xtask kube`; writes are counted from its audit log).
     #[arg(long, default_value = "test", value_parser = ["test", "kube"])]
     apiserver: String,
     #[command(flatten)]
     output: crate::Output,
-}
-
-/// A node as a kubelet registers it (conditions, capacity, node info, images), tainted uninitialized.
-pub(crate) fn kubelet_node(name: &str, index: u32) -> Result<Node> {
-    let images: Vec<serde_json::Value> = (0..10)
-        .map(|i| {
-            json!({
-                "names": [
-                    format!("registry.example.com/team-{i}/service@sha256:{:064x}", u64::from(index) * 16 + i),
-                    format!("registry.example.com/team-{i}/service:v1.{i}.0"),
-                ],
-                "sizeBytes": 50_000_000 + i * 1_000_000,
-            })
-        })
-        .collect();
-    let condition = |type_: &str, status: &str, reason: &str| {
-        json!({
-            "type": type_, "status": status, "reason": reason, "message": format!("kubelet says {reason}"),
-            "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-22T10:00:00Z",
-        })
-    };
-    Ok(serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
-                "node-role.kubernetes.io/worker": "",
-            },
-            "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            },
-        },
-        "spec": {
-            "podCIDR": format!("10.{}.{}.0/24", 64 + index / 256 % 64, index % 256),
-            "podCIDRs": [format!("10.{}.{}.0/24", 64 + index / 256 % 64, index % 256)],
-            "taints": [{"key": kube_ccm_provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
-        },
-        "status": {
-            "capacity": {"cpu": "8", "memory": "32857812Ki", "pods": "110", "ephemeral-storage": "101430960Ki"},
-            "allocatable": {"cpu": "7910m", "memory": "31706836Ki", "pods": "110", "ephemeral-storage": "93478772582"},
-            "conditions": [
-                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
-                condition("Ready", "True", "KubeletReady"),
-            ],
-            "addresses": [{"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": format!("{index:032x}"), "systemUUID": format!("ec2{index:029x}"),
-                "bootID": format!("{:032x}", u64::from(index) << 8), "kernelVersion": "6.1.0-27-cloud-amd64",
-                "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://1.7.24",
-                "kubeletVersion": "v1.33.2", "kubeProxyVersion": "v1.33.2", "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-            "images": images,
-        },
-    }))?)
-}
-
-pub(crate) fn service(index: u32) -> Result<Service> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": format!("web-{index}"), "labels": {"app": format!("web-{index}")}},
-        "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": "example.com/another-load-balancer",
-            // That controller targets pods: no node ports (a cluster has only 2,768 of them).
-            "allocateLoadBalancerNodePorts": false,
-            "selector": {"app": format!("web-{index}")},
-            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
-                      {"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"}],
-        },
-    }))?)
 }
 
 /// The controller-manager process; killed on drop, or, when a profiler wraps it, stopped by SIGTERM
@@ -187,6 +124,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         services: args.services,
         load_balancers: 0,
         fleet: None,
+        route_periods: args.route_periods,
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),
@@ -204,6 +142,10 @@ pub(crate) async fn run(args: Args) -> Result<()> {
     let mut flags = vec!["--kube-api-qps=10000", "--kube-api-burst=10000"];
     if burst.steady.is_some() {
         flags.push(&node_status);
+    }
+    let cluster_cidr = format!("--cluster-cidr={}", routes::CLUSTER_CIDR);
+    if args.route_periods > 0 {
+        flags.extend([cluster_cidr.as_str(), "--configure-cloud-routes=true"]);
     }
     let ours = Contender::ours(&flags)?;
     let measured = measure(&server, &burst, &ours).await?;
@@ -224,6 +166,7 @@ pub(crate) async fn run(args: Args) -> Result<()> {
         "apiserver_cpu_seconds": measured.apiserver_cpu_seconds,
         "etcd_cpu_seconds": measured.etcd_cpu_seconds,
         "steady": measured.steady,
+        "routes": measured.routes,
         "apiserver": server.describe(),
     });
     args.output.write(&result)
@@ -242,6 +185,9 @@ pub(crate) struct Burst {
     /// With load balancers: the node set changed three times after they are served ([`fleet`]), the
     /// unschedulable change watched this long.
     pub(crate) fleet: Option<Duration>,
+    /// With the route controller running: the route periods watched after every route exists (0: the
+    /// manager runs none, or no routes phase).
+    pub(crate) route_periods: u32,
     /// Latency of every fake-cloud call.
     pub(crate) cloud_latency_ms: u64,
     /// Creates in flight at once.
@@ -313,6 +259,8 @@ pub(crate) struct Measured {
     pub(crate) load_balancers: Option<Provisioned>,
     /// The node-set changes after it, when the burst has them.
     pub(crate) fleet: Option<Fleet>,
+    /// The routes' phase, when the burst has one.
+    pub(crate) routes: Option<Routes>,
     /// The steady window, if the burst had one.
     pub(crate) steady: Option<Steady>,
 }
@@ -458,6 +406,21 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         (Some(before), Some(after)) => Some(round([after.0 - before.0, after.1 - before.1][index])),
         _ => None,
     };
+    let routes = if burst.route_periods > 0 {
+        Some(
+            routes::measure(
+                cloud.cloud(),
+                usize::try_from(burst.nodes + 1)?,
+                ROUTE_PERIOD,
+                burst.route_periods,
+                burst.timeout,
+            )
+            .await
+            .with_context(|| log_tail(&log_path))?,
+        )
+    } else {
+        None
+    };
     let load_balancers = if burst.load_balancers > 0 {
         let phase = Phase {
             pid,
@@ -514,6 +477,7 @@ pub(crate) async fn measure(server: &Server, burst: &Burst, contender: &Contende
         etcd_cpu_seconds: delta(0),
         load_balancers,
         fleet,
+        routes,
         steady,
     })
 }

@@ -106,19 +106,20 @@ async fn converged(
     }
 }
 
-/// The cloud's load-balancer writes from the `from`-th on: how many, and the last one's stamp.
+/// The cloud's load-balancer writes from the `from`-th on: the load balancers written, and the latest
+/// of their *first* writes (a load balancer written again later, e.g. by a second pass that changes
+/// nothing, had its new set at its first write).
 async fn load_balancer_writes(cloud: &FakeCloud, from: usize) -> Result<(usize, Option<i64>)> {
     match cloud
         .handle(CloudRequest::Admin(AdminRequest::Writes { from }))
         .await
     {
         CloudResponse::Writes { writes } => {
-            let ours: Vec<i64> = writes
-                .iter()
-                .filter(|w| w.call.ends_with("_load_balancer"))
-                .map(|w| w.time_us)
-                .collect();
-            Ok((ours.len(), ours.iter().max().copied()))
+            let mut first: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+            for write in writes.iter().filter(|w| w.call.ends_with("_load_balancer")) {
+                first.entry(&write.object).or_insert(write.time_us);
+            }
+            Ok((first.len(), first.values().max().copied()))
         }
         other => bail!("the fake cloud answered writes with {other:?}"),
     }
@@ -146,8 +147,8 @@ pub(super) async fn measure(
         .context("before the fleet's changes")?;
     let mut changes = Vec::new();
     for change in ["add", "delete", "unschedulable"] {
-        let before = hosts(cloud).await?;
         let started_us = now_us();
+        let before = hosts(cloud).await?;
         match change {
             "add" => {
                 let name = "fleet-added";

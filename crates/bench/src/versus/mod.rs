@@ -162,6 +162,7 @@ pub(crate) async fn run(mut args: Args) -> Result<()> {
         services: 0,
         load_balancers: args.services,
         fleet: args.fleet.then(|| Duration::from_secs(args.fleet_quiet_seconds)),
+        route_periods: 0,
         cloud_latency_ms: args.cloud_latency_ms,
         concurrency: args.concurrency,
         timeout: Duration::from_secs(args.timeout_seconds),

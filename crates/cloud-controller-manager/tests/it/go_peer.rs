@@ -145,6 +145,18 @@ async fn wait_for_a_live_leader(client: &kube::Client, gone: &[String], what: &s
     holders[CCM].clone().unwrap()
 }
 
+/// Successful writes so far by the controllers (not the elector) of ours (`ours`: identities in
+/// `rust_ids`) or of everyone else.
+fn controller_writes(server: &control_plane::ApiServer, rust_ids: &[String], ours: bool) -> usize {
+    server
+        .request_entries()
+        .iter()
+        .filter(|r| (200..300).contains(&r.status) && r.method != "GET")
+        .filter_map(|r| UserAgent::parse(&r.user_agent))
+        .filter(|ua| ua.controller != "leader-election" && rust_ids.contains(&ua.identity) == ours)
+        .count()
+}
+
 /// Issue 33's scenario 2: a running upstream Go CCM (three replicas, leader migration configured) is
 /// replaced by ours one replica at a time under a churn of nodes and services, then ours by the Go CCM
 /// again. Judged from the kube-apiserver's audit log with the cloud's log (every write inside its
@@ -187,6 +199,16 @@ async fn swap(binaries: KubeBinaries) {
         rust_ids.contains(&leader),
         "{leader} is not one of ours: {rust_ids:?}"
     );
+    // Ours at work before it goes: the churn gives it something to write (a take-over itself writes
+    // nothing that is already right).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while controller_writes(&plane.server, &rust_ids, true) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ours led for {WAIT:?} and its controllers wrote nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // Back, the leader last and by SIGKILL (a crash at the end of the roll-out): the Go CCM takes over
     // by its own elector's rule; the others stop gracefully before.
     let last = rust.len() - 1;
@@ -234,19 +256,8 @@ async fn swap(binaries: KubeBinaries) {
 
     // The server's record: no write outside its writer's tenure, Go's and ours alike.
     let everyone: Vec<&Replica> = go.iter().chain(&rust).chain(&back).collect();
-    let _ = std::process::Command::new("cp")
-        .args(["-r", plane.environment.log_dir.to_str().unwrap()])
-        .status();
     let report = plane.assert_no_overlap(&everyone).await;
-    let requests = plane.server.request_entries();
-    let writers = |ours: bool| {
-        requests
-            .iter()
-            .filter(|r| (200..300).contains(&r.status) && r.method != "GET")
-            .filter_map(|r| UserAgent::parse(&r.user_agent))
-            .filter(|ua| ua.controller != "leader-election" && rust_ids.contains(&ua.identity) == ours)
-            .count()
-    };
+    let writers = |ours: bool| controller_writes(&plane.server, &rust_ids, ours);
     assert!(
         writers(true) > 0 && writers(false) > 0,
         "both managers' controllers wrote: ours {}, Go's {}",

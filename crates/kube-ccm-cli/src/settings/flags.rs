@@ -121,7 +121,7 @@ settings! {
     concurrent_service_syncs: u16 = ("concurrent-service-syncs", SERVICE, "8",
         "Number of services synced concurrently (upstream's default is 1; one slow cloud call then stalls every other load balancer)."),
     concurrent_load_balancer_host_updates: u16 = ("concurrent-load-balancer-host-updates", SERVICE, "64",
-        "Not an upstream flag. Services whose load balancers get a new node set at once after nodes are added or deleted (upstream updates them --concurrent-service-syncs at a time). Syncs that create, change or delete a load balancer stay within --concurrent-service-syncs; the cloud's budget (--cloud-api-qps) bounds both."),
+        "Not an upstream flag. Services whose load balancers get a new node set at once after the node set changes (a node added or deleted, a provider ID or the exclude label changed; upstream updates them --concurrent-service-syncs at a time). Syncs that create, change or clean up a service's load balancer stay within --concurrent-service-syncs; the cloud's budget (--cloud-api-qps) bounds both."),
     load_balancer_orphan_sweep_period: GoDuration = ("load-balancer-orphan-sweep-period", SERVICE, "5m0s",
         "Not an upstream flag. How often the service controller's leader asks the cloud for this cluster's load balancers (those the provider can tell are the cluster's, by tag or name) and looks for orphans: those no service of the cluster claims. 0s: no sweep. Providers that cannot list load balancers have none."),
     load_balancer_orphan_grace: GoDuration = ("load-balancer-orphan-grace", SERVICE, "10m0s",

@@ -150,9 +150,15 @@ impl ServiceContext {
         }
     }
 
-    /// Waits for a turn to create, change or delete a load balancer (the semaphore is never closed).
+    /// Waits for a turn to create, change or delete a load balancer; `None` when the controller stops
+    /// first, or after one cloud-call timeout: the sync is then requeued ([`NO_TURN`]), so that a sync
+    /// never counts as working (toward the health check's "stuck") for long while only waiting.
     async fn change_turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        self.changes.acquire().await.ok()
+        let settings = self.controller.settings();
+        tokio::select! {
+            () = self.controller.stop().cancelled() => None,
+            turn = tokio::time::timeout(settings.cloud_call_timeout, self.changes.acquire()) => turn.ok()?.ok(),
+        }
     }
 
     fn synced(&self) -> MutexGuard<'_, HashMap<String, Synced>> {
@@ -234,6 +240,9 @@ impl ServiceContext {
     }
 }
 
+/// How soon a sync that found no turn ([`ServiceContext::change_turn`]) runs again.
+const NO_TURN: Duration = Duration::from_secs(1);
+
 fn key(service: &Service) -> String {
     format!(
         "{}/{}",
@@ -303,7 +312,7 @@ pub(super) async fn run(controller: ControllerContext) {
         node_sync: Mutex::default(),
         classes,
         ip_modes: ip_mode::IpModes::default(),
-        changes: tokio::sync::Semaphore::new(controller.settings().concurrent_service_syncs.into()),
+        changes: tokio::sync::Semaphore::new(controller.settings().concurrent_service_syncs.max(1).into()),
     });
     let (trigger, triggers) = mpsc::channel::<()>(1);
     let watcher = tokio::spawn(watch_node_set(context.clone(), trigger));
@@ -486,19 +495,25 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
     // A service of this name with another UID had a load balancer: it goes first.
     let previous = context.ensured().get(&target.key).cloned();
     if let Some(previous) = previous.filter(|p| p.metadata.uid != service.metadata.uid) {
-        let _turn = context.change_turn().await;
+        let Some(_turn) = context.change_turn().await else {
+            return Ok(Action::requeue(NO_TURN));
+        };
         delete_orphan(context, load_balancers, &previous).await?;
         context.forget(&target.key);
     }
     if needs_cleanup(&service, &context.classes) {
-        let _turn = context.change_turn().await;
+        let Some(_turn) = context.change_turn().await else {
+            return Ok(Action::requeue(NO_TURN));
+        };
         return clean_up(&target, &service).await;
     }
     if !wants_load_balancer(&service, &context.classes) {
         // One this process ensured a load balancer for, that no longer wants it without our finalizer
         // (an object older than the finalizer): cleaned up as upstream does.
         if context.ensured().contains_key(&target.key) {
-            let _turn = context.change_turn().await;
+            let Some(_turn) = context.change_turn().await else {
+                return Ok(Action::requeue(NO_TURN));
+            };
             return clean_up(&target, &service).await;
         }
         return Ok(Action::await_change());
@@ -521,7 +536,15 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
         Step::Nothing => Ok(Action::await_change()),
         Step::UpdateHosts => update_hosts(&target, &service, &set, current).await,
         Step::Ensure => {
-            let _turn = context.change_turn().await;
+            let Some(_turn) = context.change_turn().await else {
+                return Ok(Action::requeue(NO_TURN));
+            };
+            // The node set may have changed during the wait.
+            let set = context.node_set();
+            let current = Synced {
+                nodes: set.hash,
+                ..current
+            };
             ensure(&target, service, &set, current).await
         }
     }
