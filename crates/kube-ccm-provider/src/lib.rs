@@ -19,7 +19,8 @@
 //!   values reach the provider in [`InitializeContext::flags`].
 //! - [`SharedCaches`]: the process's caches of nodes and services, handed to the provider at
 //!   initialisation (upstream's `InformerUser`), so it never watches the same objects a second time.
-//! - [`Cidr`]: IPv4 and IPv6 networks.
+//! - [`Cidr`]: IPv4 and IPv6 networks; [`PodCidrs`]: the pod CIDRs a cloud assigns its instances, for
+//!   the node-IPAM controller's cloud allocator.
 //! - [`names`]: well-known taints, labels, annotations and finalizers.
 //! - [`gcfg`]: reading cloud-configs in upstream's INI dialect (the AWS and GCE providers' format).
 
@@ -35,6 +36,7 @@ pub mod gcfg;
 mod instances;
 mod load_balancer;
 pub mod names;
+mod pod_cidrs;
 mod provider;
 mod registry;
 mod routes;
@@ -51,6 +53,7 @@ pub use instances::{DEFAULT_BATCH_CONCURRENCY, InstanceMetadata, Instances, Inst
 pub use load_balancer::{
     ClusterLoadBalancer, LoadBalancer, default_load_balancer_name, is_default_load_balancer_name,
 };
+pub use pod_cidrs::{ClusterStack, PodCidrs, PodCidrsError};
 pub use provider::{CloudProvider, Clusters, InitializeContext, LeadingContext, RequestRate, Zone, Zones};
 pub use registry::{ProviderFactory, ProviderRegistry, ProviderRegistryError};
 pub use routes::{Route, Routes};

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::flags::FlagValues;
-use crate::{CallContext, CloudError, Instances, InstancesV2, LoadBalancer, Refused, Routes};
+use crate::{CallContext, CloudError, Instances, InstancesV2, LoadBalancer, PodCidrs, Refused, Routes};
 
 /// What a provider gets when the manager starts, on every replica, before any election.
 #[derive(Clone)]
@@ -193,6 +193,12 @@ pub trait CloudProvider: std::any::Any + Send + Sync {
 
     /// Routes; required by the node-route controller.
     fn routes(&self) -> Option<&dyn Routes> {
+        None
+    }
+
+    /// The pod CIDRs the cloud assigns its instances; required by `node-ipam-controller` with
+    /// `--cidr-allocator-type=CloudAllocator` (its `RangeAllocator` needs nothing of the provider).
+    fn pod_cidrs(&self) -> Option<&dyn PodCidrs> {
         None
     }
 

@@ -46,7 +46,9 @@ pub use client::{ClientError, ClientFactory, Deadline, DeadlineExceeded, Fenced,
 pub use compact::Compact;
 pub use config::{ControllerSettings, LeaderElectionConfig, LeaseClash, ManagerConfig};
 pub use context::{ControllerContext, event_reference};
-pub use controllers::{Backoff, MAX_PER_SWEEP, NodeDeletion, OrphanSweep};
+pub use controllers::{
+    Backoff, CLOUD_ALLOCATOR, MAX_PER_SWEEP, NODE_IPAM_CONTROLLER, NodeDeletion, OrphanSweep, RANGE_ALLOCATOR,
+};
 pub use exposition::metric_reference;
 pub use health::{Health, Verdict};
 pub use informers::{Cache, Informer, SharedCache};
@@ -58,7 +60,7 @@ pub use metrics::{BuildInfo, Metrics};
 pub use plan::{PlannedController, plan_controllers, summarize};
 pub use registry::{
     Capability, ControllerDefinition, ControllerRegistry, FlagsCheck, RegistrationError, Registry,
-    SettingsCheck,
+    SettingsCheck, SettingsPredicate,
 };
 pub use runner::{Action, Runner};
 pub use runtime::{Manager, ManagerError};

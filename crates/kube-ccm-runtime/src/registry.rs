@@ -32,6 +32,8 @@ pub enum Capability {
     LoadBalancers,
     /// [`CloudProvider::routes`].
     Routes,
+    /// [`CloudProvider::pod_cidrs`].
+    PodCidrs,
 }
 
 impl Capability {
@@ -41,6 +43,7 @@ impl Capability {
             Capability::Instances => provider.instances_v2().is_some() || provider.instances().is_some(),
             Capability::LoadBalancers => provider.load_balancer().is_some(),
             Capability::Routes => provider.routes().is_some(),
+            Capability::PodCidrs => provider.pod_cidrs().is_some(),
         }
     }
 
@@ -50,6 +53,7 @@ impl Capability {
             Capability::Instances => "instances",
             Capability::LoadBalancers => "load balancers",
             Capability::Routes => "routes",
+            Capability::PodCidrs => "pod CIDRs",
         }
     }
 }
@@ -65,6 +69,9 @@ type Run = Arc<dyn Fn(ControllerContext) -> BoxFuture<'static, ()> + Send + Sync
 /// A settings check: `Err(reason)` when the settings turn the controller off.
 pub type SettingsCheck = fn(&ControllerSettings) -> Result<(), Refused>;
 
+/// Whether settings ask for something ([`ControllerDefinition::requires_when`]).
+pub type SettingsPredicate = fn(&ControllerSettings) -> bool;
+
 /// A check of a controller's flags together: `Err(problem)` stops the manager's start when the controller
 /// is enabled (and its provider chosen).
 pub type FlagsCheck = fn(&FlagValues) -> Result<(), Refused>;
@@ -77,6 +84,7 @@ pub struct ControllerDefinition {
     disabled_by_default: bool,
     migrated_by_default: bool,
     requires: Vec<Capability>,
+    requires_when: Vec<(Capability, &'static str, SettingsPredicate)>,
     provider: Option<&'static str>,
     settings_checks: Vec<SettingsCheck>,
     flags: &'static [Flag],
@@ -116,6 +124,7 @@ impl ControllerDefinition {
             disabled_by_default: false,
             migrated_by_default: false,
             requires: Vec::new(),
+            requires_when: Vec::new(),
             provider: None,
             settings_checks: Vec::new(),
             flags: &[],
@@ -149,6 +158,18 @@ impl ControllerDefinition {
     /// It cannot run unless the provider offers `capability`.
     pub fn requires(mut self, capability: Capability) -> ControllerDefinition {
         self.requires.push(capability);
+        self
+    }
+
+    /// It needs `capability` when `applies` holds for the settings (described by `setting`, e.g.
+    /// `--cidr-allocator-type=CloudAllocator`), and is skipped, saying so, when the provider lacks it.
+    pub fn requires_when(
+        mut self,
+        capability: Capability,
+        setting: &'static str,
+        applies: SettingsPredicate,
+    ) -> ControllerDefinition {
+        self.requires_when.push((capability, setting, applies));
         self
     }
 
@@ -256,10 +277,13 @@ impl ControllerDefinition {
         {
             return Some(reason.to_string());
         }
-        self.requires
+        if let Some(missing) = self.requires.iter().find(|c| !c.is_offered_by(provider)) {
+            return Some(format!("the cloud provider does not support {missing}"));
+        }
+        self.requires_when
             .iter()
-            .find(|c| !c.is_offered_by(provider))
-            .map(|missing| format!("the cloud provider does not support {missing}"))
+            .find(|(capability, _, applies)| applies(settings) && !capability.is_offered_by(provider))
+            .map(|(missing, setting, _)| format!("the cloud provider does not support {missing} ({setting})"))
     }
 
     /// Why the settings alone keep it from running; `None` when they do not.
@@ -275,6 +299,11 @@ impl ControllerDefinition {
             .map(|p| format!("--cloud-provider={p}"))
             .into_iter()
             .chain(self.requires.iter().map(|c| c.to_string()))
+            .chain(
+                self.requires_when
+                    .iter()
+                    .map(|(capability, setting, _)| format!("{capability} with {setting}")),
+            )
             .collect()
     }
 
@@ -492,100 +521,4 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Bare;
-
-    impl CloudProvider for Bare {
-        fn provider_name(&self) -> &str {
-            "bare"
-        }
-    }
-
-    #[test]
-    fn the_builtins_are_registered_like_any_other_in_start_order() {
-        let registry = ControllerRegistry::builtin();
-        let names: Vec<&str> = registry.definitions().map(|d| d.name()).collect();
-        assert_eq!(
-            names,
-            [
-                "cloud-node-controller",
-                "cloud-node-lifecycle-controller",
-                "service-lb-controller",
-                "node-route-controller"
-            ]
-        );
-        let catalog_order: Vec<&str> = registry.catalog().runnable().map(|e| e.name.as_str()).collect();
-        assert_eq!(catalog_order, names);
-        let migrated: Vec<&str> = registry
-            .catalog()
-            .runnable()
-            .filter(|e| e.migrated_by_default)
-            .map(|e| e.name.as_str())
-            .collect();
-        assert_eq!(
-            migrated,
-            [
-                "cloud-node-lifecycle-controller",
-                "service-lb-controller",
-                "node-route-controller"
-            ]
-        );
-    }
-
-    #[test]
-    fn skip_reasons_name_the_missing_capability_the_provider_or_the_setting() {
-        let settings = ControllerSettings::defaults("c");
-        let registry = ControllerRegistry::builtin();
-        let reason = |name: &str| {
-            let entry = registry.catalog().resolve(name).unwrap();
-            registry.get(entry.name).unwrap().skip_reason(&Bare, &settings)
-        };
-        assert_eq!(
-            reason("cloud-node"),
-            Some("the cloud provider does not support instances".to_owned())
-        );
-        assert_eq!(
-            reason("service"),
-            Some("the cloud provider does not support load balancers".to_owned())
-        );
-        let owned = ControllerDefinition::new("tagging-controller", |_| async {}).for_provider("aws");
-        assert_eq!(
-            owned.skip_reason(&Bare, &settings),
-            Some("it belongs to cloud provider \"aws\", and --cloud-provider is \"bare\"".to_owned())
-        );
-        let off = ControllerDefinition::new("x-controller", |_| async {}).requires_settings(|s| {
-            if s.configure_cloud_routes {
-                Err("routes are on".into())
-            } else {
-                Ok(())
-            }
-        });
-        assert_eq!(
-            off.skip_reason(&Bare, &settings),
-            Some("routes are on".to_owned())
-        );
-    }
-
-    #[test]
-    fn a_name_is_registered_once() {
-        let mut registry = Registry::new();
-        let clash = ControllerDefinition::new("my-controller", |_| async {}).aliases(&["route"]);
-        assert_eq!(
-            registry.register_controller(clash).unwrap_err().to_string(),
-            "controller name \"route\" is already registered (by node-route-controller)"
-        );
-        registry
-            .register_controller(ControllerDefinition::new("my-controller", |_| async {}))
-            .unwrap();
-        assert!(
-            registry
-                .controllers()
-                .catalog()
-                .resolve("my-controller")
-                .unwrap()
-                .runnable
-        );
-    }
-}
+mod tests;

@@ -53,8 +53,8 @@ pub use kube_ccm_cli::main;
 pub use kube_ccm_runtime::{RegistrationError, Registry};
 
 pub use kube_ccm_provider::{
-    CallContext, CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
-    LoadBalancerClasses, Route, Routes, Zone, Zones,
+    CallContext, CloudError, CloudProvider, ClusterStack, InstanceMetadata, Instances, InstancesV2,
+    LoadBalancer, LoadBalancerClasses, PodCidrs, PodCidrsError, Route, Routes, Zone, Zones,
 };
 
 /// `#[async_trait]`, as the traits are declared with it.
@@ -88,9 +88,6 @@ pub fn register_bundled(registry: &mut Registry) -> Result<(), RegistrationError
     {
         registry.register_provider(kube_ccm_gce::PROVIDER_NAME, kube_ccm_gce::factory)?;
         registry.register_provider_flags(kube_ccm_gce::PROVIDER_NAME, kube_ccm_gce::flags::FLAGS)?;
-        for controller in kube_ccm_gce::controllers() {
-            registry.register_controller(controller)?;
-        }
     }
     #[cfg(not(any(feature = "fake", feature = "aws", feature = "gce")))]
     let _ = registry;

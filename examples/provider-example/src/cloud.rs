@@ -51,6 +51,10 @@ pub struct Instance {
     /// Tags (the tagging controller sets `kubernetes-node`).
     #[serde(default)]
     pub tags: std::collections::BTreeMap<String, String>,
+    /// The pod ranges the cloud routes to it (an IPv4 and an IPv6 CIDR at most), for node IPAM's cloud
+    /// allocator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_cidrs: Vec<String>,
 }
 
 /// A load balancer.

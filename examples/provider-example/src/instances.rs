@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use kube_ccm::async_trait;
 use kube_ccm::k8s_openapi::api::core::v1::{Node, NodeAddress};
-use kube_ccm::provider::{CallContext, CloudError, InstanceMetadata, InstancesV2};
+use kube_ccm::provider::{
+    CallContext, Cidr, CloudError, ClusterStack, InstanceMetadata, InstancesV2, PodCidrs, PodCidrsError,
+};
 
 use crate::ExampleCloud;
 use crate::cloud::{Instance, State};
@@ -75,6 +77,34 @@ impl InstancesV2 for ExampleCloud {
     }
 }
 // ANCHOR_END: instances
+
+// ANCHOR: pod_cidrs
+#[async_trait]
+impl PodCidrs for ExampleCloud {
+    async fn pod_cidrs(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+        stack: ClusterStack,
+    ) -> Result<Vec<Cidr>, PodCidrsError> {
+        let state = cx.guard(self.cloud.read()).await?;
+        let id = ExampleCloud::instance_id(provider_id);
+        let instance = state
+            .instances
+            .iter()
+            .find(|i| Some(i.id.as_str()) == id && i.state != "terminated")
+            .ok_or_else(|| PodCidrsError::InstanceNotFound(provider_id.to_owned()))?;
+        let ranges: Vec<Cidr> = instance.pod_cidrs.iter().filter_map(|c| c.parse().ok()).collect();
+        if ranges.is_empty() {
+            return Err(PodCidrsError::NoRanges("has no pod ranges".to_owned()));
+        }
+        // One of each family the cluster's stack asks for, in its order.
+        stack
+            .pick_from(&ranges)
+            .ok_or(PodCidrsError::MissingFamily(stack))
+    }
+}
+// ANCHOR_END: pod_cidrs
 
 fn metadata(instance: &Instance, region: &str) -> InstanceMetadata {
     let address = |kind: &str, value: &str| NodeAddress {

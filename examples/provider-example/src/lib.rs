@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kube_ccm::provider::{CloudProvider, InstancesV2, LoadBalancer, Routes};
+use kube_ccm::provider::{CloudProvider, InstancesV2, LoadBalancer, PodCidrs, Routes};
 use kube_ccm::runtime::{RegistrationError, Registry};
 use serde::Deserialize;
 
@@ -69,6 +69,10 @@ impl CloudProvider for ExampleCloud {
     }
 
     fn routes(&self) -> Option<&dyn Routes> {
+        Some(self)
+    }
+
+    fn pod_cidrs(&self) -> Option<&dyn PodCidrs> {
         Some(self)
     }
 }

@@ -67,6 +67,7 @@ impl Fixture for ExampleFixture {
                 address: format!("10.0.0.{n}"),
                 state: "running".into(),
                 tags: Default::default(),
+                pod_cidrs: Vec::new(),
             });
         })?;
         Ok(serde_json::from_value(

@@ -1,5 +1,6 @@
 //! The example binary against the test API server: a node initialised from the cloud, a LoadBalancer
-//! service's life cycle, a route, the provider's own controller, and a terminated instance's node deleted.
+//! service's life cycle, a route, the provider's own controller, a terminated instance's node deleted, and
+//! the framework's node-IPAM controller giving nodes the cloud's pod ranges.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -85,6 +86,7 @@ async fn the_example_provider_runs_every_controller_against_the_api_server() {
         address: address.into(),
         state: "running".into(),
         tags: Default::default(),
+        pod_cidrs: Vec::new(),
     };
     write_state(
         dir,
@@ -286,4 +288,68 @@ fn a_bad_cloud_config_is_one_error_naming_the_field() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown field `regoin`"), "{stderr}");
+}
+
+/// `node-ipam-controller` with `CloudAllocator` on a vendor's binary: once the cloud-node controller has
+/// set the provider ID, the node gets its instance's pod ranges (dual stack, in the service ranges' order)
+/// and its network is marked available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloud_allocator_gives_nodes_the_examples_pod_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    write_state(
+        dir,
+        &State {
+            instances: vec![Instance {
+                id: "i-1".into(),
+                name: "n1".into(),
+                instance_type: "small".into(),
+                zone: "zone-a".into(),
+                address: "10.0.0.1".into(),
+                state: "running".into(),
+                tags: Default::default(),
+                pod_cidrs: vec!["fd00:44::/112".into(), "10.244.7.0/24".into()],
+            }],
+            ..State::default()
+        },
+    );
+    let server = TestApiServer::start().await.unwrap();
+    let _manager = start(
+        dir,
+        &server,
+        &[
+            "--controllers=*,node-ipam-controller",
+            "--allocate-node-cidrs=true",
+            "--cidr-allocator-type=CloudAllocator",
+            "--service-cluster-ip-range=10.96.0.0/16,fd00:96::/108",
+            "--configure-cloud-routes=false",
+        ],
+    );
+    let nodes: Api<Node> = Api::all(server.client());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": kube_ccm::provider::names::TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let spec = eventually(dir, "n1's pod CIDRs", || async {
+        let spec = nodes.get("n1").await.ok()?.spec?;
+        spec.pod_cidrs.as_ref().filter(|c| !c.is_empty())?;
+        Some(spec)
+    })
+    .await;
+    assert_eq!(spec.provider_id.as_deref(), Some("example://zone-a/i-1"));
+    assert_eq!(spec.pod_cidr.as_deref(), Some("10.244.7.0/24"));
+    assert_eq!(
+        spec.pod_cidrs.unwrap(),
+        ["10.244.7.0/24".to_owned(), "fd00:44::/112".to_owned()]
+    );
+    eventually(dir, "n1's network available", || async {
+        let status = nodes.get("n1").await.ok()?.status?;
+        status
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "NetworkUnavailable" && c.status == "False")
+    })
+    .await;
 }

@@ -162,11 +162,12 @@ fn plan_json_places_every_controller() {
                  "skipped": null, "needs": ["load balancers"]},
                 {"name": "node-route-controller", "lock": "none", "lease": null, "owner": "cloud-controller-manager",
                  "skipped": null, "needs": ["routes"]},
-                // The providers' own controllers: off unless named, and only with their provider.
+                // Off unless named: the framework's node-IPAM controller (the cloud allocator needs the
+                // provider's pod CIDRs), and a provider's own controller, only with its provider.
+                {"name": "node-ipam-controller", "lock": "disabled", "lease": null, "owner": null,
+                 "skipped": null, "needs": ["pod CIDRs with --cidr-allocator-type=CloudAllocator"]},
                 {"name": "tagging-controller", "lock": "disabled", "lease": null, "owner": null,
                  "skipped": null, "needs": ["--cloud-provider=aws"]},
-                {"name": "node-ipam-controller", "lock": "disabled", "lease": null, "owner": null,
-                 "skipped": null, "needs": ["--cloud-provider=gce"]},
             ]
         })
     );
@@ -199,8 +200,8 @@ fn plan_without_config_uses_the_default_and_honours_controllers() {
             ("cloud-node-lifecycle-controller", "migration"),
             ("service-lb-controller", "migration"),
             ("node-route-controller", "disabled"),
-            ("tagging-controller", "disabled"),
             ("node-ipam-controller", "disabled"),
+            ("tagging-controller", "disabled"),
         ]
     );
     let bad = run(&[
@@ -351,11 +352,12 @@ fn help_lists_the_providers_and_controllers_this_binary_has() {
         "{help}"
     );
     assert!(
-        help.contains("Controllers: cloud-node-controller (alias cloud-node), cloud-node-lifecycle-controller (alias cloud-node-lifecycle), service-lb-controller (alias service, service-controller), node-route-controller (alias route, route-controller). Disabled-by-default controllers: tagging-controller (alias tagging) [--cloud-provider=aws], node-ipam-controller (alias nodeipam) [--cloud-provider=gce]."),
+        help.contains("Controllers: cloud-node-controller (alias cloud-node), cloud-node-lifecycle-controller (alias cloud-node-lifecycle), service-lb-controller (alias service, service-controller), node-route-controller (alias route, route-controller). Disabled-by-default controllers: node-ipam-controller (alias nodeipam), tagging-controller (alias tagging) [--cloud-provider=aws]."),
         "{help}"
     );
     assert!(
-        help.contains("Provider controllers' flags: --tags <tags> tagging-controller (--cloud-provider=aws): Tags to apply to AWS resources"),
+        help.contains("Controllers' flags: --service-cluster-ip-range <service-cluster-ip-range> node-ipam-controller: CIDR Range for Services")
+            && help.contains("--tags <tags> tagging-controller (--cloud-provider=aws): Tags to apply to AWS resources"),
         "{help}"
     );
 }

@@ -55,7 +55,7 @@ const AUTHZ: &str =
     "Authorization flags (SubjectAccessReview, except for --authorization-always-allow-paths)";
 const WEBHOOK: &str = "Webhook flags (served with the CloudControllerManagerWebhook feature gate)";
 const LOGS: &str = "Logs flags";
-const CONTROLLERS: &str = "Provider controllers' flags";
+const CONTROLLERS: &str = "Controllers' flags";
 /// The `--help` heading of the flags providers declare.
 const PROVIDERS: &str = "Cloud provider flags";
 
@@ -784,7 +784,7 @@ pub(crate) mod tests {
             let command = || add_flags(Command::new("t"), &registry);
             let help = command().render_long_help().to_string();
             assert!(
-                help.contains("Provider controllers' flags")
+                help.contains("Controllers' flags")
                     && help.contains("tagging-controller (--cloud-provider=aws): Tags."),
                 "{help}"
             );

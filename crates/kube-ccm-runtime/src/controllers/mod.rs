@@ -21,6 +21,7 @@ pub(crate) fn node_addresses(
     };
     node_addresses::desired_addresses(current, cloud, provided_ips, moment).map_err(|e| e.to_string())
 }
+mod node_ipam;
 mod node_lifecycle;
 mod periodic;
 mod route;
@@ -29,6 +30,7 @@ mod service;
 use crate::cached::Cached;
 
 pub use backoff::Backoff;
+pub use node_ipam::{CLOUD_ALLOCATOR, NODE_IPAM_CONTROLLER, RANGE_ALLOCATOR};
 pub use node_lifecycle::NodeDeletion;
 pub use service::{MAX_PER_SWEEP, OrphanSweep};
 
@@ -38,8 +40,8 @@ use crate::registry::{Capability, ControllerDefinition, ControllerRegistry};
 
 impl ControllerRegistry {
     /// The framework's controllers: `cloud-node-controller`, `cloud-node-lifecycle-controller`,
-    /// `service-lb-controller`, `node-route-controller`, registered through [`ControllerRegistry::register`]
-    /// as any provider's.
+    /// `service-lb-controller`, `node-route-controller`, and `node-ipam-controller` (off unless named),
+    /// registered through [`ControllerRegistry::register`] as any provider's.
     pub fn builtin() -> ControllerRegistry {
         let mut registry = ControllerRegistry::empty();
         for definition in builtin() {
@@ -58,7 +60,8 @@ impl Default for ControllerRegistry {
     }
 }
 
-/// The four controllers of upstream's cloud-controller-manager, in start order.
+/// The four controllers of upstream's cloud-controller-manager, in start order, and `node-ipam-controller`
+/// (off unless named).
 fn builtin() -> Vec<ControllerDefinition> {
     vec![
         ControllerDefinition::new("cloud-node-controller", node::run)
@@ -83,6 +86,7 @@ fn builtin() -> Vec<ControllerDefinition> {
             .migrated_by_default()
             .event_reporter("route_controller")
             .service_account("route-controller"),
+        node_ipam::definition(),
     ]
 }
 
@@ -120,6 +124,7 @@ mod cache_tests {
                 nodes,
                 nodes,
                 &[SharedCache::Nodes, SharedCache::Services][..],
+                nodes,
                 nodes
             ]
         );

@@ -44,6 +44,10 @@ pub struct FakeInstance {
     /// Labels the cloud adds to the node.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Pod ranges the cloud assigned it (the node-IPAM cloud allocator's answer), at most one IPv4 and
+    /// one IPv6 CIDR; none by default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_cidrs: Vec<String>,
 }
 
 /// A node address.
@@ -95,6 +99,7 @@ impl FakeInstance {
             ],
             state: InstanceState::Running,
             labels: BTreeMap::new(),
+            pod_cidrs: Vec::new(),
         }
     }
 

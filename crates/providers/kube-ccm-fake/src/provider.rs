@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
 use kube_ccm_provider::{
-    CallContext, CloudError, CloudProvider, ClusterLoadBalancer, InstanceMetadata, InstancesV2, LoadBalancer,
-    LoadBalancerClasses, Route, Routes,
+    CallContext, Cidr, CloudError, CloudProvider, ClusterLoadBalancer, ClusterStack, InstanceMetadata,
+    InstancesV2, LoadBalancer, LoadBalancerClasses, PodCidrs, PodCidrsError, Route, Routes,
 };
 
 use crate::cloud::FakeCloud;
@@ -106,7 +106,6 @@ impl FakeProvider {
         cx: &CallContext,
         nodes: &[Arc<Node>],
     ) -> Result<Vec<Result<Option<FakeInstance>, CloudError>>, CloudError> {
-        let count = nodes.len();
         let nodes = nodes
             .iter()
             .map(|n| NodeRef {
@@ -114,6 +113,16 @@ impl FakeProvider {
                 provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()),
             })
             .collect();
+        self.describe_refs(cx, nodes).await
+    }
+
+    /// [`FakeProvider::describe`] by name and provider ID.
+    async fn describe_refs(
+        &self,
+        cx: &CallContext,
+        nodes: Vec<NodeRef>,
+    ) -> Result<Vec<Result<Option<FakeInstance>, CloudError>>, CloudError> {
+        let count = nodes.len();
         match self.call(cx, CloudRequest::DescribeInstances { nodes }).await? {
             CloudResponse::Instances { instances, unknown } if instances.len() == count => Ok(instances
                 .into_iter()
@@ -232,6 +241,41 @@ impl InstancesV2 for FakeProvider {
                 .collect(),
             Err(error) => nodes.iter().map(|_| Err(error.clone())).collect(),
         }
+    }
+}
+
+/// The cloud allocator's answer: the instance's `pod_cidrs`, one of each family the stack names.
+#[async_trait]
+impl PodCidrs for FakeProvider {
+    async fn pod_cidrs(
+        &self,
+        cx: &CallContext,
+        provider_id: &str,
+        stack: ClusterStack,
+    ) -> Result<Vec<Cidr>, PodCidrsError> {
+        let node = NodeRef {
+            name: String::new(),
+            provider_id: Some(provider_id.to_owned()),
+        };
+        let found = self.describe_refs(cx, vec![node]).await?.pop();
+        let instance = match found {
+            Some(Ok(Some(instance))) => instance,
+            Some(Ok(None)) => return Err(PodCidrsError::InstanceNotFound(provider_id.to_owned())),
+            Some(Err(error)) => return Err(error.into()),
+            None => return Err(CloudError::provider("no answer for the instance").into()),
+        };
+        if instance.pod_cidrs.is_empty() {
+            return Err(PodCidrsError::NoRanges(
+                "has no ranges from which CIDRs can be allocated".to_owned(),
+            ));
+        }
+        let cidrs: Vec<Cidr> = instance
+            .pod_cidrs
+            .iter()
+            .map(|text| text.parse::<Cidr>())
+            .collect::<Result<_, _>>()
+            .map_err(|error| PodCidrsError::NoRanges(format!("has ranges that are not CIDRs: {error}")))?;
+        stack.pick_from(&cidrs).ok_or(PodCidrsError::MissingFamily(stack))
     }
 }
 
@@ -438,6 +482,10 @@ impl CloudProvider for FakeProvider {
 
     fn routes(&self) -> Option<&dyn Routes> {
         self.config.routes.then_some(self as &dyn Routes)
+    }
+
+    fn pod_cidrs(&self) -> Option<&dyn PodCidrs> {
+        Some(self)
     }
 
     fn has_cluster_id(&self) -> bool {

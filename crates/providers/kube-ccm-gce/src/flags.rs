@@ -7,6 +7,8 @@
 //!   ([`GceProvider::l7_load_balancer_source_ranges`](crate::GceProvider::l7_load_balancer_source_ranges)),
 //!   as upstream, where only ingress controllers built on the provider read it: nothing this manager
 //!   makes uses it.
+//! - `--enable-multi-subnet-cluster`, `--enable-multi-networking` (GKE's, for its node-IPAM controller):
+//!   not implemented, so `true` stops the start.
 //!
 //! Values are comma-separated CIDRs, each read as its network (`10.1.2.3/8` is `10.0.0.0/8`), sorted,
 //! without repeats. A repeated flag adds to the list (upstream refuses a second use).
@@ -37,6 +39,18 @@ pub const FLAGS: &[Flag] = &[
         "CIDRs opened in GCE firewall for L7 LB traffic proxy & health checks (kept for ingress controllers; nothing this manager makes uses it).",
     )
     .checked(check),
+    Flag::bool(
+        "enable-multi-subnet-cluster",
+        "false",
+        "Not implemented (GKE's node topology): the manager does not start with it.",
+    )
+    .checked(crate::pod_cidrs::not_implemented),
+    Flag::bool(
+        "enable-multi-networking",
+        "false",
+        "Not implemented (GKE's multi-networking): the manager does not start with it.",
+    )
+    .checked(crate::pod_cidrs::not_implemented),
 ];
 
 fn check(value: &FlagValue) -> Result<(), Refused> {

@@ -4,8 +4,8 @@
 //! Credentials, an endpoint override, an explicit retry policy and timeouts ([`client`]), instances for
 //! the node controllers, batched: one `instances.aggregatedList` answers up to 100 nodes ([`instances`]),
 //! cluster routes ([`routes`]), external and internal load balancers ([`load_balancer`]), upstream's
-//! flags ([`flags`]), and a controller of its own, the node-IPAM cloud allocator ([`ipam`], for a
-//! binary's controller registry: [`controllers`]).
+//! flags ([`flags`]), and the pod CIDRs of instances' alias IP ranges for the framework's
+//! `node-ipam-controller` ([`pod_cidrs`]).
 //!
 //! Compute errors map to the framework's: rate limits (HTTP 429, `RESOURCE_EXHAUSTED`, 403
 //! `rateLimitExceeded`) to `CloudError::Throttled` after [`RATE_LIMITED_RETRY_AFTER`], after the
@@ -19,16 +19,17 @@ use google_cloud_compute_v1::model;
 use google_cloud_gax::error::Error as GaxError;
 use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use kube_ccm_provider::{
-    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, Refused, Routes,
+    CloudError, CloudProvider, InitializeContext, InstancesV2, LeadingContext, LoadBalancer, PodCidrs,
+    Refused, Routes,
 };
 
 pub mod client;
 pub mod config;
 pub mod flags;
 pub mod instances;
-pub mod ipam;
 pub mod load_balancer;
 pub mod metadata;
+pub mod pod_cidrs;
 pub mod routes;
 
 pub use config::CloudConfig;
@@ -59,11 +60,6 @@ impl std::fmt::Debug for GceProvider {
             .field("local_zone", &self.config.local_zone)
             .finish_non_exhaustive()
     }
-}
-
-/// The provider's own controllers, for a binary's controller registry: `node-ipam-controller`.
-pub fn controllers() -> Vec<kube_ccm_runtime::ControllerDefinition> {
-    vec![ipam::definition()]
 }
 
 /// Builds the provider from `--cloud-config` (`gce.conf`; required: it names the project and zone).
@@ -243,6 +239,10 @@ impl CloudProvider for GceProvider {
     }
 
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+
+    fn pod_cidrs(&self) -> Option<&dyn PodCidrs> {
         Some(self)
     }
 

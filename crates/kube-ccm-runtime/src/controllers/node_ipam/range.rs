@@ -18,14 +18,20 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch};
-use kube_ccm_runtime::{Action, Backoff, CachedNode, Cidr, ControllerContext, Written, runner};
+use kube_ccm_provider::Cidr;
 use serde_json::json;
+
+use crate::cached_node::CachedNode;
+use crate::context::ControllerContext;
+use crate::controllers::Backoff;
+use crate::runner::{self, Action};
+use crate::written::Written;
 
 use super::{NODE_IPAM_CONTROLLER, WORKERS, status_change};
 
 /// The networks of one prefix inside a cluster CIDR, each free or taken (upstream's `CidrSet`).
 #[derive(Debug, Clone)]
-pub struct CidrSet {
+pub(crate) struct CidrSet {
     cluster: Cidr,
     prefix: u8,
     taken: Vec<bool>,
@@ -34,12 +40,12 @@ pub struct CidrSet {
 }
 
 /// Upstream's limit: at most 2^16 networks in a set.
-pub const MAX_SUBNET_BITS: u8 = 16;
+pub(crate) const MAX_SUBNET_BITS: u8 = 16;
 
 impl CidrSet {
     /// The networks of `prefix` in `cluster`; refused when `prefix` is shorter than the cluster's, longer
     /// than the family's, or makes more than 2^16 networks (upstream's limits).
-    pub fn new(cluster: Cidr, prefix: u8) -> Result<CidrSet, String> {
+    pub(crate) fn new(cluster: Cidr, prefix: u8) -> Result<CidrSet, String> {
         let cluster = cluster.network();
         if prefix < cluster.prefix() || prefix > cluster.family_bits() {
             return Err(format!(
@@ -60,12 +66,12 @@ impl CidrSet {
     }
 
     /// Whether `cidr` is of this set's family.
-    pub fn same_family(&self, cidr: &Cidr) -> bool {
+    pub(crate) fn same_family(&self, cidr: &Cidr) -> bool {
         self.cluster.is_ipv4() == cidr.is_ipv4()
     }
 
     /// The next free network, taken; `None` when all are.
-    pub fn allocate(&mut self) -> Option<Cidr> {
+    pub(crate) fn allocate(&mut self) -> Option<Cidr> {
         let count = self.taken.len();
         let index = (0..count)
             .map(|n| (self.next + n) % count)
@@ -76,21 +82,21 @@ impl CidrSet {
     }
 
     /// Marks the networks `cidr` covers taken; `Err` when it is not inside the cluster CIDR.
-    pub fn occupy(&mut self, cidr: &Cidr) -> Result<(), String> {
+    pub(crate) fn occupy(&mut self, cidr: &Cidr) -> Result<(), String> {
         let (first, last) = self.indexes(cidr)?;
         self.taken[first..=last].iter_mut().for_each(|t| *t = true);
         Ok(())
     }
 
     /// Gives the networks `cidr` covers back.
-    pub fn release(&mut self, cidr: &Cidr) -> Result<(), String> {
+    pub(crate) fn release(&mut self, cidr: &Cidr) -> Result<(), String> {
         let (first, last) = self.indexes(cidr)?;
         self.taken[first..=last].iter_mut().for_each(|t| *t = false);
         Ok(())
     }
 
     /// How many networks are taken.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.taken.iter().filter(|t| **t).count()
     }
 
@@ -104,7 +110,7 @@ impl CidrSet {
 }
 
 /// The sets of a cluster, one per `--cluster-cidr`, in its order.
-pub fn sets(cluster_cidrs: &[Cidr], ipv4_mask: u8, ipv6_mask: u8) -> Result<Vec<CidrSet>, String> {
+pub(crate) fn sets(cluster_cidrs: &[Cidr], ipv4_mask: u8, ipv6_mask: u8) -> Result<Vec<CidrSet>, String> {
     if cluster_cidrs.is_empty() {
         return Err("--cluster-cidr is empty; the range allocator needs it".to_owned());
     }
@@ -115,7 +121,7 @@ pub fn sets(cluster_cidrs: &[Cidr], ipv4_mask: u8, ipv6_mask: u8) -> Result<Vec<
 }
 
 /// The networks to give a node, one from each set; none taken when one set is full.
-pub fn allocate(sets: &mut [CidrSet]) -> Option<Vec<Cidr>> {
+pub(crate) fn allocate(sets: &mut [CidrSet]) -> Option<Vec<Cidr>> {
     let mut given = Vec::with_capacity(sets.len());
     for index in 0..sets.len() {
         match sets[index].allocate() {
@@ -132,7 +138,7 @@ pub fn allocate(sets: &mut [CidrSet]) -> Option<Vec<Cidr>> {
 }
 
 /// Marks `cidrs` (a node's) taken in the set of each one's family.
-pub fn occupy(sets: &mut [CidrSet], cidrs: &[Cidr]) -> Result<(), String> {
+pub(crate) fn occupy(sets: &mut [CidrSet], cidrs: &[Cidr]) -> Result<(), String> {
     for cidr in cidrs {
         let set = sets
             .iter_mut()
@@ -144,7 +150,7 @@ pub fn occupy(sets: &mut [CidrSet], cidrs: &[Cidr]) -> Result<(), String> {
 }
 
 /// Gives `cidrs` back to the sets of their families.
-pub fn release(sets: &mut [CidrSet], cidrs: &[Cidr]) {
+pub(crate) fn release(sets: &mut [CidrSet], cidrs: &[Cidr]) {
     for cidr in cidrs {
         if let Some(set) = sets.iter_mut().find(|s| s.same_family(cidr)) {
             let _ = set.release(cidr);
@@ -257,11 +263,7 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ranges>) -> Result<Action
     let patch = json!({"spec": {"podCIDR": texts[0], "podCIDRs": texts}});
     let outcome = context
         .api
-        .patch(
-            node.name(),
-            &kube_ccm_runtime::written::patch_params(),
-            &Patch::Merge(patch),
-        )
+        .patch(node.name(), &crate::written::patch_params(), &Patch::Merge(patch))
         .await;
     controller.record_reconcile(outcome.is_ok(), started.elapsed());
     match outcome {

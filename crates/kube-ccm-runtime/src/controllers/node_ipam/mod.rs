@@ -1,60 +1,36 @@
-//! `node-ipam-controller` with upstream's `CloudAllocator`: each node's pod CIDRs are its instance's alias
-//! IP range, as the GCP cloud-controller-manager's `cloudCIDRAllocator` sets them; or, with
-//! `--cidr-allocator-type=RangeAllocator` (route-based clusters), upstream's range allocator ([`range`]):
-//! the next free networks of `--cluster-cidr`.
+//! `node-ipam-controller`: each node's pod CIDRs (`spec.podCIDR`/`spec.podCIDRs`), from one of two
+//! allocators, as `--cidr-allocator-type` names (decision 0042):
+//! - `RangeAllocator` ([`range`], route-based clusters; any provider): the next free networks of
+//!   `--cluster-cidr`, sized by `--node-cidr-mask-size*`.
+//! - `CloudAllocator` ([`cloud`]): the ranges the cloud assigned the node's instance, asked of the
+//!   provider's [`PodCidrs`](kube_ccm_provider::PodCidrs) (GCE: alias IP ranges); a provider without it
+//!   skips the controller, saying so.
 //!
-//! A provider's own controller, registered through the framework's controller registry
-//! ([`definition`]): it runs only with `--cloud-provider=gce`, `--allocate-node-cidrs` and
-//! `--cidr-allocator-type=CloudAllocator` (or `RangeAllocator`), and only when named (`--controllers=*,node-ipam-controller`,
-//! or its alias `nodeipam`).
-//!
-//! Per node, as upstream:
-//! - The node needs a provider ID (`node … doesn't have providerID`, retried; the cloud-node controller
-//!   sets it).
-//! - Its instance's pod ranges ([`pod_cidrs`]), from the interface `nic0` (else the first): its first
-//!   alias IP range for IPv4, its IPv6 address masked to a `/112` ([`ipv6_range`]) for IPv6, as the
-//!   cluster's stack asks ([`Stack`], from the families of `--service-cluster-ip-range`, upstream's
-//!   node-IPAM flag: IPv4 without it). An instance that is gone, or has no range at all, gets the Event
-//!   `CIDRNotAvailable` and is retried; one lacking a family the stack needs is retried without an Event.
-//! - `spec.podCIDR`/`spec.podCIDRs` are patched when they differ (a node whose CIDRs are set already and
-//!   differ is logged as being reassigned and patched anyway, as upstream; the API server refuses that
-//!   write, and the node gets `CIDRAssignmentFailed`).
-//! - `NetworkUnavailable` is set `False`, reason `RouteCreated` (pods routed by alias ranges need no
-//!   route), when it is not already.
-//!
-//! Work is queued for a node with no pod CIDR, or whose `NetworkUnavailable` is not `False`, or that
-//! carries the `node.kubernetes.io/network-unavailable` taint, as upstream's update handler does.
-//! Failures are retried per node from 250 ms doubling to 5 minutes. Events report as `cidrAllocator`.
-//! The states between the controller's own two writes (pod CIDRs, then the condition) are recognised by
-//! their resource versions and not worked on again, so a node costs one Compute look-up.
+//! Off unless named (`--controllers=*,node-ipam-controller`, or its alias `nodeipam`), and it runs only
+//! with `--allocate-node-cidrs`. Upstream's flags, with the semantics cloud-provider-gcp's node-IPAM
+//! controller gives them: `--service-cluster-ip-range` chooses the cloud allocator's families
+//! ([`ClusterStack`]), `--node-cidr-mask-size`, `-ipv4` and `-ipv6` size the range allocator's networks.
+//! Events report as `cidrAllocator`; the controller acts as `node-controller`, as upstream's.
 //!
 //! Deliberate differences from upstream:
-//! - Upstream also queues every node when its informer starts; here the same filter applies then too,
-//!   so a new leader does not ask Compute about every node already allocated.
-//! - Upstream stops retrying a node after 10 failures until the node changes; here the retries go on,
-//!   at most every 5 minutes.
 //! - When `--allocate-node-cidrs` is false or the allocator type is another, upstream's manager exits
 //!   (`the AllocateNodeCIDRs is not enabled`); here the controller is skipped with that reason in the log
 //!   and `/readyz?verbose`, and the other controllers run.
-//! - GKE's multi-networking (`Network` objects, several interfaces' ranges) and multi-subnet clusters are
-//!   not implemented: with `--enable-multi-networking` or `--enable-multi-subnet-cluster` the manager
-//!   does not start when this controller is enabled. `--node-cidr-mask-size*` size the range
-//!   allocator's networks (the cloud allocator takes each node's from Compute).
 //! - An unparsable `--service-cluster-ip-range` stops the start (upstream warns and ignores it).
+//! - Retries go on at most every 5 minutes (upstream gives up after 10 until the node changes).
 
 use kube::runtime::events::EventType;
-use kube_ccm_provider::Refused;
-use kube_ccm_runtime::{
-    CachedNode, ControllerContext, ControllerDefinition, ControllerSettings, Flag, FlagValue, FlagValues,
-    SharedCache, event_reference,
-};
+use kube_ccm_provider::flags::{Flag, FlagValue};
+use kube_ccm_provider::{ClusterStack, Refused};
 
-use crate::PROVIDER_NAME;
+use crate::cached_node::CachedNode;
+use crate::config::ControllerSettings;
+use crate::context::{ControllerContext, event_reference};
+use crate::informers::SharedCache;
+use crate::registry::{Capability, ControllerDefinition};
 
-pub mod cloud;
-pub mod range;
-
-pub use self::cloud::{RangeError, Stack, ipv6_range, needs_allocation, pod_cidrs};
+pub(crate) mod cloud;
+pub(crate) mod range;
 
 /// The controller's name, as upstream's.
 pub const NODE_IPAM_CONTROLLER: &str = "node-ipam-controller";
@@ -62,69 +38,59 @@ pub const NODE_IPAM_CONTROLLER: &str = "node-ipam-controller";
 pub const CLOUD_ALLOCATOR: &str = "CloudAllocator";
 /// `--cidr-allocator-type` for the range allocator.
 pub const RANGE_ALLOCATOR: &str = "RangeAllocator";
-/// The taint a node carries while its network is not ready.
-pub const TAINT_NETWORK_UNAVAILABLE: &str = "node.kubernetes.io/network-unavailable";
 /// Syncs at once (upstream's `cidrUpdateWorkers`).
 const WORKERS: u16 = 30;
-/// The prefix of the IPv6 pod range carved from the interface's address (upstream's).
-const IPV6_POD_PREFIX: u8 = 112;
 
-/// The controller, for a binary's registry: `node-ipam-controller` (alias `nodeipam`), gce only, off
-/// unless named, and skipped unless the settings ask for the cloud allocator.
-pub fn definition() -> ControllerDefinition {
+/// The controller, for the framework's registry: `node-ipam-controller` (alias `nodeipam`), off unless
+/// named, skipped unless the settings ask for an allocator it has (and, for the cloud allocator, the
+/// provider offers pod CIDRs).
+pub(crate) fn definition() -> ControllerDefinition {
     ControllerDefinition::new(NODE_IPAM_CONTROLLER, run)
         .aliases(&["nodeipam"])
-        .for_provider(PROVIDER_NAME)
         .disabled_by_default()
         .requires_settings(allocator_configured)
+        .requires_when(
+            Capability::PodCidrs,
+            "--cidr-allocator-type=CloudAllocator",
+            uses_cloud_allocator,
+        )
         .reads(&[SharedCache::Nodes])
         .flags(FLAGS)
-        .validated_by(no_gke_features)
         .event_reporter("cidrAllocator")
         // Upstream's node-IPAM controller acts as node-controller.
         .service_account("node-controller")
 }
 
-/// Upstream's node-IPAM flags (the GCP manager's).
-pub const FLAGS: &[Flag] = &[
+/// Upstream's node-IPAM flags.
+pub(crate) const FLAGS: &[Flag] = &[
     Flag::value(
         "service-cluster-ip-range",
         "",
-        "CIDR Range for Services in cluster (one, or an IPv4 and an IPv6 comma-separated). Its families choose the pod CIDRs a node gets from its instance, as upstream's cloud allocator: IPv4 (also without it), IPv4 then IPv6, IPv6 then IPv4, or IPv6.",
+        "CIDR Range for Services in cluster (one, or an IPv4 and an IPv6 comma-separated). Its families choose the pod CIDRs node-ipam-controller's cloud allocator gives a node: IPv4 (also without it), IPv4 then IPv6, IPv6 then IPv4, or IPv6.",
     )
     .checked(check_service_ranges),
     Flag::value(
         "node-cidr-mask-size",
         "0",
-        "Mask size for node CIDRs of a single-stack cluster (range allocator; default 24 for IPv4, 64 for IPv6). The cloud allocator takes each node's range from Compute.",
+        "Mask size for node CIDRs of a single-stack cluster (range allocator; default 24 for IPv4, 64 for IPv6). The cloud allocator takes each node's range from the cloud.",
     )
     .checked(check_mask),
     Flag::value(
         "node-cidr-mask-size-ipv4",
         "0",
-        "Mask size for IPv4 node CIDRs (range allocator; default 24). The cloud allocator takes each node's range from Compute.",
+        "Mask size for IPv4 node CIDRs (range allocator; default 24). The cloud allocator takes each node's range from the cloud.",
     )
     .checked(check_mask),
     Flag::value(
         "node-cidr-mask-size-ipv6",
         "0",
-        "Mask size for IPv6 node CIDRs (range allocator; default 64). The cloud allocator takes each node's range from Compute.",
+        "Mask size for IPv6 node CIDRs (range allocator; default 64). The cloud allocator takes each node's range from the cloud.",
     )
     .checked(check_mask),
-    Flag::bool(
-        "enable-multi-subnet-cluster",
-        "false",
-        "Not implemented (GKE's node topology): node-ipam-controller does not start with it.",
-    ),
-    Flag::bool(
-        "enable-multi-networking",
-        "false",
-        "Not implemented (GKE's multi-networking): node-ipam-controller does not start with it.",
-    ),
 ];
 
 fn check_service_ranges(value: &FlagValue) -> Result<(), Refused> {
-    Stack::of_service_ranges(value.text())
+    ClusterStack::of_service_ranges(value.text())
         .map(drop)
         .map_err(Refused::from)
 }
@@ -136,19 +102,13 @@ fn check_mask(value: &FlagValue) -> Result<(), Refused> {
     }
 }
 
-/// GKE's features this controller does not implement are off.
-pub fn no_gke_features(flags: &FlagValues) -> Result<(), Refused> {
-    for flag in ["enable-multi-subnet-cluster", "enable-multi-networking"] {
-        if flags.is_true(flag) {
-            return Err(format!("--{flag} is not implemented here; run without it").into());
-        }
-    }
-    Ok(())
+fn uses_cloud_allocator(settings: &ControllerSettings) -> bool {
+    settings.cidr_allocator_type == CLOUD_ALLOCATOR
 }
 
 /// `--allocate-node-cidrs` and `--cidr-allocator-type=CloudAllocator`, or `RangeAllocator` with a
 /// `--cluster-cidr` its mask sizes fit.
-pub fn allocator_configured(settings: &ControllerSettings) -> Result<(), Refused> {
+pub(crate) fn allocator_configured(settings: &ControllerSettings) -> Result<(), Refused> {
     if !settings.allocate_node_cidrs {
         return Err("--allocate-node-cidrs is false (upstream: the AllocateNodeCIDRs is not enabled)".into());
     }
@@ -163,7 +123,7 @@ pub fn allocator_configured(settings: &ControllerSettings) -> Result<(), Refused
 
 /// The range allocator's sets: `--cluster-cidr` cut by the mask sizes (IPv4 24 and IPv6 64 unless
 /// `--node-cidr-mask-size-ipv4`/`-ipv6`, or `--node-cidr-mask-size` for a single-stack cluster, say).
-pub fn range_sets(settings: &ControllerSettings) -> Result<Vec<range::CidrSet>, String> {
+pub(crate) fn range_sets(settings: &ControllerSettings) -> Result<Vec<range::CidrSet>, String> {
     let size = |flag: &str| settings.flags.text(flag).trim().parse::<u8>().unwrap_or(0);
     let (single, v4, v6) = (
         size("node-cidr-mask-size"),
@@ -206,9 +166,41 @@ async fn status_change(controller: &ControllerContext, node: &CachedNode, status
 
 #[cfg(test)]
 mod tests {
-    use kube_ccm_runtime::Cidr;
+    use kube_ccm_provider::{CallContext, Cidr, CloudProvider, PodCidrs, PodCidrsError};
 
     use super::*;
+
+    struct Bare;
+
+    impl CloudProvider for Bare {
+        fn provider_name(&self) -> &str {
+            "bare"
+        }
+    }
+
+    struct Allocating;
+
+    #[async_trait::async_trait]
+    impl PodCidrs for Allocating {
+        async fn pod_cidrs(
+            &self,
+            _cx: &CallContext,
+            _provider_id: &str,
+            _stack: ClusterStack,
+        ) -> Result<Vec<Cidr>, PodCidrsError> {
+            Ok(vec!["10.4.0.0/24".parse().unwrap()])
+        }
+    }
+
+    impl CloudProvider for Allocating {
+        fn provider_name(&self) -> &str {
+            "allocating"
+        }
+
+        fn pod_cidrs(&self) -> Option<&dyn PodCidrs> {
+            Some(self)
+        }
+    }
 
     #[test]
     fn the_controller_runs_with_the_cloud_or_the_range_allocator() {
@@ -264,7 +256,27 @@ mod tests {
         assert_eq!(allocator_configured(&settings), Ok(()));
         let definition = definition();
         assert_eq!(definition.name(), NODE_IPAM_CONTROLLER);
-        assert_eq!(definition.provider(), Some(PROVIDER_NAME));
+        assert_eq!(definition.provider(), None, "any provider's");
         assert_eq!(definition.reporter(), "cidrAllocator");
+        assert_eq!(definition.account(), "node-controller");
+    }
+
+    #[test]
+    fn the_range_allocator_needs_nothing_of_the_provider_and_the_cloud_allocator_pod_cidrs() {
+        let mut settings = ControllerSettings::defaults("test");
+        settings.allocate_node_cidrs = true;
+        settings.cluster_cidrs = Cidr::parse_list("10.64.0.0/14").unwrap();
+        let definition = definition();
+        assert_eq!(definition.skip_reason(&Bare, &settings), None);
+        settings.cidr_allocator_type = CLOUD_ALLOCATOR.to_owned();
+        assert_eq!(
+            definition.skip_reason(&Bare, &settings).as_deref(),
+            Some("the cloud provider does not support pod CIDRs (--cidr-allocator-type=CloudAllocator)")
+        );
+        assert_eq!(definition.skip_reason(&Allocating, &settings), None);
+        assert_eq!(
+            definition.needs(),
+            ["pod CIDRs with --cidr-allocator-type=CloudAllocator"]
+        );
     }
 }
