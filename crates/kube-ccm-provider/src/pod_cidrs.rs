@@ -85,6 +85,7 @@ impl std::fmt::Display for ClusterStack {
 
 /// Why an instance gives a node no pod CIDRs (each is retried, per node, with a back-off).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PodCidrsError {
     /// The cloud has no instance of that provider ID (the Event `CIDRNotAvailable`).
     #[error("instance {0} not found")]

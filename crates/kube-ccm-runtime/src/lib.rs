@@ -2,9 +2,9 @@
 //! leader migration make a runnable [`Manager`].
 //!
 //! - [`Registry`]: what a binary can run: cloud providers by name and [`ControllerDefinition`]s. The
-//!   framework's four controllers (`cloud-node-controller`, `cloud-node-lifecycle-controller`,
-//!   `service-lb-controller`, `node-route-controller`) are registered through the same API as a
-//!   provider's own.
+//!   framework's controllers (`cloud-node-controller`, `cloud-node-lifecycle-controller`,
+//!   `service-lb-controller`, `node-route-controller`, `node-ipam-controller`) are registered through the
+//!   same API as a provider's own.
 //! - [`Manager`]: plans where each controller runs ([`Manager::plan`], with skip reasons), then runs them:
 //!   without leader election all at once; with it, under the main and migration locks of
 //!   [`kube_ccm_leadermigration::scopes`].

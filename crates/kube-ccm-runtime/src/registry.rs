@@ -1,6 +1,6 @@
 //! What a binary can run: its cloud providers by name, and its controllers.
 //!
-//! Every controller, the framework's four included, is a [`ControllerDefinition`] registered in a
+//! Every controller, the framework's own included, is a [`ControllerDefinition`] registered in a
 //! [`ControllerRegistry`]: its canonical name and aliases, whether `--controllers=*` runs it, whether the
 //! default leader-migration configuration migrates it, the provider capabilities and settings it needs
 //! (so `leader-migration plan` and start-up can say "skipped: …"), and how it runs. The runtime knows
@@ -25,6 +25,7 @@ use kube_ccm_provider::flags::{Flag, FlagValues};
 
 /// A capability of the cloud provider that a controller cannot run without.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Capability {
     /// [`CloudProvider::instances_v2`] (or the older [`CloudProvider::instances`]).
     Instances,

@@ -1,7 +1,7 @@
 //! A controller's loop: reconcile each key its [`WorkQueue`] hands out, a few at a time, until stopped.
 //!
 //! This is client-go's worker loop over its work queue, and what the node and service controllers (and a
-//! provider's own, such as GCE's IPAM) run on. It replaces kube-runtime's `Controller`, whose scheduler
+//! provider's own, and node IPAM) run on. It replaces kube-runtime's `Controller`, whose scheduler
 //! keeps two copies of each pending object's reference (name, namespace, resourceVersion, uid) in tables
 //! that never shrink after a burst of nodes (decision 0017, `docs/decisions/`), and a second queue beside
 //! the one the work-queue metrics need. Here the metrics' queue is the queue: one shared key per waiting

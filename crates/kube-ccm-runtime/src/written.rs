@@ -25,7 +25,7 @@ use kube::api::{Api, Patch, PatchParams};
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
 /// The parameters of every controller patch (node, node-lifecycle, route, service, Event repeats, and the
-/// providers' own: the AWS tagger, GCE's IPAM and internal load-balancer finalizer): `fieldValidation=Ignore`.
+/// providers' own: node IPAM, the AWS tagger, GCE's internal load-balancer finalizer): `fieldValidation=Ignore`.
 /// A provider's own controller should use it too.
 ///
 /// Without it kube-apiserver validates fields as `Warn` says: it decodes the patch strictly and converts the

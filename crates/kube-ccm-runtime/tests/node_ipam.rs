@@ -121,7 +121,10 @@ async fn the_cloud_allocator_gives_each_node_its_instances_ranges(backend: Backe
     let mut ranged = FakeInstance::running("node-a", 1);
     ranged.pod_cidrs = vec!["fd00:7::/112".into(), "10.4.7.0/24".into()];
     let bare = FakeInstance::running("node-b", 2);
-    let cluster = Cluster::start(backend, vec![ranged, bare.clone()]).await;
+    // IPv4 only, in a dual-stack cluster: it waits, without an Event (the range may come).
+    let mut half = FakeInstance::running("node-c", 3);
+    half.pod_cidrs = vec!["10.4.9.0/24".into()];
+    let cluster = Cluster::start(backend, vec![ranged, bare.clone(), half]).await;
     let nodes = cluster.nodes();
     let mut settings = ipam_settings("CloudAllocator", "10.4.0.0/14");
     settings.flags.insert(
@@ -129,7 +132,7 @@ async fn the_cloud_allocator_gives_each_node_its_instances_ranges(backend: Backe
         FlagValue::Value("10.0.0.0/20,fd00:1::/108".into()),
     );
     let running = ipam_manager(&cluster, settings);
-    for name in ["node-a", "node-b"] {
+    for name in ["node-a", "node-b", "node-c"] {
         nodes
             .create(&PostParams::default(), &registered(name))
             .await
@@ -175,6 +178,14 @@ async fn the_cloud_allocator_gives_each_node_its_instances_ranges(backend: Backe
     );
     assert_eq!(event.reporting_component.as_deref(), Some("cidrAllocator"));
     assert_eq!(pod_cidrs(&nodes, "node-b").await, None);
+    // node-c was asked about with the others, and has neither CIDRs nor an Event.
+    assert_eq!(pod_cidrs(&nodes, "node-c").await, None);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.involved_object.name.as_deref() == Some("node-c")),
+        "{events:#?}"
+    );
     // Its ranges appear: the retry allocates them.
     let mut later = bare;
     later.pod_cidrs = vec!["10.4.8.0/24".into(), "fd00:8::/112".into()];
@@ -183,6 +194,14 @@ async fn the_cloud_allocator_gives_each_node_its_instances_ranges(backend: Backe
         pod_cidrs(&nodes, "node-b").await == Some(vec!["10.4.8.0/24".to_owned(), "fd00:8::/112".to_owned()])
     })
     .await;
+    // By now node-c has been asked about, and retried: still quiet.
+    assert_eq!(pod_cidrs(&nodes, "node-c").await, None);
+    let all = support::events(&cluster, "CIDRNotAvailable").await;
+    assert!(
+        all.iter()
+            .all(|e| e.involved_object.name.as_deref() != Some("node-c")),
+        "{all:#?}"
+    );
     running.stop().await;
 }
 

@@ -8,7 +8,7 @@
 //!   as upstream, where only ingress controllers built on the provider read it: nothing this manager
 //!   makes uses it.
 //! - `--enable-multi-subnet-cluster`, `--enable-multi-networking` (GKE's, for its node-IPAM controller):
-//!   not implemented, so `true` stops the start.
+//!   not implemented, so `true` stops the start of the gce provider (other providers ignore them).
 //!
 //! Values are comma-separated CIDRs, each read as its network (`10.1.2.3/8` is `10.0.0.0/8`), sorted,
 //! without repeats. A repeated flag adds to the list (upstream refuses a second use).
@@ -42,15 +42,13 @@ pub const FLAGS: &[Flag] = &[
     Flag::bool(
         "enable-multi-subnet-cluster",
         "false",
-        "Not implemented (GKE's node topology): the manager does not start with it.",
-    )
-    .checked(crate::pod_cidrs::not_implemented),
+        "Not implemented (GKE's node topology): the gce provider does not start with it.",
+    ),
     Flag::bool(
         "enable-multi-networking",
         "false",
-        "Not implemented (GKE's multi-networking): the manager does not start with it.",
-    )
-    .checked(crate::pod_cidrs::not_implemented),
+        "Not implemented (GKE's multi-networking): the gce provider does not start with it.",
+    ),
 ];
 
 fn check(value: &FlagValue) -> Result<(), Refused> {

@@ -211,6 +211,8 @@ impl CloudProvider for GceProvider {
     /// Takes the provider's flags ([`flags`]): checked already, a flag the binary does not declare keeps
     /// its default.
     async fn initialize(&self, context: InitializeContext) -> Result<(), CloudError> {
+        pod_cidrs::no_gke_features(&context.flags)
+            .map_err(|refused| CloudError::provider(refused.to_string()))?;
         for (flag, ranges) in [
             (flags::LB_SOURCE_RANGES, &self.lb_source_ranges),
             (flags::L7_LB_SOURCE_RANGES, &self.l7_lb_source_ranges),

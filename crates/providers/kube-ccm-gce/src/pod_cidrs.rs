@@ -10,7 +10,7 @@ use std::net::Ipv6Addr;
 
 use async_trait::async_trait;
 use google_cloud_compute_v1::model::{Instance, NetworkInterface};
-use kube_ccm_provider::flags::FlagValue;
+use kube_ccm_provider::flags::FlagValues;
 use kube_ccm_provider::{CallContext, Cidr, ClusterStack, PodCidrs, PodCidrsError, Refused};
 
 use crate::GceProvider;
@@ -18,14 +18,15 @@ use crate::GceProvider;
 /// The prefix of the IPv6 pod range carved from the interface's address (upstream's).
 const IPV6_POD_PREFIX: u8 = 112;
 
-/// `--enable-multi-subnet-cluster` and `--enable-multi-networking` ([`crate::flags::FLAGS`]): refused when
-/// true.
-pub(crate) fn not_implemented(value: &FlagValue) -> Result<(), Refused> {
-    if value.is_true() {
-        Err("not implemented here; run without it".into())
-    } else {
-        Ok(())
+/// GKE's `--enable-multi-subnet-cluster` and `--enable-multi-networking` ([`crate::flags::FLAGS`]) are
+/// off: this provider does not implement them.
+pub fn no_gke_features(flags: &FlagValues) -> Result<(), Refused> {
+    for flag in ["enable-multi-subnet-cluster", "enable-multi-networking"] {
+        if flags.is_true(flag) {
+            return Err(format!("--{flag} is not implemented here; run without it").into());
+        }
     }
+    Ok(())
 }
 
 /// Why an instance gives no pod CIDRs.
@@ -85,6 +86,12 @@ pub fn pod_cidrs(instance: &Instance, stack: ClusterStack) -> Result<Vec<Cidr>, 
         .and_then(|r| r.ip_cidr_range.clone())
         .filter(|r| !r.is_empty());
     let ipv6 = ipv6_range(nic);
+    // Only the families the stack needs are read: a bad range of another family is no concern.
+    let (ipv4, ipv6) = match stack {
+        ClusterStack::Ipv4 => (ipv4, None),
+        ClusterStack::Ipv6 => (None, ipv6),
+        ClusterStack::Ipv4Ipv6 | ClusterStack::Ipv6Ipv4 => (ipv4, ipv6),
+    };
     let texts: Vec<String> = ipv4.iter().chain(&ipv6).cloned().collect();
     let parse = |text: Option<String>, ipv4: bool| -> Result<Option<Cidr>, RangeError> {
         match text.map(|t| t.parse::<Cidr>()) {
@@ -202,6 +209,15 @@ mod tests {
             ),
             Err(RangeError::Invalid(vec!["fd00::/64".to_owned()]))
         );
+        // A bad range of a family the stack does not need is no concern.
+        let bad_ipv6 = instance(json!({"networkInterfaces": [
+            {"aliasIpRanges": [{"ipCidrRange": "10.4.4.0/24"}], "ipv6Address": "not-an-address"},
+        ]}));
+        assert_eq!(texts(pod_cidrs(&bad_ipv6, ClusterStack::Ipv4)), ["10.4.4.0/24"]);
+        assert!(matches!(
+            pod_cidrs(&bad_ipv6, ClusterStack::Ipv4Ipv6),
+            Err(RangeError::Invalid(_))
+        ));
         assert!(matches!(
             PodCidrsError::from(RangeError::NoRanges),
             PodCidrsError::NoRanges(why) if why == "has no ranges from which CIDRs can be allocated"
@@ -210,10 +226,15 @@ mod tests {
 
     #[test]
     fn gkes_features_stop_the_start() {
-        assert_eq!(not_implemented(&FlagValue::Bool(false)), Ok(()));
+        let mut flags = FlagValues::default();
+        assert_eq!(no_gke_features(&flags), Ok(()));
+        flags.insert(
+            "enable-multi-networking",
+            kube_ccm_provider::flags::FlagValue::Bool(true),
+        );
         assert_eq!(
-            not_implemented(&FlagValue::Bool(true)).unwrap_err(),
-            "not implemented here; run without it".into()
+            no_gke_features(&flags).unwrap_err(),
+            "--enable-multi-networking is not implemented here; run without it".into()
         );
     }
 }

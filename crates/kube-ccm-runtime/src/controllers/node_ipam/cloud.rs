@@ -134,7 +134,7 @@ async fn reconcile(node: Arc<CachedNode>, context: Arc<Ipam>) -> Result<Action, 
         return Ok(Action::await_change());
     }
     // A state between this controller's own writes (the pod CIDRs set, the condition not yet seen): the
-    // rest is on its way, and Compute need not be asked again.
+    // rest is on its way, and the provider need not be asked again.
     if let Some(version) = node.resource_version()
         && context
             .written
@@ -224,24 +224,27 @@ async fn pod_cidrs(context: &Ipam, node: &str, provider_id: &str) -> Result<Vec<
         why,
         quiet,
     };
-    let cidrs = match cloud.pod_cidrs(&cx, provider_id, context.stack).await {
-        Ok(cidrs) => cidrs,
-        Err(PodCidrsError::InstanceNotFound(_)) => return Err(IpamError::NoInstance(provider_id.to_owned())),
-        Err(PodCidrsError::NoRanges(why)) => return Err(ranges(why, false)),
-        Err(error @ PodCidrsError::MissingFamily(_)) => return Err(ranges(error.to_string(), true)),
-        Err(PodCidrsError::Cloud(error)) => return Err(IpamError::Cloud(error)),
-    };
-    if !context.stack.fits(&cidrs) {
-        let texts: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
-        return Err(ranges(
-            format!(
-                "has ranges {texts:?} that are not the {} families of the cluster stack",
-                context.stack
-            ),
-            false,
-        ));
+    match cloud.pod_cidrs(&cx, provider_id, context.stack).await {
+        Ok(cidrs) => checked(context.stack, node, cidrs),
+        Err(PodCidrsError::InstanceNotFound(_)) => Err(IpamError::NoInstance(provider_id.to_owned())),
+        Err(PodCidrsError::NoRanges(why)) => Err(ranges(why, false)),
+        Err(error @ PodCidrsError::MissingFamily(_)) => Err(ranges(error.to_string(), true)),
+        Err(PodCidrsError::Cloud(error)) => Err(IpamError::Cloud(error)),
+        Err(other) => Err(ranges(other.to_string(), false)),
     }
-    Ok(cidrs)
+}
+
+/// The provider's answer when it is one CIDR per family of the stack, in its order; otherwise no range.
+fn checked(stack: ClusterStack, node: &str, cidrs: Vec<Cidr>) -> Result<Vec<Cidr>, IpamError> {
+    if stack.fits(&cidrs) {
+        return Ok(cidrs);
+    }
+    let texts: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+    Err(IpamError::Ranges {
+        node: node.to_owned(),
+        why: format!("has ranges {texts:?} that are not the {stack} families of the cluster stack"),
+        quiet: false,
+    })
 }
 
 /// Whether the node's CIDRs are `proposed`, as networks (`10.4.1.7/24` is `10.4.1.0/24`).
@@ -332,6 +335,26 @@ mod tests {
         let mut tainted = allocated;
         tainted["taints"] = json!([{"key": TAINT_NETWORK_UNAVAILABLE, "effect": "NoSchedule"}]);
         assert!(needs_allocation(&node(tainted, available)));
+    }
+
+    #[test]
+    fn an_answer_is_taken_only_as_one_cidr_per_family_of_the_stack_in_its_order() {
+        let cidr = |text: &str| text.parse::<Cidr>().unwrap();
+        let (v4, v6) = (cidr("10.4.1.0/24"), cidr("fd00:1::/112"));
+        let dual = ClusterStack::Ipv4Ipv6;
+        assert_eq!(checked(dual, "n", vec![v4, v6]).unwrap(), [v4, v6]);
+        for wrong in [vec![], vec![v6, v4], vec![v4], vec![v4, v4, v6]] {
+            let error = checked(dual, "n", wrong.clone()).unwrap_err();
+            assert!(
+                matches!(&error, IpamError::Ranges { quiet: false, .. }),
+                "{wrong:?}: {error}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("failed to allocate cidr: Node n has ranges")
+            );
+        }
     }
 
     #[test]
