@@ -165,6 +165,7 @@ impl LoadBalancer for BrokenProvider {
                     cluster: String::new(),
                     ports: Vec::new(),
                     nodes: node_names.clone(),
+                    ipv6: false,
                 };
                 cloud.call_within(&second, cx).await;
             }

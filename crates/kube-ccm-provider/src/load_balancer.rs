@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 
-use crate::{CallContext, CloudError, LoadBalancerClasses};
+use crate::{CallContext, CloudError, LoadBalancerClasses, Refused};
 
 /// Upstream's default load-balancer name: `a` + the service UID without dashes, at most 32 characters.
 pub fn default_load_balancer_name(service: &Service) -> String {
@@ -157,6 +157,20 @@ pub trait LoadBalancer: Send + Sync {
     /// clean-up it is.)
     fn classes(&self) -> LoadBalancerClasses {
         LoadBalancerClasses::default()
+    }
+
+    /// Whether this cloud's load balancer for `service` serves every IP family the service asks for
+    /// ([`service::ip_families`](crate::service::ip_families), in its order); `Err(why)` when it does not.
+    /// The service controller then records the Event `IPFamiliesNotServed` (a Warning, unless the
+    /// service's policy is `PreferDualStack`) and still asks for the load balancer, which serves what it
+    /// can. The default: IPv4 only, as upstream's providers.
+    fn check_ip_families(&self, service: &Service) -> Result<(), Refused> {
+        let families = crate::service::ip_families(service);
+        if families == [crate::service::IpFamily::Ipv4] {
+            Ok(())
+        } else {
+            Err("this cloud's load balancers serve IPv4 only".into())
+        }
     }
 
     /// The name the cloud object has (or will have).

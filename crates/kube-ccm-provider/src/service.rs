@@ -1,7 +1,7 @@
 //! What a `type: LoadBalancer` service asks of its load balancer, read as upstream's
 //! `k8s.io/cloud-provider/service/helpers` reads it, so every provider reads a service alike: who may
-//! connect, whether traffic stays on the node it arrives at, the health check that follows from that, and
-//! which implementation the service wants.
+//! connect, whether traffic stays on the node it arrives at, the health check that follows from that,
+//! which implementation the service wants, and which IP families it asks for.
 
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
 
@@ -137,6 +137,66 @@ pub fn wants_default_load_balancer(service: &Service) -> bool {
     crate::LoadBalancerClasses::default().serves(service)
 }
 
+/// An IP family of a service (`spec.ipFamilies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    /// `IPv4`.
+    Ipv4,
+    /// `IPv6`.
+    Ipv6,
+}
+
+impl std::fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IpFamily::Ipv4 => "IPv4",
+            IpFamily::Ipv6 => "IPv6",
+        })
+    }
+}
+
+/// `spec.ipFamilyPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamilyPolicy {
+    /// `SingleStack` (also when unset or unknown).
+    SingleStack,
+    /// `PreferDualStack`: both families where the cluster has them, one otherwise.
+    PreferDualStack,
+    /// `RequireDualStack`: both families.
+    RequireDualStack,
+}
+
+/// The IP families the service's load balancer should serve: `spec.ipFamilies`, in its order (the API
+/// server fills it from `spec.ipFamilyPolicy` and the cluster's families; the first, the primary, never
+/// changes). IPv4 when it names none; names other than `IPv4` and `IPv6` are left out.
+pub fn ip_families(service: &Service) -> Vec<IpFamily> {
+    let mut families: Vec<IpFamily> = Vec::with_capacity(2);
+    let named = service.spec.as_ref().and_then(|s| s.ip_families.as_ref());
+    for name in named.into_iter().flatten() {
+        let family = match name.as_str() {
+            "IPv4" => IpFamily::Ipv4,
+            "IPv6" => IpFamily::Ipv6,
+            _ => continue,
+        };
+        if !families.contains(&family) {
+            families.push(family);
+        }
+    }
+    if families.is_empty() {
+        families.push(IpFamily::Ipv4);
+    }
+    families
+}
+
+/// The service's `spec.ipFamilyPolicy`.
+pub fn ip_family_policy(service: &Service) -> IpFamilyPolicy {
+    match service.spec.as_ref().and_then(|s| s.ip_family_policy.as_deref()) {
+        Some("PreferDualStack") => IpFamilyPolicy::PreferDualStack,
+        Some("RequireDualStack") => IpFamilyPolicy::RequireDualStack,
+        _ => IpFamilyPolicy::SingleStack,
+    }
+}
+
 /// Whether the service carries the load-balancer cleanup finalizer.
 pub fn has_load_balancer_finalizer(service: &Service) -> bool {
     service
@@ -159,6 +219,31 @@ mod tests {
 
     fn service(value: serde_json::Value) -> Service {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn families_are_spec_ip_families_in_order_and_ipv4_without_them() {
+        let families = |spec: serde_json::Value| ip_families(&service(serde_json::json!({"spec": spec})));
+        assert_eq!(families(serde_json::json!({})), [IpFamily::Ipv4]);
+        assert_eq!(
+            families(serde_json::json!({"ipFamilies": ["IPv6", "IPv4"]})),
+            [IpFamily::Ipv6, IpFamily::Ipv4]
+        );
+        assert_eq!(
+            families(serde_json::json!({"ipFamilies": ["IPv6", "IPX", "IPv6"]})),
+            [IpFamily::Ipv6]
+        );
+        assert_eq!(
+            families(serde_json::json!({"ipFamilies": ["IPX"]})),
+            [IpFamily::Ipv4]
+        );
+        let policy =
+            |value: &str| ip_family_policy(&service(serde_json::json!({"spec": {"ipFamilyPolicy": value}})));
+        assert_eq!(policy("RequireDualStack"), IpFamilyPolicy::RequireDualStack);
+        assert_eq!(policy("PreferDualStack"), IpFamilyPolicy::PreferDualStack);
+        assert_eq!(policy("SingleStack"), IpFamilyPolicy::SingleStack);
+        assert_eq!(policy("Other"), IpFamilyPolicy::SingleStack);
+        assert_eq!(IpFamily::Ipv6.to_string(), "IPv6");
     }
 
     fn with_ranges(field: Option<&str>, annotation: Option<&str>) -> Service {

@@ -743,6 +743,7 @@ async fn the_orphan_sweep_deletes_only_this_clusters_unclaimed_load_balancers(ba
             ports: vec![80],
             nodes: vec!["n1".to_owned()],
             ip: "198.51.100.1".to_owned(),
+            ipv6: None,
         })
     };
     // Left by a manager killed before it wrote the status (its service deleted since), another cluster's,

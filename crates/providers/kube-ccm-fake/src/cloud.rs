@@ -157,7 +157,18 @@ impl FakeCloud {
                 cluster,
                 ports,
                 nodes,
-            } => ensure(&mut state, name, service, cluster, ports, nodes),
+                ipv6,
+            } => ensure(
+                &mut state,
+                Wanted {
+                    name,
+                    service,
+                    cluster,
+                    ports,
+                    nodes,
+                    ipv6,
+                },
+            ),
             CloudRequest::ListLoadBalancers { cluster } => CloudResponse::LoadBalancers {
                 load_balancers: state
                     .load_balancers
@@ -375,10 +386,15 @@ fn record(state: &mut State, request: &CloudRequest, caller: &str) {
             cluster,
             ports,
             nodes,
+            ipv6,
         } => state.load_balancers.get(name).is_some_and(|lb| {
             let mut sorted = nodes.clone();
             sorted.sort();
-            &lb.service == service && &lb.cluster == cluster && &lb.ports == ports && lb.nodes == sorted
+            &lb.service == service
+                && &lb.cluster == cluster
+                && &lb.ports == ports
+                && lb.nodes == sorted
+                && lb.ipv6.is_some() == *ipv6
         }),
         _ => false,
     };
@@ -420,16 +436,29 @@ fn describe(state: &State, nodes: &[NodeRef]) -> CloudResponse {
 }
 
 /// Makes or updates a load balancer; an existing one keeps its address.
-fn ensure(
-    state: &mut State,
+/// What an ensure asks for.
+struct Wanted {
     name: String,
     service: String,
     cluster: String,
     ports: Vec<i32>,
-    mut nodes: Vec<String>,
-) -> CloudResponse {
+    nodes: Vec<String>,
+    ipv6: bool,
+}
+
+fn ensure(state: &mut State, wanted: Wanted) -> CloudResponse {
+    let Wanted {
+        name,
+        service,
+        cluster,
+        ports,
+        mut nodes,
+        ipv6,
+    } = wanted;
     nodes.sort();
-    let ip = match state.load_balancers.get(&name) {
+    let existing = state.load_balancers.get(&name);
+    let kept_ipv6 = existing.and_then(|lb| lb.ipv6.clone());
+    let ip = match existing {
         Some(existing) => existing.ip.clone(),
         None => {
             state.next_ip += 1;
@@ -437,6 +466,13 @@ fn ensure(
             format!("203.0.{}.{}", (n >> 8) & 0xff, n & 0xff)
         }
     };
+    // An IPv6 address is kept while the load balancer serves IPv6, and made when it starts to.
+    let ipv6 = ipv6.then(|| {
+        kept_ipv6.unwrap_or_else(|| {
+            state.next_ip += 1;
+            format!("2001:db8::{:x}", state.next_ip)
+        })
+    });
     let load_balancer = FakeLoadBalancer {
         name: name.clone(),
         service,
@@ -444,6 +480,7 @@ fn ensure(
         ports,
         nodes,
         ip,
+        ipv6,
     };
     state.load_balancers.insert(name, load_balancer.clone());
     CloudResponse::LoadBalancer {

@@ -62,6 +62,10 @@ pub struct FakeCloudConfig {
     /// The load balancers' `ingress[].ipMode` (`VIP` or `Proxy`).
     #[serde(default, rename = "loadBalancerIPMode")]
     pub load_balancer_ip_mode: Option<String>,
+    /// Whether load balancers serve IPv6 (alone or beside IPv4); without it, a cloud of IPv4 load
+    /// balancers only, as most are.
+    #[serde(default = "yes", rename = "loadBalancerIPv6")]
+    pub load_balancer_ipv6: bool,
 }
 
 fn yes() -> bool {
@@ -86,6 +90,7 @@ impl Default for FakeCloudConfig {
             load_balancer_classes: Vec::new(),
             unclassed_load_balancers: true,
             load_balancer_ip_mode: None,
+            load_balancer_ipv6: true,
         }
     }
 }

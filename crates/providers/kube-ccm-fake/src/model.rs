@@ -127,6 +127,9 @@ pub struct FakeLoadBalancer {
     pub nodes: Vec<String>,
     /// Its address.
     pub ip: String,
+    /// Its IPv6 address, when it serves IPv6 too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<String>,
 }
 
 /// A route.

@@ -77,6 +77,9 @@ pub enum CloudRequest {
         ports: Vec<i32>,
         /// Backend nodes.
         nodes: Vec<String>,
+        /// Whether it serves IPv6 too (an address of each family).
+        #[serde(default)]
+        ipv6: bool,
     },
     /// Change an existing load balancer's nodes.
     UpdateLoadBalancer {

@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service};
+use kube_ccm_provider::service::{IpFamily, ip_families};
 use kube_ccm_provider::{
     CallContext, Cidr, CloudError, CloudProvider, ClusterLoadBalancer, ClusterStack, InstanceMetadata,
-    InstancesV2, LoadBalancer, LoadBalancerClasses, PodCidrs, PodCidrsError, Route, Routes,
+    InstancesV2, LoadBalancer, LoadBalancerClasses, PodCidrs, PodCidrsError, Refused, Route, Routes,
 };
 
 use crate::cloud::FakeCloud;
 use crate::config::FakeCloudConfig;
-use crate::model::{FakeAddress, FakeInstance, InstanceState, Knobs};
+use crate::model::{FakeAddress, FakeInstance, FakeLoadBalancer, InstanceState, Knobs};
 use crate::protocol::{CloudRequest, CloudResponse, NodeRef};
 use crate::server::FakeCloudClient;
 
@@ -174,13 +175,23 @@ fn service_key(service: &Service) -> String {
     )
 }
 
-fn status(ip: &str, mode: Option<&str>) -> LoadBalancerStatus {
-    LoadBalancerStatus {
-        ingress: Some(vec![LoadBalancerIngress {
-            ip: Some(ip.to_owned()),
+/// The load balancer's addresses for the service: one per family the service asks for that it has, in
+/// the service's order.
+fn status(lb: &FakeLoadBalancer, service: &Service, mode: Option<&str>) -> LoadBalancerStatus {
+    let ingress = ip_families(service)
+        .into_iter()
+        .filter_map(|family| match family {
+            IpFamily::Ipv4 => Some(lb.ip.clone()),
+            IpFamily::Ipv6 => lb.ipv6.clone(),
+        })
+        .map(|ip| LoadBalancerIngress {
+            ip: Some(ip),
             ip_mode: mode.map(str::to_owned),
             ..LoadBalancerIngress::default()
-        }]),
+        })
+        .collect();
+    LoadBalancerStatus {
+        ingress: Some(ingress),
     }
 }
 
@@ -289,6 +300,15 @@ impl LoadBalancer for FakeProvider {
         })
     }
 
+    /// Both families, in the service's order, unless the cloud-config says `loadBalancerIPv6: false`.
+    fn check_ip_families(&self, service: &Service) -> Result<(), Refused> {
+        if self.config.load_balancer_ipv6 || ip_families(service) == [IpFamily::Ipv4] {
+            Ok(())
+        } else {
+            Err("this fake cloud's load balancers serve IPv4 only (loadBalancerIPv6: false)".into())
+        }
+    }
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,
@@ -298,7 +318,7 @@ impl LoadBalancer for FakeProvider {
         let name = self.load_balancer_name(cluster_name, service);
         match self.call(cx, CloudRequest::GetLoadBalancer { name }).await? {
             CloudResponse::LoadBalancer { load_balancer } => {
-                Ok(load_balancer.map(|lb| status(&lb.ip, self.ip_mode())))
+                Ok(load_balancer.map(|lb| status(&lb, service, self.ip_mode())))
             }
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
@@ -323,11 +343,12 @@ impl LoadBalancer for FakeProvider {
             cluster: cluster_name.to_owned(),
             ports,
             nodes: node_names(nodes),
+            ipv6: self.config.load_balancer_ipv6 && ip_families(service).contains(&IpFamily::Ipv6),
         };
         match self.call(cx, request).await? {
             CloudResponse::LoadBalancer {
                 load_balancer: Some(lb),
-            } => Ok(status(&lb.ip, self.ip_mode())),
+            } => Ok(status(&lb, service, self.ip_mode())),
             other => Err(CloudError::provider(format!("unexpected answer {other:?}"))),
         }
     }

@@ -252,6 +252,7 @@ mod tests {
             cluster: "k".into(),
             ports: vec![80],
             nodes: vec![],
+            ipv6: false,
         }
     }
 

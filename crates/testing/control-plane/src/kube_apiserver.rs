@@ -167,7 +167,7 @@ impl KubeApiServer {
             "--requestheader-username-headers=X-Remote-User".to_owned(),
             "--requestheader-group-headers=X-Remote-Group".to_owned(),
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
-            "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+            "--service-cluster-ip-range=10.96.0.0/16,fd00:96::/108".to_owned(),
             "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
             format!("--service-account-key-file={}", path("sa.pub").display()),
             format!("--service-account-signing-key-file={}", path("sa.key").display()),

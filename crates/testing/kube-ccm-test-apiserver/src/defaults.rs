@@ -265,11 +265,31 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
                 .unwrap_or_else(|| allocations.cluster_ip()),
         };
         spec.insert("clusterIP".to_owned(), json!(cluster_ip));
+        // A dual-stack cluster, IPv4 first (as kube-apiserver with an IPv4 and an IPv6 service range):
+        // a service that asks for both families gets both, and an address of each.
+        let policy = spec
+            .entry("ipFamilyPolicy")
+            .or_insert(json!("SingleStack"))
+            .as_str()
+            .unwrap_or("SingleStack")
+            .to_owned();
+        let families = match policy.as_str() {
+            "PreferDualStack" | "RequireDualStack" => json!(["IPv4", "IPv6"]),
+            _ => json!(["IPv4"]),
+        };
+        let families = spec.entry("ipFamilies").or_insert(families).clone();
         if cluster_ip != "None" {
-            spec.insert("clusterIPs".to_owned(), json!([cluster_ip]));
+            let ips: Vec<String> = families
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|family| match family.as_str() {
+                    Some("IPv6") => ipv6_twin(&cluster_ip),
+                    _ => cluster_ip.clone(),
+                })
+                .collect();
+            spec.insert("clusterIPs".to_owned(), json!(ips));
         }
-        spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
-        spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
         spec.entry("internalTrafficPolicy").or_insert(json!("Cluster"));
     }
     // An ingress with an IP is a virtual IP unless it says otherwise.
@@ -321,6 +341,16 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
                 port.insert("nodePort".to_owned(), node_port);
             }
         }
+    }
+}
+
+/// The IPv6 cluster address of a dual-stack service whose IPv4 one is `ipv4`: in `fd00:96::/108`, from its
+/// last two octets.
+fn ipv6_twin(ipv4: &str) -> String {
+    let octets: Vec<u16> = ipv4.split('.').filter_map(|o| o.parse().ok()).collect();
+    match octets.as_slice() {
+        [_, _, c, d] => format!("fd00:96::{:x}", (c << 8) | d),
+        _ => "fd00:96::1".to_owned(),
     }
 }
 

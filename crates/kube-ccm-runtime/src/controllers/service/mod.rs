@@ -29,7 +29,9 @@
 //!   DeletingLoadBalancer (only when a load balancer exists), DeletedLoadBalancer, and warnings
 //!   SyncLoadBalancerFailed (`Error syncing load balancer: …`), UpdateLoadBalancerFailed,
 //!   UnAvailableLoadBalancer, DeleteLoadBalancerFailed; and, where upstream has none,
-//!   LoadBalancerIPModeUnsupported (a `Proxy` address on an API server that drops `ipMode`).
+//!   LoadBalancerIPModeUnsupported (a `Proxy` address on an API server that drops `ipMode`) and
+//!   IPFamiliesNotServed (the provider's `check_ip_families` refuses the service's `spec.ipFamilies`; a
+//!   Warning unless the policy is `PreferDualStack`; the load balancer is still ensured, serving what it can).
 
 mod ip_mode;
 mod node_set;

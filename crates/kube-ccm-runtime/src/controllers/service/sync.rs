@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, Patch};
 use kube::runtime::events::EventType;
 use kube_ccm_provider::names::{ANNOTATION_LOAD_BALANCER_CLASS, FINALIZER_LOAD_BALANCER_CLEANUP};
-use kube_ccm_provider::service::{annotation, load_balancer_class};
+use kube_ccm_provider::service::{
+    IpFamilyPolicy, annotation, ip_families, ip_family_policy, load_balancer_class,
+};
 use kube_ccm_provider::{CloudError, LoadBalancer};
 use serde_json::json;
 
@@ -325,6 +327,26 @@ pub(super) async fn update_hosts(
     result
 }
 
+/// The Event `IPFamiliesNotServed` when the provider's load balancer cannot serve every family the service
+/// asks for: a Warning, unless the service only prefers dual stack.
+async fn report_unserved_families(target: &Target<'_>, service: &Service) {
+    let Err(why) = target.load_balancers.check_ip_families(service) else {
+        return;
+    };
+    let kind = match ip_family_policy(service) {
+        IpFamilyPolicy::PreferDualStack => EventType::Normal,
+        IpFamilyPolicy::SingleStack | IpFamilyPolicy::RequireDualStack => EventType::Warning,
+    };
+    let families: Vec<String> = ip_families(service).iter().map(ToString::to_string).collect();
+    let note = format!(
+        "The load balancer does not serve every IP family of the service ({}): {why}",
+        families.join(", ")
+    );
+    target
+        .event(service, kind, "IPFamiliesNotServed", "EnsureLoadBalancer", note)
+        .await;
+}
+
 /// Create or update the load balancer for the service's spec and the node set, then publish its ingress.
 pub(super) async fn ensure(
     target: &Target<'_>,
@@ -357,6 +379,7 @@ pub(super) async fn ensure(
             )
             .await;
     }
+    report_unserved_families(target, &service).await;
     let cx = context.controller.call_context();
     let status = match cx
         .call(

@@ -310,6 +310,11 @@ impl AwsProvider {
 
 #[async_trait]
 impl LoadBalancer for AwsProvider {
+    /// A dualstack NLB serves both families; a classic ELB, IPv4 only (`network/families.rs`).
+    fn check_ip_families(&self, service: &Service) -> Result<(), kube_ccm_provider::Refused> {
+        network::check_ip_families(service)
+    }
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,

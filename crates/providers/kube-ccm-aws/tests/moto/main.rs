@@ -19,6 +19,7 @@ use kube_ccm_provider::{CallContext, CloudError, CloudProvider};
 
 mod budget;
 mod conformance;
+mod dual_stack;
 mod elb;
 mod instances;
 mod nlb;

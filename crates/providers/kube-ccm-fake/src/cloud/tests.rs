@@ -73,6 +73,7 @@ async fn load_balancers_keep_their_address() {
         cluster: "k".into(),
         ports: vec![80],
         nodes: nodes.into_iter().map(str::to_owned).collect(),
+        ipv6: false,
     };
     let CloudResponse::LoadBalancer {
         load_balancer: Some(first),
@@ -114,6 +115,7 @@ async fn host_sets_group_load_balancers_by_their_nodes() {
                 cluster: "k".into(),
                 ports: vec![80],
                 nodes: nodes.into_iter().map(str::to_owned).collect(),
+                ipv6: false,
             })
             .await;
     }
@@ -142,6 +144,7 @@ async fn a_lost_answer_leaves_the_write_applied_and_the_caller_waiting() {
         cluster: "k".into(),
         ports: vec![80],
         nodes: vec![],
+        ipv6: false,
     };
     let answered = tokio::time::timeout(Duration::from_millis(200), cloud.handle(ensure)).await;
     assert!(answered.is_err(), "the answer never comes: {answered:?}");
@@ -165,6 +168,7 @@ async fn an_ensure_that_changes_nothing_is_no_write() {
         cluster: "k".into(),
         ports: vec![80],
         nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+        ipv6: false,
     };
     let writes = || async {
         match cloud

@@ -20,6 +20,8 @@
 //!   revoked when no longer wanted. Difference: UDP ports get UDP rules and TCP ports TCP rules (upstream
 //!   opens every port with UDP when any is UDP); upstream's ICMP path-MTU rule is not added.
 //! - With `NLBSecurityGroupMode = Managed`, the NLB gets a security group of its own (`security_group.rs`).
+//! - `ipv4` or `dualstack` as the service's IP families or annotation ask (`families.rs`; not upstream's,
+//!   which makes `ipv4` NLBs only).
 //! - Each ensure decides, then acts: `plan.rs` decides from what ELBv2 holds and what the service asks
 //!   (pure, tested case by case), in stages where a decision needs what an earlier request found or made
 //!   (the NLB's ARN, each target group's); the methods here send the requests.
@@ -39,9 +41,12 @@ use sha1::{Digest, Sha1};
 use super::{annotated_subnets, is_internal, key_values, target_nodes};
 use crate::{AwsProvider, aws_error};
 
+mod families;
 mod plan;
 mod security_group;
 mod wanted;
+
+pub(crate) use families::check as check_ip_families;
 
 use plan::{ListenerStep, NlbStep, TargetGroupStep};
 pub use security_group::{DESCRIPTION as MANAGED_GROUP_DESCRIPTION, nlb_security_group_name};
@@ -413,6 +418,7 @@ impl AwsProvider {
                     .await?
             }
         };
+        self.ensure_ip_address_type(&lb, &wanted.ip_address_type).await?;
         let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_owned();
         let ids: BTreeSet<String> = instances
             .iter()
@@ -459,6 +465,8 @@ impl AwsProvider {
             None => self.subnets(vpc, internal).await?,
         };
         let mappings = subnet_mappings(&subnets, wanted)?;
+        self.check_dualstack_subnets(&wanted.ip_address_type, &subnets)
+            .await?;
         let created = self
             .elbv2
             .create_load_balancer()
@@ -470,6 +478,7 @@ impl AwsProvider {
                 LoadBalancerSchemeEnum::InternetFacing
             })
             .set_subnet_mappings(Some(mappings))
+            .ip_address_type(wanted.ip_address_type.clone())
             .set_security_groups((!groups.is_empty()).then(|| groups.to_vec()))
             .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
             .send()

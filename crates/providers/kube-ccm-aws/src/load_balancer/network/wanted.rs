@@ -20,7 +20,9 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_elasticloadbalancingv2::types::{Certificate, Listener, ProtocolEnum, SubnetMapping};
+use aws_sdk_elasticloadbalancingv2::types::{
+    Certificate, IpAddressType, Listener, ProtocolEnum, SubnetMapping,
+};
 use k8s_openapi::api::core::v1::Service;
 use kube_ccm_provider::{CloudError, service};
 
@@ -120,6 +122,8 @@ pub struct WantedNlb {
     pub tags: BTreeMap<String, String>,
     /// `target-node-labels`.
     pub target_node_labels: BTreeMap<String, String>,
+    /// `ipv4` or `dualstack` (`families.rs`).
+    pub ip_address_type: IpAddressType,
 }
 
 fn refuse<T>(why: String) -> Result<T, CloudError> {
@@ -302,6 +306,7 @@ pub fn wanted(service: &Service, shared: Option<&SharedProbe>) -> Result<WantedN
         private_ipv4_addresses: split(service, "private-ipv4-addresses"),
         tags: key_values(service, "additional-resource-tags"),
         target_node_labels: key_values(service, "target-node-labels"),
+        ip_address_type: super::families::ip_address_type(service)?,
     })
 }
 

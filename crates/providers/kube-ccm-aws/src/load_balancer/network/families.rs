@@ -1,0 +1,253 @@
+//! The IP families of a service's load balancer: an NLB serves IPv4 (`ipv4`) or IPv4 and IPv6
+//! (`dualstack`); a classic ELB IPv4 only.
+//!
+//! The NLB's address type is the service's choice: the AWS Load Balancer Controller's annotation
+//! `service.beta.kubernetes.io/aws-load-balancer-ip-address-type` (`ipv4` or `dualstack`) when given, else
+//! `dualstack` when `spec.ipFamilies` has IPv6 (as cloud-provider-aws's unfinished dual-stack work reads
+//! it). An existing NLB of another type is changed (`SetIpAddressType`). A `dualstack` NLB needs every
+//! subnet it is in to have an IPv6 CIDR block: this provider checks that before it asks, so the error names
+//! the subnets and the fix. What moto lacks here: it makes a dualstack NLB in IPv4-only subnets (EC2
+//! refuses), and it gives a subnet's IPv6 block the state `{'State': 'associated'}` (`has_ipv6`, tested
+//! against EC2's shape as well).
+
+use aws_sdk_ec2::types::{Filter, Subnet, SubnetCidrBlockStateCode};
+use aws_sdk_elasticloadbalancingv2::types::{IpAddressType, LoadBalancer as Nlb};
+use k8s_openapi::api::core::v1::Service;
+use kube_ccm_provider::service::{IpFamily, ip_families};
+use kube_ccm_provider::{CloudError, Refused};
+
+use super::super::{Kind, annotation, kind};
+use crate::{AwsProvider, aws_error};
+
+/// The annotation that chooses an NLB's address type (the AWS Load Balancer Controller's).
+pub(super) const IP_ADDRESS_TYPE: &str = "ip-address-type";
+
+/// The NLB's address type for `service`: the annotation, else the service's families.
+pub(super) fn ip_address_type(service: &Service) -> Result<IpAddressType, CloudError> {
+    match annotation(service, IP_ADDRESS_TYPE).as_deref() {
+        Some("ipv4") => Ok(IpAddressType::Ipv4),
+        Some("dualstack") => Ok(IpAddressType::Dualstack),
+        Some(other) => Err(CloudError::provider(format!(
+            "service.beta.kubernetes.io/aws-load-balancer-{IP_ADDRESS_TYPE}: {other:?} is not ipv4 or dualstack"
+        ))),
+        None if ip_families(service).contains(&IpFamily::Ipv6) => Ok(IpAddressType::Dualstack),
+        None => Ok(IpAddressType::Ipv4),
+    }
+}
+
+/// Whether the service's load balancer serves every family of `spec.ipFamilies`
+/// ([`kube_ccm_provider::LoadBalancer::check_ip_families`]).
+pub(crate) fn check(service: &Service) -> Result<(), Refused> {
+    let families = ip_families(service);
+    if families == [IpFamily::Ipv4] {
+        return Ok(());
+    }
+    match kind(service) {
+        Kind::Elsewhere => Ok(()),
+        Kind::Classic => Err(
+            "classic ELBs serve IPv4 only; an NLB (service.beta.kubernetes.io/aws-load-balancer-type: nlb) serves IPv4 and IPv6"
+                .into(),
+        ),
+        Kind::Network if families == [IpFamily::Ipv6] => {
+            Err("an NLB serves IPv4, or IPv4 and IPv6 (dualstack), not IPv6 alone".into())
+        }
+        Kind::Network => match ip_address_type(service) {
+            Ok(IpAddressType::Dualstack) => Ok(()),
+            Ok(_) => Err(format!(
+                "service.beta.kubernetes.io/aws-load-balancer-{IP_ADDRESS_TYPE} is ipv4"
+            )
+            .into()),
+            Err(error) => Err(error.to_string().into()),
+        },
+    }
+}
+
+/// Whether the subnet has an IPv6 CIDR block associated: a block whose state is not one of EC2's states
+/// of a block on its way or gone. A state this code does not know counts as associated (moto lists only
+/// associated blocks, their state a Python dict in text): the check is there to name the problem before
+/// EC2 would refuse, and a wrong guess only leaves the refusal to EC2.
+fn has_ipv6(subnet: &Subnet) -> bool {
+    use SubnetCidrBlockStateCode::{Associating, Disassociated, Disassociating, Failed, Failing};
+    subnet
+        .ipv6_cidr_block_association_set()
+        .iter()
+        .any(|association| {
+            let state = association.ipv6_cidr_block_state().and_then(|s| s.state());
+            let not_associated = matches!(
+                state,
+                Some(Associating | Disassociating | Disassociated | Failing | Failed)
+            );
+            association.ipv6_cidr_block().is_some() && !not_associated
+        })
+}
+
+impl AwsProvider {
+    /// `Err` naming the subnets of `subnets` that have no associated IPv6 CIDR block, when `wanted` is
+    /// `dualstack`.
+    pub(super) async fn check_dualstack_subnets(
+        &self,
+        wanted: &IpAddressType,
+        subnets: &[String],
+    ) -> Result<(), CloudError> {
+        if *wanted != IpAddressType::Dualstack || subnets.is_empty() {
+            return Ok(());
+        }
+        let output = self
+            .ec2
+            .describe_subnets()
+            .filters(
+                Filter::builder()
+                    .name("subnet-id")
+                    .set_values(Some(subnets.to_vec()))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(aws_error)?;
+        let with_ipv6: Vec<&str> = output
+            .subnets()
+            .iter()
+            .filter(|subnet| has_ipv6(subnet))
+            .filter_map(|subnet| subnet.subnet_id())
+            .collect();
+        let without: Vec<&str> = subnets
+            .iter()
+            .map(String::as_str)
+            .filter(|id| !with_ipv6.contains(id))
+            .collect();
+        if without.is_empty() {
+            return Ok(());
+        }
+        Err(CloudError::provider(format!(
+            "a dualstack NLB needs an IPv6 CIDR block in each of its subnets, and {} have none: associate one, or annotate the service with service.beta.kubernetes.io/aws-load-balancer-{IP_ADDRESS_TYPE}: ipv4",
+            without.join(", ")
+        )))
+    }
+
+    /// Changes an existing NLB's address type to `wanted` when it differs (its subnets checked first).
+    pub(super) async fn ensure_ip_address_type(
+        &self,
+        lb: &Nlb,
+        wanted: &IpAddressType,
+    ) -> Result<(), CloudError> {
+        if lb.ip_address_type() == Some(wanted) {
+            return Ok(());
+        }
+        let subnets: Vec<String> = lb
+            .availability_zones()
+            .iter()
+            .filter_map(|z| z.subnet_id().map(str::to_owned))
+            .collect();
+        self.check_dualstack_subnets(wanted, &subnets).await?;
+        let arn = lb.load_balancer_arn().unwrap_or_default();
+        self.elbv2
+            .set_ip_address_type()
+            .load_balancer_arn(arn)
+            .ip_address_type(wanted.clone())
+            .send()
+            .await
+            .map_err(aws_error)?;
+        tracing::info!(lb = arn, ip_address_type = %wanted, "changed the NLB's IP address type");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn service(annotations: serde_json::Value, spec: serde_json::Value) -> Service {
+        serde_json::from_value(json!({"metadata": {"annotations": annotations}, "spec": spec})).unwrap()
+    }
+
+    const NLB: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
+    const TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-ip-address-type";
+
+    #[test]
+    fn the_address_type_is_the_annotations_else_the_families() {
+        let dual = json!({"ipFamilies": ["IPv4", "IPv6"]});
+        assert_eq!(
+            ip_address_type(&service(json!({}), dual.clone())).unwrap(),
+            IpAddressType::Dualstack
+        );
+        assert_eq!(
+            ip_address_type(&service(json!({}), json!({}))).unwrap(),
+            IpAddressType::Ipv4
+        );
+        assert_eq!(
+            ip_address_type(&service(json!({TYPE: "ipv4"}), dual.clone())).unwrap(),
+            IpAddressType::Ipv4
+        );
+        assert_eq!(
+            ip_address_type(&service(json!({TYPE: "dualstack"}), json!({}))).unwrap(),
+            IpAddressType::Dualstack
+        );
+        let error = ip_address_type(&service(json!({TYPE: "ipv6"}), json!({}))).unwrap_err();
+        assert!(
+            error.to_string().contains("\"ipv6\" is not ipv4 or dualstack"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_subnet_has_ipv6_when_a_block_is_associated() {
+        use aws_sdk_ec2::types::{SubnetCidrBlockState, SubnetIpv6CidrBlockAssociation};
+        let subnet = |state: Option<SubnetCidrBlockStateCode>| {
+            let mut association =
+                SubnetIpv6CidrBlockAssociation::builder().ipv6_cidr_block("2600:1f18:3::/64");
+            if let Some(state) = state {
+                association =
+                    association.ipv6_cidr_block_state(SubnetCidrBlockState::builder().state(state).build());
+            }
+            Subnet::builder()
+                .subnet_id("subnet-1")
+                .ipv6_cidr_block_association_set(association.build())
+                .build()
+        };
+        // As EC2 answers: the state says.
+        assert!(has_ipv6(&subnet(Some(SubnetCidrBlockStateCode::Associated))));
+        assert!(!has_ipv6(&subnet(Some(SubnetCidrBlockStateCode::Disassociated))));
+        assert!(!has_ipv6(&subnet(Some(SubnetCidrBlockStateCode::Associating))));
+        // As moto answers: a listed block whose state is none of EC2's.
+        assert!(has_ipv6(&subnet(Some(SubnetCidrBlockStateCode::from(
+            "{'State': 'associated'}"
+        )))));
+        assert!(has_ipv6(&subnet(None)));
+        assert!(!has_ipv6(&Subnet::builder().subnet_id("subnet-2").build()));
+    }
+
+    #[test]
+    fn classic_elbs_and_ipv6_alone_are_refused_and_dual_nlbs_served() {
+        let dual = json!({"ipFamilies": ["IPv4", "IPv6"]});
+        assert_eq!(check(&service(json!({}), json!({}))), Ok(()));
+        assert!(
+            check(&service(json!({}), dual.clone()))
+                .unwrap_err()
+                .reason()
+                .starts_with("classic ELBs serve IPv4 only")
+        );
+        assert_eq!(check(&service(json!({NLB: "nlb"}), dual.clone())), Ok(()));
+        assert_eq!(
+            check(&service(
+                json!({NLB: "nlb"}),
+                json!({"ipFamilies": ["IPv6", "IPv4"]})
+            )),
+            Ok(())
+        );
+        assert!(
+            check(&service(json!({NLB: "nlb"}), json!({"ipFamilies": ["IPv6"]})))
+                .unwrap_err()
+                .reason()
+                .contains("not IPv6 alone")
+        );
+        assert!(
+            check(&service(json!({NLB: "nlb", TYPE: "ipv4"}), dual.clone()))
+                .unwrap_err()
+                .reason()
+                .ends_with("ip-address-type is ipv4")
+        );
+        assert_eq!(check(&service(json!({NLB: "external"}), dual)), Ok(()));
+    }
+}
