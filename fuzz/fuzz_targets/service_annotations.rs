@@ -15,10 +15,13 @@ fuzz_target!(|data: &[u8]| {
     let _ = kube_ccm_provider::service::health_check_path_port(&service);
     let _ = kube_ccm_provider::service::needs_health_check(&service);
     let _ = kube_ccm_provider::service::wants_default_load_balancer(&service);
+    let _ = kube_ccm_provider::service::ip_families(&service);
+    let _ = kube_ccm_provider::service::ip_family_policy(&service);
     let _ = kube_ccm_aws::load_balancer::kind(&service);
     let _ = kube_ccm_aws::load_balancer::annotated_subnets(&service);
     let _ = kube_ccm_aws::load_balancer::classic::wanted(&service);
-    let _ = kube_ccm_aws::load_balancer::network::wanted(&service, None);
+    let _ = kube_ccm_aws::load_balancer::network::wanted(&service, None, false);
+    let _ = kube_ccm_aws::load_balancer::network::wanted(&service, None, true);
     let _ = kube_ccm_gce::load_balancer::external::plan(&service, "cluster");
     let _ = kube_ccm_gce::load_balancer::internal::plan(&service, "cluster");
 });

@@ -95,6 +95,8 @@ async fn each_family_of_the_service_is_served_in_its_order(backend: Backend) {
         .map(|i| i.ip_mode)
         .collect();
     assert_eq!(modes, [Some("VIP".to_owned()), Some("VIP".to_owned())]);
+    // The family check comes before EnsuredLoadBalancer: once every service has that, none had this.
+    events_when(&cluster, "EnsuredLoadBalancer", |events| events.len() >= 4).await;
     assert!(events(&cluster, "IPFamiliesNotServed").await.is_empty());
     running.stop().await;
 }
@@ -118,17 +120,25 @@ async fn a_cloud_without_ipv6_serves_ipv4_and_says_so(backend: Backend) {
         load_balancer("required", json!({"ipFamilyPolicy": "RequireDualStack"})),
         load_balancer("preferred", json!({"ipFamilyPolicy": "PreferDualStack"})),
         load_balancer("single", json!({})),
+        load_balancer(
+            "six",
+            json!({"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6"]}),
+        ),
     ] {
         services.create(&PostParams::default(), &service).await.unwrap();
     }
-    for name in ["required", "preferred", "single"] {
+    // Each served on what the cloud has, IPv6 alone included.
+    for name in ["required", "preferred", "single", "six"] {
         let ips = served(&services, name, 1).await;
         assert!(!is_ipv6(&ips[0]), "{name}: {ips:?}");
     }
     let events = events_when(&cluster, "IPFamiliesNotServed", |events| {
-        !about(events, "required").is_empty() && !about(events, "preferred").is_empty()
+        ["required", "preferred", "six"]
+            .iter()
+            .all(|name| !about(events, name).is_empty())
     })
     .await;
+    assert_eq!(about(&events, "six")[0].type_.as_deref(), Some("Warning"));
     let required = about(&events, "required")[0];
     assert_eq!(required.type_.as_deref(), Some("Warning"));
     assert_eq!(

@@ -21,6 +21,9 @@
 //! unclassedLoadBalancers: true
 //! # The load balancers' `ingress[].ipMode` (VIP or Proxy); none by default.
 //! loadBalancerIPMode: Proxy
+//! # Whether load balancers serve IPv6 too (spec.ipFamilies); true by default.
+//! loadBalancerIPv6: false
+//! # An instance's pod ranges, for node IPAM's cloud allocator, are its podCidrs: [10.4.1.0/24].
 //! ```
 
 use kube_ccm_provider::{InvalidClass, LoadBalancerClasses};
@@ -62,8 +65,8 @@ pub struct FakeCloudConfig {
     /// The load balancers' `ingress[].ipMode` (`VIP` or `Proxy`).
     #[serde(default, rename = "loadBalancerIPMode")]
     pub load_balancer_ip_mode: Option<String>,
-    /// Whether load balancers serve IPv6 (alone or beside IPv4); without it, a cloud of IPv4 load
-    /// balancers only, as most are.
+    /// Whether load balancers serve IPv6 (alone or beside IPv4); true unless set false, which makes a
+    /// cloud of IPv4 load balancers only.
     #[serde(default = "yes", rename = "loadBalancerIPv6")]
     pub load_balancer_ipv6: bool,
 }

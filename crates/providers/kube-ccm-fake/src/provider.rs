@@ -176,14 +176,20 @@ fn service_key(service: &Service) -> String {
 }
 
 /// The load balancer's addresses for the service: one per family the service asks for that it has, in
-/// the service's order.
+/// the service's order; its IPv4 address when it has none of them (it serves what it can).
 fn status(lb: &FakeLoadBalancer, service: &Service, mode: Option<&str>) -> LoadBalancerStatus {
-    let ingress = ip_families(service)
+    let mut ips: Vec<String> = ip_families(service)
         .into_iter()
         .filter_map(|family| match family {
             IpFamily::Ipv4 => Some(lb.ip.clone()),
             IpFamily::Ipv6 => lb.ipv6.clone(),
         })
+        .collect();
+    if ips.is_empty() {
+        ips.push(lb.ip.clone());
+    }
+    let ingress = ips
+        .into_iter()
         .map(|ip| LoadBalancerIngress {
             ip: Some(ip),
             ip_mode: mode.map(str::to_owned),

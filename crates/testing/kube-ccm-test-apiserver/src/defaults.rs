@@ -264,32 +264,7 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
                 .and_then(|ip| ip.as_str().map(str::to_owned))
                 .unwrap_or_else(|| allocations.cluster_ip()),
         };
-        spec.insert("clusterIP".to_owned(), json!(cluster_ip));
-        // A dual-stack cluster, IPv4 first (as kube-apiserver with an IPv4 and an IPv6 service range):
-        // a service that asks for both families gets both, and an address of each.
-        let policy = spec
-            .entry("ipFamilyPolicy")
-            .or_insert(json!("SingleStack"))
-            .as_str()
-            .unwrap_or("SingleStack")
-            .to_owned();
-        let families = match policy.as_str() {
-            "PreferDualStack" | "RequireDualStack" => json!(["IPv4", "IPv6"]),
-            _ => json!(["IPv4"]),
-        };
-        let families = spec.entry("ipFamilies").or_insert(families).clone();
-        if cluster_ip != "None" {
-            let ips: Vec<String> = families
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|family| match family.as_str() {
-                    Some("IPv6") => ipv6_twin(&cluster_ip),
-                    _ => cluster_ip.clone(),
-                })
-                .collect();
-            spec.insert("clusterIPs".to_owned(), json!(ips));
-        }
+        ip_families(spec, &old_spec, &cluster_ip);
         spec.entry("internalTrafficPolicy").or_insert(json!("Cluster"));
     }
     // An ingress with an IP is a virtual IP unless it says otherwise.
@@ -342,6 +317,70 @@ fn service(object: &mut Value, old: Option<&Value>, allocations: &mut Allocation
             }
         }
     }
+}
+
+/// `ipFamilyPolicy`, `ipFamilies`, `clusterIP` and `clusterIPs` as a dual-stack kube-apiserver (IPv4
+/// first) sets them: no policy is `RequireDualStack` for two families and for a headless service without
+/// a selector, else `SingleStack`; a dual-stack policy adds the other family, `SingleStack` keeps the
+/// first; an address per family (IPv4 allocated, its IPv6 twin), `clusterIP` the first.
+fn ip_families(spec: &mut serde_json::Map<String, Value>, old_spec: &Value, cluster_ip: &str) {
+    let strings = |value: Option<&Value>| -> Vec<String> {
+        value
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let headless = cluster_ip == "None";
+    let selectorless = spec
+        .get("selector")
+        .and_then(Value::as_object)
+        .is_none_or(serde_json::Map::is_empty);
+    let mut families = strings(spec.get("ipFamilies"));
+    let policy = match spec.get("ipFamilyPolicy").and_then(Value::as_str) {
+        Some(policy) => policy.to_owned(),
+        None if families.len() == 2 || (headless && selectorless) => "RequireDualStack".to_owned(),
+        None => "SingleStack".to_owned(),
+    };
+    if families.is_empty() {
+        families.push(if cluster_ip.contains(':') { "IPv6" } else { "IPv4" }.to_owned());
+    }
+    match policy.as_str() {
+        "PreferDualStack" | "RequireDualStack" if families.len() == 1 => {
+            let other = if families[0] == "IPv6" { "IPv4" } else { "IPv6" };
+            families.push(other.to_owned());
+        }
+        "SingleStack" => families.truncate(1),
+        _ => {}
+    }
+    spec.insert("ipFamilyPolicy".to_owned(), json!(policy));
+    spec.insert("ipFamilies".to_owned(), json!(families));
+    if headless {
+        spec.insert("clusterIP".to_owned(), json!("None"));
+        spec.insert("clusterIPs".to_owned(), json!(["None"]));
+        return;
+    }
+    let known: Vec<String> = std::iter::once(cluster_ip.to_owned())
+        .chain(strings(spec.get("clusterIPs")))
+        .chain(strings(old_spec.get("clusterIPs")))
+        .collect();
+    let ipv4 = known
+        .iter()
+        .find(|ip| !ip.contains(':'))
+        .cloned()
+        .unwrap_or_else(|| cluster_ip.to_owned());
+    let ipv6 = known
+        .iter()
+        .find(|ip| ip.contains(':'))
+        .cloned()
+        .unwrap_or_else(|| ipv6_twin(&ipv4));
+    let ips: Vec<&String> = families
+        .iter()
+        .map(|family| if family == "IPv6" { &ipv6 } else { &ipv4 })
+        .collect();
+    spec.insert("clusterIP".to_owned(), json!(ips[0]));
+    spec.insert("clusterIPs".to_owned(), json!(ips));
 }
 
 /// The IPv6 cluster address of a dual-stack service whose IPv4 one is `ipv4`: in `fd00:96::/108`, from its
@@ -398,6 +437,58 @@ mod tests {
             json!({"strategy": "OldestEmulationVersion"}),
             "kept where already set"
         );
+    }
+
+    #[test]
+    fn ip_families_as_a_dual_stack_kube_apiserver_sets_them() {
+        let services = &RESOURCES[find("", "v1", "services").unwrap()];
+        let mut allocations = Allocations::default();
+        let mut made = |spec: Value, old: Option<&Value>| {
+            let mut service = json!({"spec": spec});
+            apply(services, &mut service, old, &mut allocations);
+            service["spec"].clone()
+        };
+        let single = made(json!({}), None);
+        assert_eq!(
+            (
+                &single["ipFamilyPolicy"],
+                &single["ipFamilies"],
+                &single["clusterIPs"]
+            ),
+            (
+                &json!("SingleStack"),
+                &json!(["IPv4"]),
+                &json!([single["clusterIP"]])
+            )
+        );
+        let required = made(json!({"ipFamilyPolicy": "RequireDualStack"}), None);
+        assert_eq!(required["ipFamilies"], json!(["IPv4", "IPv6"]));
+        let ips = required["clusterIPs"].as_array().unwrap().clone();
+        assert_eq!(required["clusterIP"], ips[0]);
+        assert!(ips[1].as_str().unwrap().starts_with("fd00:96::"), "{ips:?}");
+        // IPv6 first: clusterIP is the IPv6 address; one family with a dual-stack policy gets the other.
+        let six_first = made(
+            json!({"ipFamilyPolicy": "PreferDualStack", "ipFamilies": ["IPv6"]}),
+            None,
+        );
+        assert_eq!(six_first["ipFamilies"], json!(["IPv6", "IPv4"]));
+        assert_eq!(six_first["clusterIP"], six_first["clusterIPs"][0]);
+        assert!(six_first["clusterIP"].as_str().unwrap().contains(':'));
+        // Two families without a policy require both; a headless service without a selector too.
+        let two = made(json!({"ipFamilies": ["IPv4", "IPv6"]}), None);
+        assert_eq!(two["ipFamilyPolicy"], "RequireDualStack");
+        let headless = made(json!({"clusterIP": "None"}), None);
+        assert_eq!(
+            (&headless["ipFamilyPolicy"], &headless["clusterIPs"]),
+            (&json!("RequireDualStack"), &json!(["None"]))
+        );
+        // Back to SingleStack: the second family and its address go, the first address stays.
+        let stored = json!({"spec": required.clone()});
+        let mut back = required.clone();
+        back["ipFamilyPolicy"] = json!("SingleStack");
+        let back = made(back, Some(&stored));
+        assert_eq!(back["ipFamilies"], json!(["IPv4"]));
+        assert_eq!(back["clusterIPs"], json!([required["clusterIP"]]));
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub(super) fn spec_hash(service: &Service) -> u64 {
         "externalTrafficPolicy": spec.external_traffic_policy,
         "healthCheckNodePort": spec.health_check_node_port,
         "ipFamilies": spec.ip_families.as_ref().map(Vec::len),
+        // Not upstream's: whether a family the provider cannot serve is required (the Event's type, a
+        // provider's choice of fallback) follows the policy.
+        "ipFamilyPolicy": spec.ip_family_policy,
     });
     let mut hasher = DefaultHasher::new();
     relevant.to_string().hash(&mut hasher);

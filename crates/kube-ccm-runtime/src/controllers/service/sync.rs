@@ -379,7 +379,6 @@ pub(super) async fn ensure(
             )
             .await;
     }
-    report_unserved_families(target, &service).await;
     let cx = context.controller.call_context();
     let status = match cx
         .call(
@@ -398,6 +397,8 @@ pub(super) async fn ensure(
         Err(error) => return Err(ServiceError::Ensure(error)),
     };
     context.remember(&target.key, &service, current);
+    // After the ensure: a load balancer another controller serves (`ImplementedElsewhere`) is not judged.
+    report_unserved_families(target, &service).await;
     target
         .event(
             &service,

@@ -312,7 +312,7 @@ impl AwsProvider {
 impl LoadBalancer for AwsProvider {
     /// A dualstack NLB serves both families; a classic ELB, IPv4 only (`network/families.rs`).
     fn check_ip_families(&self, service: &Service) -> Result<(), kube_ccm_provider::Refused> {
-        network::check_ip_families(service)
+        network::check_ip_families(service, self.nlb_groups_managed())
     }
 
     async fn get_load_balancer(

@@ -1,6 +1,7 @@
-//! Dual-stack NLBs: a service whose `spec.ipFamilies` has IPv6 gets a `dualstack` NLB, once its subnets
+//! Dual-stack NLBs: a service whose `spec.ipFamilies` has IPv6 gets a `dualstack` NLB once its subnets
 //! have IPv6 CIDR blocks (checked here before the request: moto would make it in IPv4-only subnets, EC2
-//! refuses); the annotation `aws-load-balancer-ip-address-type: ipv4` turns an existing one back.
+//! refuses); until then an `ipv4` one, with an error when the service requires dual stack; the annotation
+//! `aws-load-balancer-ip-address-type: ipv4` turns an existing one back.
 
 use aws_sdk_elasticloadbalancingv2::types::IpAddressType;
 
@@ -35,10 +36,17 @@ async fn a_dual_stack_service_gets_a_dualstack_nlb_once_its_subnets_have_ipv6() 
     let provider = moto.provider("");
     let lb = provider.load_balancer().unwrap();
     let nodes = nodes_of(&net.instances);
-    let service = dual_stack_nlb();
+    let mut service = dual_stack_nlb();
+    service.spec.as_mut().unwrap().ip_family_policy = Some("PreferDualStack".into());
     assert_eq!(lb.check_ip_families(&service), Ok(()));
 
-    // The cluster's subnets (one per zone) have no IPv6 block: refused by name, nothing made.
+    // The cluster's subnets (one per zone) have no IPv6 block. Preferred: an ipv4 NLB, no error.
+    lb.ensure_load_balancer(&cx(), "c", &service, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(address_type(&elbv2).await, Some(IpAddressType::Ipv4));
+    // Required: the NLB still serves IPv4, and the ensure names the subnets.
+    service.spec.as_mut().unwrap().ip_family_policy = Some("RequireDualStack".into());
     let error = lb
         .ensure_load_balancer(&cx(), "c", &service, &nodes)
         .await
@@ -50,7 +58,7 @@ async fn a_dual_stack_service_gets_a_dualstack_nlb_once_its_subnets_have_ipv6() 
             && error.contains(&net.subnets[1]),
         "{error}"
     );
-    assert_eq!(address_type(&elbv2).await, None, "no NLB was made");
+    assert_eq!(address_type(&elbv2).await, Some(IpAddressType::Ipv4));
 
     for (index, subnet) in net.subnets.iter().take(2).enumerate() {
         ec2.associate_subnet_cidr_block()
@@ -80,6 +88,29 @@ async fn a_dual_stack_service_gets_a_dualstack_nlb_once_its_subnets_have_ipv6() 
     assert!(lb.check_ip_families(&ipv4).is_err(), "it no longer serves IPv6");
     lb.ensure_load_balancer(&cx(), "c", &ipv4, &nodes).await.unwrap();
     assert_eq!(address_type(&elbv2).await, Some(IpAddressType::Ipv4));
+}
+
+/// A new NLB is made dualstack at once when its subnets can take it.
+#[tokio::test]
+async fn a_new_nlb_in_ipv6_subnets_is_made_dualstack() {
+    let Some(moto) = Moto::start() else { return };
+    let ec2 = moto.ec2();
+    let elbv2 = elbv2(&moto);
+    let net = network(&ec2, 1).await;
+    for (index, subnet) in net.subnets.iter().take(2).enumerate() {
+        ec2.associate_subnet_cidr_block()
+            .subnet_id(subnet)
+            .ipv6_cidr_block(format!("2600:1f18:4:{index}::/64"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let provider = moto.provider("");
+    let lb = provider.load_balancer().unwrap();
+    lb.ensure_load_balancer(&cx(), "c", &dual_stack_nlb(), &nodes_of(&net.instances))
+        .await
+        .unwrap();
+    assert_eq!(address_type(&elbv2).await, Some(IpAddressType::Dualstack));
 }
 
 #[tokio::test]

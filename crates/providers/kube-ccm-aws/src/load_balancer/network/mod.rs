@@ -103,7 +103,7 @@ impl AwsProvider {
                     .cluster_service_shared_load_balancer_health_probe_path
                     .clone(),
             });
-        wanted(service, shared.as_ref())
+        wanted(service, shared.as_ref(), self.nlb_groups_managed())
     }
 
     /// The ports of `service` as listeners and target groups.
@@ -418,7 +418,6 @@ impl AwsProvider {
                     .await?
             }
         };
-        self.ensure_ip_address_type(&lb, &wanted.ip_address_type).await?;
         let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_owned();
         let ids: BTreeSet<String> = instances
             .iter()
@@ -446,6 +445,9 @@ impl AwsProvider {
             .await?;
         let node_groups = self.node_groups(&instances).await?;
         self.nlb_node_rules(&vpc, &name, &node_groups, &rules).await?;
+        // Last: whatever happens to it, the NLB serves IPv4 by now.
+        self.ensure_ip_address_type(service, &lb, &wanted.ip_address_type)
+            .await?;
         Ok(nlb_status(&lb))
     }
 
@@ -465,7 +467,8 @@ impl AwsProvider {
             None => self.subnets(vpc, internal).await?,
         };
         let mappings = subnet_mappings(&subnets, wanted)?;
-        self.check_dualstack_subnets(&wanted.ip_address_type, &subnets)
+        let ip_address_type = self
+            .creatable_ip_address_type(&wanted.ip_address_type, &subnets)
             .await?;
         let created = self
             .elbv2
@@ -478,7 +481,7 @@ impl AwsProvider {
                 LoadBalancerSchemeEnum::InternetFacing
             })
             .set_subnet_mappings(Some(mappings))
-            .ip_address_type(wanted.ip_address_type.clone())
+            .ip_address_type(ip_address_type)
             .set_security_groups((!groups.is_empty()).then(|| groups.to_vec()))
             .set_tags(Some(self.nlb_tags(service, &wanted.tags)))
             .send()

@@ -69,7 +69,7 @@ pub fn nlb_security_group_name(cluster_name: &str, service: &Service) -> String 
 }
 
 impl AwsProvider {
-    fn nlb_groups_managed(&self) -> bool {
+    pub(crate) fn nlb_groups_managed(&self) -> bool {
         self.config.nlb_security_group_mode == "Managed"
     }
 
