@@ -225,7 +225,7 @@ async fn two_managers_serving_different_classes_never_write_each_others_services
             "{writer} never wrote {service}: {writes:?}"
         );
     }
-    assert_eq!(trespasses(&writes, &owners), BTreeSet::new());
+    assert_eq!(trespasses(&writes, &owners), BTreeSet::new(), "{writes:?}");
 
     // The negative control: C serves B's class too (its load balancers in Proxy mode, so its status
     // differs from B's and it writes), and is seen to write B's service.

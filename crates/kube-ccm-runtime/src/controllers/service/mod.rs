@@ -37,6 +37,7 @@ mod ip_mode;
 mod node_set;
 mod sweep;
 mod sync;
+mod versions;
 
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
@@ -104,6 +105,10 @@ pub(super) struct ServiceContext {
     /// cache has not yet caught up with the status write) has nothing to do, where an address missing
     /// from any later version is repaired by a new ensure.
     unpublished: Mutex<HashMap<String, Vec<String>>>,
+    /// Per service, the versions from before this process's clean-up removed its finalizer: a sync that
+    /// meets one (the cache behind the clean-up's own writes) does nothing, as the finalizer of another
+    /// manager that took the service since may stand where ours was.
+    cleaned: Mutex<HashMap<String, Vec<String>>>,
     backoff: Backoff,
     node_sync: Mutex<Option<NodeSync>>,
     /// The provider's classes ([`LoadBalancer::classes`]), asked once.
@@ -175,28 +180,6 @@ impl ServiceContext {
     fn remember(&self, key: &str, service: &Arc<Service>, synced: Synced) {
         self.synced().insert(key.to_owned(), synced);
         self.ensured().insert(key.to_owned(), service.clone());
-    }
-
-    /// The status of `key`'s load balancer was written over `versions` of the service.
-    fn published(&self, key: &str, versions: Vec<String>) {
-        self.unpublished.lock().insert(key.to_owned(), versions);
-    }
-
-    /// Whether `service` is a version from before this process published its status (and if not, it is
-    /// past them: they are forgotten).
-    fn is_before_published(&self, key: &str, service: &Service) -> bool {
-        let mut unpublished = self.unpublished.lock();
-        let Some(versions) = unpublished.get(key) else {
-            return false;
-        };
-        if versions
-            .iter()
-            .any(|v| service.metadata.resource_version.as_ref() == Some(v))
-        {
-            return true;
-        }
-        unpublished.remove(key);
-        false
     }
 
     /// The service's load balancer is gone: nothing is kept about it.
@@ -310,6 +293,7 @@ pub(super) async fn run(controller: ControllerContext) {
         synced: Mutex::default(),
         ensured: Mutex::default(),
         unpublished: Mutex::default(),
+        cleaned: Mutex::default(),
         backoff: Backoff::per_key(Duration::from_secs(5), Duration::from_secs(300)),
         node_sync: Mutex::default(),
         classes,
@@ -502,6 +486,9 @@ async fn sync(service: Arc<Service>, context: &ServiceContext) -> Result<Action,
         };
         delete_orphan(context, load_balancers, &previous).await?;
         context.forget(&target.key);
+    }
+    if context.is_before_cleaned(&target.key, &service) {
+        return Ok(Action::await_change());
     }
     if needs_cleanup(&service, &context.classes) {
         let Some(_turn) = context.change_turn().await else {

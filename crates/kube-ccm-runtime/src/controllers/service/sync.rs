@@ -201,11 +201,15 @@ pub(super) async fn clean_up(target: &Target<'_>, service: &Service) -> Result<A
             Err(error) => return Err(ServiceError::Delete(error)),
         }
     }
+    let mut versions: Vec<String> = service.metadata.resource_version.iter().cloned().collect();
     if ingress_of(service).is_some() {
-        target.set_status(json!({"ingress": null})).await?;
+        let cleared = target.set_status(json!({"ingress": null})).await?;
+        versions.extend(cleared.and_then(|s| s.metadata.resource_version));
     }
     target.remove_finalizer(service).await?;
     target.context.forget(&target.key);
+    // The cache may still show those versions, our finalizer in them: not a clean-up to do again.
+    target.context.cleaned_over(&target.key, versions);
     target
         .event(
             service,
