@@ -60,15 +60,10 @@ impl ClusterStack {
         self.pick(first(true), first(false))
     }
 
-    /// Whether `cidrs` are one CIDR of each family of the stack, in its order.
+    /// Whether `cidrs` are one CIDR of each family of the stack, in its order: exactly what
+    /// [`ClusterStack::pick_from`] takes from them.
     pub fn fits(self, cidrs: &[Cidr]) -> bool {
-        let ipv4: Vec<bool> = cidrs.iter().map(Cidr::is_ipv4).collect();
-        ipv4 == match self {
-            ClusterStack::Ipv4 => &[true][..],
-            ClusterStack::Ipv4Ipv6 => &[true, false][..],
-            ClusterStack::Ipv6Ipv4 => &[false, true][..],
-            ClusterStack::Ipv6 => &[false][..],
-        }
+        self.pick_from(cidrs).as_deref() == Some(cidrs)
     }
 }
 
