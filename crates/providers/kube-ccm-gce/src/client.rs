@@ -14,7 +14,7 @@ use std::time::Duration;
 use google_cloud_auth::credentials::{self, Credentials};
 use google_cloud_compute_v1::client::{
     Addresses, Firewalls, ForwardingRules, HealthChecks, HttpHealthChecks, InstanceGroups, Instances,
-    RegionBackendServices, Routes, TargetPools,
+    RegionBackendServices, Routes, Subnetworks, TargetPools,
 };
 use google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder;
 use google_cloud_gax::options::RequestOptionsBuilder;
@@ -56,6 +56,8 @@ pub struct Clients {
     pub backend_services: RegionBackendServices,
     /// `instanceGroups` (unmanaged).
     pub instance_groups: InstanceGroups,
+    /// `subnetworks` (read only).
+    pub subnetworks: Subnetworks,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -107,6 +109,7 @@ impl Clients {
             health_checks: configured!(HealthChecks, config, credentials),
             backend_services: configured!(RegionBackendServices, config, credentials),
             instance_groups: configured!(InstanceGroups, config, credentials),
+            subnetworks: configured!(Subnetworks, config, credentials),
         })
     }
 }

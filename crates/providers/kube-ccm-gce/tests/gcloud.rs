@@ -65,6 +65,20 @@ impl Gcloud {
         String::from_utf8(output.stdout).unwrap()
     }
 
+    /// Runs gcloud expecting it to fail; its standard error.
+    fn fails(&self, args: &[&str]) -> String {
+        let output = Command::new("gcloud")
+            .args(args)
+            .args(["--quiet", "--project", PROJECT])
+            .env("CLOUDSDK_CONFIG", self.config.path())
+            .env("CLOUDSDK_CORE_DISABLE_PROMPTS", "1")
+            .env("CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK", "1")
+            .output()
+            .expect("gcloud runs");
+        assert!(!output.status.success(), "gcloud {args:?} succeeded");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+
     fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut args = args.to_vec();
         args.extend(["--project", PROJECT, "--format=json"]);
@@ -328,5 +342,138 @@ async fn gcloud_reads_what_the_provider_made() {
             .unwrap()
             .ends_with("zones/us-central1-b/instances/node-2"),
         "{members}"
+    );
+}
+
+/// A dual-stack internal load balancer as gcloud reads it (the IPv6 rule, its `/96`, the subnet's range),
+/// and Compute's refusals of IPv6 rules as gcloud meets them: a target pool, a subnet without an IPv6
+/// range.
+#[tokio::test(flavor = "multi_thread")]
+async fn gcloud_reads_an_ipv6_rule_and_meets_computes_ipv6_refusals() {
+    let double = ComputeDouble::start().await.unwrap();
+    let Some(gcloud) = Gcloud::new(&double) else {
+        return;
+    };
+    let region = "regions/us-central1";
+    for (name, ipv6) in [("nodes", true), ("plain", false)] {
+        let mut subnet =
+            serde_json::json!({"name": name, "ipCidrRange": "10.0.0.0/20", "stackType": "IPV4_ONLY"});
+        if ipv6 {
+            subnet["stackType"] = "IPV4_IPV6".into();
+            subnet["ipv6AccessType"] = "INTERNAL".into();
+            subnet["internalIpv6Prefix"] = "fd20:a1b:2c3d:0:0:0:0:0/64".into();
+        }
+        let subnet: google_cloud_compute_v1::model::Subnetwork = serde_json::from_value(subnet).unwrap();
+        double.put(compute_double::Collection::Subnetworks, PROJECT, region, subnet);
+    }
+    let instance = serde_json::from_value(serde_json::json!({
+        "name": "node-1", "networkInterfaces": [{"networkIP": "10.0.0.2"}], "tags": {"items": ["k8s-node"]},
+    }))
+    .unwrap();
+    double.put_instance(PROJECT, ZONE, instance);
+    let text = format!(
+        "[global]\nproject-id = {PROJECT}\nlocal-zone = {ZONE}\nnetwork-name = default\nsubnetwork-name = nodes\nnode-tags = k8s-node\napi-endpoint = {}\n",
+        double.endpoint()
+    );
+    let provider = GceProvider::new(CloudConfig::parse(&text).unwrap().config)
+        .await
+        .unwrap();
+    provider.set_cluster_id("c1d2e3f4a5b6c7d8");
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-1"}, "spec": {"providerID": format!("gce://{PROJECT}/{ZONE}/node-1")},
+    }))
+    .unwrap();
+    let service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "namespace": "shop", "uid": "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+            "annotations": {"networking.gke.io/load-balancer-type": "Internal"}},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 5432}], "ipFamilies": ["IPv4", "IPv6"],
+            "ipFamilyPolicy": "RequireDualStack"},
+    }))
+    .unwrap();
+    let cx = CallContext::with_timeout(Duration::from_secs(20));
+    let status = provider
+        .ensure_load_balancer(&cx, "kubernetes", &service, &[Arc::new(node)])
+        .await
+        .unwrap();
+    let ipv6 = status.ingress.unwrap()[1].ip.clone().unwrap();
+
+    let lb = "a0a1b2c3d4e5f60718293a4b5c6d7e8f";
+    let rule = gcloud.json(&[
+        "compute",
+        "forwarding-rules",
+        "describe",
+        &format!("{lb}-ipv6"),
+        "--region",
+        "us-central1",
+    ]);
+    assert_eq!(rule["ipVersion"], "IPV6", "{rule}");
+    assert_eq!(rule["loadBalancingScheme"], "INTERNAL", "{rule}");
+    assert_eq!(rule["IPAddress"], format!("{ipv6}/96"), "{rule}");
+    assert!(
+        rule["backendService"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("backendServices/{lb}")),
+        "{rule}"
+    );
+    assert!(
+        rule["subnetwork"]
+            .as_str()
+            .unwrap()
+            .ends_with("subnetworks/nodes"),
+        "{rule}"
+    );
+    let subnet = gcloud.json(&[
+        "compute",
+        "networks",
+        "subnets",
+        "describe",
+        "nodes",
+        "--region",
+        "us-central1",
+    ]);
+    assert_eq!(subnet["ipv6AccessType"], "INTERNAL", "{subnet}");
+    assert_eq!(subnet["stackType"], "IPV4_IPV6", "{subnet}");
+
+    // Target pools serve IPv4 only.
+    let refused = gcloud.fails(&[
+        "compute",
+        "forwarding-rules",
+        "create",
+        "v6-pool",
+        "--region",
+        "us-central1",
+        "--ip-version",
+        "IPV6",
+        "--target-pool",
+        lb,
+        "--ports",
+        "80",
+    ]);
+    assert!(refused.contains("target pools serve IPv4 only"), "{refused}");
+    // An internal IPv6 rule needs a subnet with an internal IPv6 range.
+    let refused = gcloud.fails(&[
+        "compute",
+        "forwarding-rules",
+        "create",
+        "v6-plain",
+        "--region",
+        "us-central1",
+        "--ip-version",
+        "IPV6",
+        "--load-balancing-scheme",
+        "INTERNAL",
+        "--backend-service",
+        lb,
+        "--subnet",
+        "plain",
+        "--ports",
+        "80",
+    ]);
+    assert!(refused.contains("has no INTERNAL IPv6 range"), "{refused}");
+    assert_eq!(
+        double.forwarding_rules(PROJECT).len(),
+        2,
+        "nothing made by the refused requests"
     );
 }

@@ -80,6 +80,7 @@ fn permissions(service: &str, method: &str) -> Option<&'static [&'static str]> {
             "compute.regionOperations.get",
         ],
         ("forwarding_rules", "delete") => &["compute.forwardingRules.delete", "compute.regionOperations.get"],
+        ("subnetworks", "get") => &["compute.subnetworks.get"],
         ("addresses", "get") => &["compute.addresses.get"],
         ("addresses", "list") => &["compute.addresses.list"],
         ("addresses", "insert") => &[

@@ -7,9 +7,13 @@
 //! - routes, firewalls and HTTP health checks (global), target pools, forwarding rules and addresses
 //!   (regional, with `aggregatedList`): `get`, `list`, `insert`, `delete`; `patch` and `update` of
 //!   firewalls and health checks; the target pools' `addInstance`/`removeInstance`;
+//! - subnetworks (regional): `get` and `list` of those the test seeds ([`ComputeDouble::put`]);
 //! - Compute's own refusals: a name taken (409), a health check a target pool uses (400
-//!   `resourceInUseByAnotherResource`), and a route whose next-hop instance is gone carries the
-//!   `NEXT_HOP_INSTANCE_NOT_FOUND` warning;
+//!   `resourceInUseByAnotherResource`), an IPv6 forwarding rule to a target pool, in the Standard tier, or
+//!   in a subnet without an IPv6 range of its scheme's access type (400); and a route whose next-hop
+//!   instance is gone carries the `NEXT_HOP_INSTANCE_NOT_FOUND` warning;
+//! - an IPv6 forwarding rule made without an address gets a `/96` of its subnet's range, in that CIDR
+//!   form;
 //! - long-running operations: every write answers with an operation that is `PENDING` until it has been
 //!   polled [`ComputeDouble::set_operation_polls`] times, then `DONE`, and only then takes effect; `get`
 //!   and `wait` on `global`, `regions/R` and `zones/Z` operations;

@@ -194,7 +194,7 @@ fn route(
             }
             match (method, more) {
                 (&Method::GET, []) => state.list(collection, project, &scope, &list_query()),
-                (&Method::POST, []) if collection != Collection::Instances => {
+                (&Method::POST, []) if !collection.seeded_only() => {
                     state.insert(collection, project, &scope, parse_body()?, path)
                 }
                 (&Method::GET, [name]) => state.get(collection, project, &scope, name).ok_or_else(|| {
@@ -203,7 +203,7 @@ fn route(
                         collection.path()
                     ))
                 }),
-                (&Method::DELETE, [name]) if collection != Collection::Instances => {
+                (&Method::DELETE, [name]) if !collection.seeded_only() => {
                     state.delete(collection, project, &scope, name, path)
                 }
                 (&Method::PATCH | &Method::PUT, [name])

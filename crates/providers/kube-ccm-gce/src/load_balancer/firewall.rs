@@ -64,19 +64,23 @@ impl GceProvider {
         Ok(tags.into_iter().collect())
     }
 
-    pub(super) async fn ensure_firewall(&self, wanted: Firewall) -> Result<(), CloudError> {
-        let name = wanted.name.clone().unwrap_or_default();
-        let existing = found(
+    pub(super) async fn get_firewall(&self, name: &str) -> Result<Option<Firewall>, CloudError> {
+        found(
             self.clients
                 .firewalls
                 .get()
                 .set_project(self.project())
-                .set_firewall(&name)
+                .set_firewall(name)
                 .attributed()
                 .send()
                 .await,
             "firewalls.get",
-        )?;
+        )
+    }
+
+    pub(super) async fn ensure_firewall(&self, wanted: Firewall) -> Result<(), CloudError> {
+        let name = wanted.name.clone().unwrap_or_default();
+        let existing = self.get_firewall(&name).await?;
         let result = match existing {
             None => {
                 let done = self

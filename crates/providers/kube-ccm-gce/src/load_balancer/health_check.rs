@@ -238,6 +238,8 @@ impl GceProvider {
             Err(error) if error.is_in_use() => return Ok(()),
             other => deleted(other, "healthChecks.delete")?,
         }
-        self.delete_firewall(firewall).await
+        self.delete_firewall(firewall).await?;
+        // The IPv6 health checkers' firewall of a dual-stack load balancer (`internal::ipv6`).
+        self.delete_firewall(&format!("{firewall}-ipv6")).await
     }
 }

@@ -30,9 +30,9 @@ use async_trait::async_trait;
 use google_cloud_compute_v1::model::{self, Address, ForwardingRule};
 use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
-use kube_ccm_provider::service::{annotation, load_balancer_class, service_key};
+use kube_ccm_provider::service::{self, IpFamily, annotation, load_balancer_class, service_key};
 use kube_ccm_provider::{
-    CallContext, CloudError, ClusterLoadBalancer, LoadBalancer, LoadBalancerClasses,
+    CallContext, CloudError, ClusterLoadBalancer, LoadBalancer, LoadBalancerClasses, Refused,
     default_load_balancer_name,
 };
 
@@ -56,21 +56,63 @@ pub const CLASS_LEGACY_INTERNAL: &str = "networking.gke.io/l4-regional-internal-
 /// The ConfigMap holding the cluster ID (namespace `kube-system`).
 pub const CLUSTER_ID_CONFIG_MAP: &str = "ingress-uid";
 
-/// The status of a load balancer at `ip`. Both kinds pass the connection through to the nodes with the
-/// client's address: kube-proxy may short-cut the address in the cluster (`ipMode: VIP`).
+/// An ingress for `ip`. Both kinds pass the connection through to the nodes with the client's address:
+/// kube-proxy may short-cut the address in the cluster (`ipMode: VIP`).
+fn passthrough_ingress(ip: String) -> LoadBalancerIngress {
+    LoadBalancerIngress {
+        ip: Some(ip),
+        ip_mode: Some("VIP".to_owned()),
+        ..LoadBalancerIngress::default()
+    }
+}
+
+/// The status of a load balancer at `ip`.
 pub(super) fn passthrough(ip: String) -> LoadBalancerStatus {
     LoadBalancerStatus {
-        ingress: Some(vec![LoadBalancerIngress {
-            ip: Some(ip),
-            ip_mode: Some("VIP".to_owned()),
-            ..LoadBalancerIngress::default()
-        }]),
+        ingress: Some(vec![passthrough_ingress(ip)]),
+    }
+}
+
+/// The status of a load balancer at `ipv4` and `ipv6`: the service's families first, in its order, then
+/// the IPv4 address when the service asked for IPv6 alone (the IPv4 rule exists all the same).
+pub(super) fn passthrough_status(
+    service: &Service,
+    ipv4: Option<String>,
+    ipv6: Option<String>,
+) -> LoadBalancerStatus {
+    let (mut ipv4, mut ipv6) = (ipv4, ipv6);
+    let mut ingress = Vec::new();
+    for family in service::ip_families(service) {
+        let ip = match family {
+            IpFamily::Ipv4 => ipv4.take(),
+            IpFamily::Ipv6 => ipv6.take(),
+        };
+        ingress.extend(ip.map(passthrough_ingress));
+    }
+    ingress.extend(ipv4.map(passthrough_ingress));
+    LoadBalancerStatus {
+        ingress: Some(ingress).filter(|i| !i.is_empty()),
     }
 }
 
 /// Services without a class, and the legacy classes.
 fn served_classes() -> LoadBalancerClasses {
     LoadBalancerClasses::new(true, [CLASS_LEGACY_EXTERNAL, CLASS_LEGACY_INTERNAL]).unwrap_or_default()
+}
+
+/// [`LoadBalancer::check_ip_families`]: target pools serve IPv4 only (Compute refuses an IPv6 rule that
+/// sends to one); an internal load balancer's IPv6 rule sends to its backend service.
+fn check_ip_families(service: &Service) -> Result<(), Refused> {
+    if service::ip_families(service) == [IpFamily::Ipv4]
+        || implemented_elsewhere(service)
+        || wants_internal(service)
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "GCE's external network load balancer sends to a target pool, which serves IPv4 only; an internal load balancer ({ANNOTATION_LOAD_BALANCER_TYPE}: Internal) serves IPv6 too, and so does ingress-gce's backend-service load balancer ({ANNOTATION_RBS}: enabled)"
+    )
+    .into())
 }
 
 /// Whether another implementation owns the service's load balancer.
@@ -269,6 +311,12 @@ impl LoadBalancer for GceProvider {
         served_classes()
     }
 
+    /// An internal load balancer serves IPv4 and IPv6 (`internal::ipv6`); the external one, on target
+    /// pools, IPv4 only.
+    fn check_ip_families(&self, service: &Service) -> Result<(), Refused> {
+        check_ip_families(service)
+    }
+
     async fn get_load_balancer(
         &self,
         cx: &CallContext,
@@ -278,6 +326,16 @@ impl LoadBalancer for GceProvider {
         let name = default_load_balancer_name(service);
         let rule = cx.request("forwardingRules.get", self.get_rule(&name)).await?;
         match rule {
+            Some(rule) if is_internal_rule(&rule) && internal::ipv6::wants_ipv6(service) => {
+                let ipv6 = cx
+                    .request(
+                        "forwardingRules.get",
+                        self.get_rule(&internal::ipv6::rule_name(&name)),
+                    )
+                    .await?;
+                let ipv6 = ipv6.as_ref().and_then(internal::ipv6::rule_address);
+                Ok(Some(passthrough_status(service, rule.ip_address, ipv6)))
+            }
             Some(rule) => Ok(Some(rule.ip_address.map(passthrough).unwrap_or_default())),
             // As upstream: the finalizer says a delete is not finished (the rule goes second), so the
             // service controller asks for the delete again instead of letting the service go.
@@ -427,6 +485,46 @@ mod tests {
                 && classes.serves_class(Some(CLASS_LEGACY_INTERNAL))
                 && !classes.serves_class(Some("example.com/lb"))
         );
+        let dual = |annotations| {
+            service(
+                serde_json::json!({"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}),
+                annotations,
+            )
+        };
+        let why = check_ip_families(&dual(serde_json::json!({})))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("target pool") && why.contains(ANNOTATION_RBS),
+            "{why}"
+        );
+        check_ip_families(&dual(
+            serde_json::json!({ANNOTATION_LOAD_BALANCER_TYPE: "Internal"}),
+        ))
+        .unwrap();
+        check_ip_families(&dual(serde_json::json!({ANNOTATION_RBS: "enabled"}))).unwrap();
+        check_ip_families(&service(serde_json::json!({}), serde_json::json!({}))).unwrap();
+        let status = passthrough_status(
+            &service(
+                serde_json::json!({"ipFamilies": ["IPv6", "IPv4"]}),
+                serde_json::json!({}),
+            ),
+            Some("10.0.0.9".into()),
+            Some("fd20::9".into()),
+        );
+        let ips: Vec<_> = status
+            .ingress
+            .unwrap()
+            .into_iter()
+            .map(|i| i.ip.unwrap())
+            .collect();
+        assert_eq!(ips, ["fd20::9", "10.0.0.9"]);
+        let alone = passthrough_status(
+            &service(serde_json::json!({"ipFamilies": ["IPv6"]}), serde_json::json!({})),
+            Some("10.0.0.9".into()),
+            None,
+        );
+        assert_eq!(alone.ingress.unwrap()[0].ip.as_deref(), Some("10.0.0.9"));
         for key in [
             ANNOTATION_LOAD_BALANCER_TYPE,
             ANNOTATION_LOAD_BALANCER_TYPE_DEPRECATED,

@@ -26,6 +26,8 @@ pub enum Collection {
     BackendServices,
     /// `zones/Z/instanceGroups` (unmanaged); their members are kept in `MEMBERS`, never shown.
     InstanceGroups,
+    /// `regions/R/subnetworks`: seeded by the test ([`crate::ComputeDouble::put`]), read only.
+    Subnetworks,
 }
 
 /// The field of an instance group's stored JSON that holds its members' links (the model keeps unknown
@@ -34,7 +36,7 @@ pub(crate) const MEMBERS: &str = "doubleMembers";
 
 impl Collection {
     /// All of them.
-    pub const ALL: [Collection; 10] = [
+    pub const ALL: [Collection; 11] = [
         Collection::Instances,
         Collection::Routes,
         Collection::Firewalls,
@@ -45,6 +47,7 @@ impl Collection {
         Collection::HealthChecks,
         Collection::BackendServices,
         Collection::InstanceGroups,
+        Collection::Subnetworks,
     ];
 
     /// The collection's name in URLs.
@@ -60,6 +63,7 @@ impl Collection {
             Collection::HealthChecks => "healthChecks",
             Collection::BackendServices => "backendServices",
             Collection::InstanceGroups => "instanceGroups",
+            Collection::Subnetworks => "subnetworks",
         }
     }
 
@@ -81,7 +85,13 @@ impl Collection {
             Collection::HealthChecks => "health_check",
             Collection::BackendServices => "backend_service",
             Collection::InstanceGroups => "instance_group",
+            Collection::Subnetworks => "subnetwork",
         }
+    }
+
+    /// Whether its resources come only from the test (no `insert` or `delete` is served).
+    pub(crate) fn seeded_only(self) -> bool {
+        matches!(self, Collection::Instances | Collection::Subnetworks)
     }
 
     /// The scope kind its resources live in: `zones`, `regions` or `global`.
@@ -95,7 +105,8 @@ impl Collection {
             Collection::TargetPools
             | Collection::ForwardingRules
             | Collection::Addresses
-            | Collection::BackendServices => "regions",
+            | Collection::BackendServices
+            | Collection::Subnetworks => "regions",
         }
     }
 
@@ -111,6 +122,7 @@ impl Collection {
             Collection::HealthChecks => "compute#healthCheck",
             Collection::BackendServices => "compute#backendService",
             Collection::InstanceGroups => "compute#instanceGroup",
+            Collection::Subnetworks => "compute#subnetwork",
         }
     }
 
@@ -132,6 +144,7 @@ impl Collection {
             Collection::HealthChecks => through::<model::HealthCheck>(value),
             Collection::BackendServices => through::<model::BackendService>(value),
             Collection::InstanceGroups => through::<model::InstanceGroup>(value),
+            Collection::Subnetworks => through::<model::Subnetwork>(value),
         }
     }
 
@@ -154,6 +167,7 @@ impl Collection {
             Collection::HealthChecks => through::<model::HealthCheckList>(value),
             Collection::BackendServices => through::<model::BackendServiceList>(value),
             Collection::InstanceGroups => through::<model::InstanceGroupList>(value),
+            Collection::Subnetworks => through::<model::SubnetworkList>(value),
         }
     }
 }

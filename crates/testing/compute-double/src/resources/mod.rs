@@ -10,6 +10,7 @@ mod collection;
 mod errors;
 mod listing;
 mod operations;
+mod rules;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -106,6 +107,9 @@ impl State {
     fn finish(&mut self, collection: Collection, project: &str, scope: &str, mut value: Value) -> Value {
         let name = value["name"].as_str().unwrap_or_default().to_owned();
         let id = self.id();
+        let ipv6 = (collection == Collection::ForwardingRules)
+            .then(|| self.ipv6_rule_address(project, scope, &value, id))
+            .flatten();
         let object = value.as_object_mut().expect("resources are objects");
         object.entry("kind").or_insert_with(|| collection.kind().into());
         object.entry("id").or_insert_with(|| id.to_string().into());
@@ -154,6 +158,9 @@ impl State {
                     };
                     object.insert("address".into(), ip.into());
                 }
+            }
+            Collection::ForwardingRules if ipv6.is_some() => {
+                object.insert("IPAddress".into(), ipv6.into());
             }
             Collection::ForwardingRules if !object.contains_key("IPAddress") => {
                 let n = id % 250 + 1;
@@ -342,6 +349,9 @@ impl State {
                 "Required field 'resource.name' not specified",
             ));
         };
+        if collection == Collection::ForwardingRules {
+            self.check_rule(project, scope, &body)?;
+        }
         let key = (collection, project.to_owned(), scope.to_owned(), name.clone());
         if self.resources.contains_key(&key) {
             return Err(ApiError::new(

@@ -42,6 +42,7 @@
 
 mod backend_service;
 mod finalizer;
+pub mod ipv6;
 mod plan;
 
 use std::collections::BTreeSet;
@@ -108,14 +109,16 @@ fn wanted_rule(
     rule
 }
 
-/// Upstream's `forwardingRulesEqual`: IP (unless either is unset), protocol, scheme, ports as a set,
-/// all-ports, backend service (by path), global access, subnet (as written). Network and description
-/// are not compared.
+/// Upstream's `forwardingRulesEqual`: IP (unless either is unset; an IPv6 rule's without the `/96`
+/// Compute writes), protocol, scheme, ports as a set, all-ports, backend service (by path), global
+/// access, subnet (as written), and whether it is IPv6. Network and description are not compared.
 pub fn rules_equal(have: &ForwardingRule, want: &ForwardingRule) -> bool {
-    let ip = match (have.ip_address.as_deref(), want.ip_address.as_deref()) {
-        (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() => a == b,
+    let ip = match (ipv6::rule_address(have), ipv6::rule_address(want)) {
+        (Some(a), Some(b)) => a == b,
         _ => true,
     };
+    // Unset, `IPV4` and `UNSPECIFIED_VERSION` are all an IPv4 rule.
+    let version = |r: &ForwardingRule| r.ip_version.as_ref().and_then(|v| v.name()) == Some("IPV6");
     let name = |v: &Option<String>| v.clone().unwrap_or_default();
     let protocol = |r: &ForwardingRule| {
         r.ip_protocol
@@ -133,13 +136,33 @@ pub fn rules_equal(have: &ForwardingRule, want: &ForwardingRule) -> bool {
     };
     let ports = |r: &ForwardingRule| r.ports.iter().cloned().collect::<BTreeSet<String>>();
     let backend = |r: &ForwardingRule| link_path(r.backend_service.as_deref().unwrap_or_default()).to_owned();
-    ip && protocol(have) == protocol(want)
+    ip && version(have) == version(want)
+        && protocol(have) == protocol(want)
         && scheme(have) == scheme(want)
         && ports(have) == ports(want)
         && have.all_ports.unwrap_or(false) == want.all_ports.unwrap_or(false)
         && backend(have) == backend(want)
         && have.allow_global_access.unwrap_or(false) == want.allow_global_access.unwrap_or(false)
         && name(&have.subnetwork) == name(&want.subnetwork)
+}
+
+/// The IP the rule is to have (the requested one, else the rule's while its subnet stays), and the
+/// rule's IP when the rule stays as it is: no address is held for it then (upstream holds one on every
+/// ensure).
+fn wanted_ip(
+    plan: &InternalPlan,
+    rule: Option<&ForwardingRule>,
+    subnet: Option<&str>,
+    backend_service: &str,
+) -> (Option<String>, Option<String>) {
+    let ip = plan.requested_ip.clone().or_else(|| {
+        rule.filter(|r| r.subnetwork.as_deref().unwrap_or_default() == subnet.unwrap_or_default())
+            .and_then(|r| r.ip_address.clone())
+    });
+    let kept = rule
+        .filter(|r| rules_equal(r, &wanted_rule(plan, ip.as_deref(), backend_service, subnet, "")))
+        .and_then(|r| r.ip_address.clone());
+    (ip, kept)
 }
 
 impl GceProvider {
@@ -271,28 +294,18 @@ impl GceProvider {
         let subnet = self
             .subnet_url(&plan)
             .or_else(|| rule.as_ref().and_then(|r| r.subnetwork.clone()));
-        let ip = plan.requested_ip.clone().or_else(|| {
-            rule.as_ref()
-                .filter(|r| {
-                    r.subnetwork.as_deref().unwrap_or_default() == subnet.as_deref().unwrap_or_default()
-                })
-                .and_then(|r| r.ip_address.clone())
-        });
-        // A rule that stays as it is keeps its IP: no address is held for it (upstream holds one on
-        // every ensure).
-        let unchanged = rule.as_ref().filter(|r| {
-            rules_equal(
-                r,
-                &wanted_rule(
-                    &plan,
-                    ip.as_deref(),
-                    &self.backend_service_url(&plan.backend_service),
-                    subnet.as_deref(),
-                    "",
-                ),
-            )
-        });
-        let (ip, ours) = match unchanged.and_then(|r| r.ip_address.clone()) {
+        let (ip, kept) = wanted_ip(
+            &plan,
+            rule.as_ref(),
+            subnet.as_deref(),
+            &self.backend_service_url(&plan.backend_service),
+        );
+        // Read before an address is held, so no error in between leaves it held.
+        let mut ipv6_before = ipv6::Ipv6Before {
+            rule: self.get_rule(&ipv6::rule_name(&plan.name)).await?,
+            deleted: false,
+        };
+        let (ip, ours) = match kept {
             // An address an earlier ensure held and could not release goes now.
             Some(ip) => (ip, self.get_address(&plan.name).await?.is_some()),
             None => {
@@ -301,30 +314,44 @@ impl GceProvider {
             }
         };
         let made = self
-            .ensure_internal_with_address(&plan, rule, &ip, subnet.as_deref(), &hc_link, &groups, tags)
+            .ensure_internal_with_address(
+                &plan,
+                (rule, &mut ipv6_before),
+                &ip,
+                subnet.as_deref(),
+                &hc_link,
+                &groups,
+                tags.clone(),
+            )
             .await;
         // The rule holds the IP now (or the ensure failed): the reservation goes, as upstream.
         if ours {
             self.delete_address(&plan.name).await?;
         }
-        let ip = made?;
+        let (ip, rule_subnet) = made?;
+        let ipv6 = self
+            .ensure_internal_ipv6(&plan, service, rule_subnet.as_deref(), tags, ipv6_before)
+            .await;
+        // The IPv4 rule has moved to the new backend service (the IPv6 one with it, or gone): the old
+        // one is cleared even when the IPv6 side failed, as a later ensure would not know it.
         self.clear_previous_internal(&plan, old_backend, &cluster_id)
             .await;
-        Ok(super::passthrough(ip))
+        Ok(super::passthrough_status(service, Some(ip), ipv6?))
     }
 
-    /// The rule, backend service and firewalls, with the address held; the rule's IP.
+    /// The rule, backend service and firewalls, with the address held; the rule's IP and subnet. The
+    /// IPv6 rule is deleted with the IPv4 one when that is made again.
     #[allow(clippy::too_many_arguments)]
     async fn ensure_internal_with_address(
         &self,
         plan: &InternalPlan,
-        rule: Option<ForwardingRule>,
+        (rule, ipv6): (Option<ForwardingRule>, &mut ipv6::Ipv6Before),
         ip: &str,
         subnet: Option<&str>,
         health_check: &str,
         groups: &[String],
         tags: Vec<String>,
-    ) -> Result<String, CloudError> {
+    ) -> Result<(String, Option<String>), CloudError> {
         let wanted = wanted_rule(
             plan,
             Some(ip),
@@ -333,7 +360,16 @@ impl GceProvider {
             &self.network_url()?,
         );
         let mut rule = rule;
-        if rule.as_ref().is_some_and(|r| !rules_equal(r, &wanted)) {
+        if let Some(have) = rule.as_ref().filter(|r| !rules_equal(r, &wanted)) {
+            // When what changed is shared (backend service, protocol, ports, global access), the IPv6
+            // rule goes first and is made again after; an IPv4 address or subnet is the IPv4 rule's own.
+            let mut shared = wanted.clone();
+            shared.ip_address = None;
+            shared.subnetwork.clone_from(&have.subnetwork);
+            if ipv6.rule.is_some() && !rules_equal(have, &shared) {
+                self.delete_rule(&ipv6::rule_name(&plan.name)).await?;
+                ipv6.deleted = true;
+            }
             self.delete_rule(&plan.name).await?;
             rule = None;
         }
@@ -352,9 +388,9 @@ impl GceProvider {
                 .await;
             inserted(WriteError::check(done), "forwardingRules.insert")?;
         }
-        let ip = self
-            .get_rule(&plan.name)
-            .await?
+        let made = self.get_rule(&plan.name).await?;
+        let subnet = made.as_ref().and_then(|r| r.subnetwork.clone());
+        let ip = made
             .and_then(|r| r.ip_address)
             .ok_or_else(|| CloudError::provider(format!("forwarding rule {} has no IP", plan.name)))?;
         let traffic = self.firewall(
@@ -378,7 +414,7 @@ impl GceProvider {
             tags,
         )?;
         self.ensure_firewall(checks).await?;
-        Ok(ip)
+        Ok((ip, subnet))
     }
 
     /// A backend service, and its health check, the service used before under other names: deleted
@@ -489,6 +525,8 @@ impl GceProvider {
         let shared_backend = backend.starts_with(&format!("k8s-{cluster_id}-internal-"));
         let shared_check = format!("k8s-{cluster_id}-node");
         self.delete_address(&name).await?;
+        // Both rules use the backend service: they go before it.
+        self.delete_internal_ipv6_named(&name).await?;
         self.delete_rule(&name).await?;
         if shared || !shared_backend {
             self.delete_backend_service(&backend).await?;

@@ -90,8 +90,13 @@ pub fn plan(service: &Service, cluster_id: &str) -> Result<InternalPlan, CloudEr
     } else {
         ports.iter().map(|p| p.port.to_string()).collect()
     };
-    let source_ranges = service::load_balancer_source_ranges(service)?
+    // A Compute firewall holds one family: with IPv4 ranges given, the IPv6 ones are the IPv6
+    // firewall's (`ipv6.rs`).
+    let ranges = service::load_balancer_source_ranges(service)?;
+    let any_ipv4 = ranges.iter().any(kube_ccm_provider::Cidr::is_ipv4);
+    let source_ranges = ranges
         .iter()
+        .filter(|r| r.is_ipv4() || !any_ipv4)
         .map(ToString::to_string)
         .collect();
     let session_affinity = session_affinity(service);
