@@ -205,12 +205,13 @@ fn dist_writes_verified_tarballs_and_a_bill_of_materials_reproducibly() {
             format!("{stem}/"),
             format!("{stem}/LICENSE"),
             format!("{stem}/README.md"),
+            format!("{stem}/RELEASE-NOTES.md"),
             format!("{stem}/{BIN}"),
             format!("{stem}/sbom.cdx.json")
         ]
     );
     assert!(entries.iter().all(|e| e[1] == "0/0"), "owned by root:\n{listing}");
-    assert_eq!(entries[3][0], "-rwxr-xr-x");
+    assert_eq!(entries[4][0], "-rwxr-xr-x");
 
     run("tar", &["--extract", "--gzip", "--file", &tarball], &first);
     let version = run(&format!("./{stem}/{BIN}"), &["--version"], &first);
@@ -218,6 +219,25 @@ fn dist_writes_verified_tarballs_and_a_bill_of_materials_reproducibly() {
     let license = std::fs::read_to_string(first.join(stem).join("LICENSE")).unwrap();
     assert!(license.contains("Apache License") && license.contains("Version 2.0"));
     check_sbom(&first.join(format!("{stem}.cdx.json")));
+    // The release notes: CHANGELOG.md's section of the version, else its [Unreleased] one, said so.
+    let notes = std::fs::read_to_string(first.join(format!("{BIN}-0.1.0.release-notes.md"))).unwrap();
+    assert!(
+        notes.starts_with(&format!("# {BIN} 0.1.0 (unreleased: from `## [Unreleased]` of ")),
+        "{notes}"
+    );
+    let changelog = std::fs::read_to_string(repo().join("CHANGELOG.md")).unwrap();
+    let unreleased = changelog
+        .split("## [Unreleased]")
+        .nth(1)
+        .unwrap()
+        .split("\n## ")
+        .next()
+        .unwrap();
+    assert!(notes.ends_with(&format!("{}\n", unreleased.trim())), "{notes}");
+    assert_eq!(
+        std::fs::read(first.join(stem).join("RELEASE-NOTES.md")).unwrap(),
+        notes.as_bytes()
+    );
     assert_eq!(
         std::fs::read(first.join(stem).join("sbom.cdx.json")).unwrap(),
         std::fs::read(first.join(format!("{stem}.cdx.json"))).unwrap()

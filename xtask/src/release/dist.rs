@@ -1,5 +1,6 @@
-//! `cargo xtask dist`: a tarball per shipped binary (the binary, README.md, LICENSE and its bill of
-//! materials), the bills of materials beside them, and `SHA256SUMS`, under `target/dist/`.
+//! `cargo xtask dist`: a tarball per shipped binary (the binary, README.md, LICENSE, its bill of materials
+//! and its release notes from `CHANGELOG.md`), the bills of materials and release notes beside them, and
+//! `SHA256SUMS`, under `target/dist/`.
 
 use std::path::PathBuf;
 
@@ -7,7 +8,7 @@ use anyhow::{Context, Result};
 
 use super::archive::{Meta, Tar, gzip, sha256};
 use super::sbom::{cyclonedx, tree};
-use super::{BuildArgs, host_triple, license_text, readme, source_date_epoch, write_atomic};
+use super::{BuildArgs, host_triple, license_text, readme, release_notes, source_date_epoch, write_atomic};
 
 /// Arguments of `cargo xtask dist`.
 #[derive(Debug, clap::Args)]
@@ -47,11 +48,23 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             Meta::root(0o644),
         )?;
         tar.file(&format!("{stem}/sbom.cdx.json"), sbom.clone(), Meta::root(0o644))?;
+        let notes = release_notes(binary)?.map(String::into_bytes);
+        match &notes {
+            Some(notes) => tar.file(
+                &format!("{stem}/RELEASE-NOTES.md"),
+                notes.clone(),
+                Meta::root(0o644),
+            )?,
+            None => println!("no CHANGELOG.md for {}: no release notes", binary.package),
+        }
         let tarball = gzip(&tar.to_bytes(epoch)?)?;
-        for (name, bytes) in [
-            (format!("{stem}.tar.gz"), &tarball),
-            (format!("{stem}.cdx.json"), &sbom),
-        ] {
+        let notes_name = format!("{}-{}.release-notes.md", binary.bin, binary.version);
+        let beside = [
+            Some((format!("{stem}.tar.gz"), &tarball)),
+            Some((format!("{stem}.cdx.json"), &sbom)),
+            notes.as_ref().map(|n| (notes_name, n)),
+        ];
+        for (name, bytes) in beside.into_iter().flatten() {
             write_atomic(&staging.join(&name), bytes)?;
             sums.push_str(&format!("{}  {name}\n", sha256(bytes)));
             println!("{:>10}  {}", human(bytes.len()), out.join(&name).display());

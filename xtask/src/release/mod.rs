@@ -17,6 +17,7 @@ use crate::shell::{cargo, repo_root};
 pub(crate) mod archive;
 pub(crate) mod dist;
 pub(crate) mod image;
+pub(crate) mod notes;
 pub(crate) mod sbom;
 
 /// A binary this repository ships.
@@ -212,6 +213,17 @@ fn beside(binary: &Shipped, name: &str) -> Result<Vec<u8>> {
         )
     })?;
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// The release notes of `binary` from its package's `CHANGELOG.md`, else its workspace's
+/// ([`notes::release_notes`]); `None` when neither has one (a vendor may keep none).
+pub(crate) fn release_notes(binary: &Shipped) -> Result<Option<String>> {
+    let candidates = [binary.dir.join("CHANGELOG.md"), binary.root.join("CHANGELOG.md")];
+    let Some(path) = candidates.iter().find(|p| p.is_file()) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    notes::release_notes(&text, &path.display().to_string(), &binary.bin, &binary.version).map(Some)
 }
 
 /// The README shipped beside `binary`: its package's own, else its workspace's.
