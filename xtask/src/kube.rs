@@ -2,8 +2,9 @@
 //!
 //! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`), `tools/etcd`
 //! (etcd from `go.etcd.io/etcd/server/v3`) and `tools/aws` (upstream's AWS cloud-controller-manager from
-//! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module) and `tools/kwok` (kwok, simulated
-//! kubelets' status and Leases, from `sigs.k8s.io/kwok`, also a `tool`) are small Go modules of ours; their
+//! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module), `tools/kwok` (kwok, simulated
+//! kubelets' status and Leases, from `sigs.k8s.io/kwok`, also a `tool`) and `tools/helm` (helm, for the
+//! chart's tests, from `helm.sh/helm/v3`, a `tool` too) are small Go modules of ours; their
 //! `go.mod`/`go.sum` pin the release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`)
 //! through the module proxy into `<target>/kube/<key>/bin/`, where the key is a hash of everything that
 //! decides them (the modules' files, the Go version, the build flags): a second run costs nothing, a
@@ -33,6 +34,8 @@ const ETCD: &str = "v3.7.3";
 const CLOUD_PROVIDER_AWS: &str = "v1.37.1";
 /// The `sigs.k8s.io/kwok` release `tools/kwok/go.mod` pins.
 const KWOK: &str = "v0.8.0";
+/// The `helm.sh/helm/v3` release `tools/helm/go.mod` pins.
+const HELM: &str = "v3.22.0";
 /// kwok's stages, from its module: its binary has none built in (only `kwokctl` injects them), so the
 /// tests pass these with `--config`. Node status on first sight, then heartbeats beside a node Lease.
 const KWOK_STAGES: [&str; 2] = [
@@ -69,7 +72,7 @@ fn version_flags(release: &str) -> String {
     )
 }
 
-fn modules() -> [Module; 4] {
+fn modules() -> [Module; 5] {
     [
         Module {
             dir: "tools/kube",
@@ -104,7 +107,30 @@ fn modules() -> [Module; 4] {
             binaries: &[("kwok", "sigs.k8s.io/kwok/cmd/kwok")],
             ldflags: "-s -w".to_owned(),
         },
+        Module {
+            // helm's own main package, with the flags of helm's Makefile: its version, and the Kubernetes
+            // release `helm template` and `helm lint` assume (v1.20 without them) set to the pinned one.
+            dir: "tools/helm",
+            binaries: &[("helm", "helm.sh/helm/v3/cmd/helm")],
+            ldflags: helm_flags(),
+        },
     ]
+}
+
+/// The `-X` flags of helm's Makefile: [`HELM`], and [`KUBERNETES`] as the cluster version it assumes
+/// without one.
+fn helm_flags() -> String {
+    let mut parts = KUBERNETES.trim_start_matches('v').split('.');
+    let major = parts.next().unwrap_or_default();
+    let minor = parts.next().unwrap_or_default();
+    format!(
+        "-s -w -X helm.sh/helm/v3/internal/version.version={HELM} \
+         -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+         -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor={major} \
+         -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={minor} \
+         -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor={major} \
+         -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={minor}"
+    )
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
@@ -153,6 +179,7 @@ pub(crate) fn build() -> Result<serde_json::Value> {
             "etcd": ETCD,
             "cloud_provider_aws": CLOUD_PROVIDER_AWS,
             "kwok": KWOK,
+            "helm": HELM,
             "kwok_stages": bin.join("kwok-stages.yaml"),
             "go": go_version()?,
             "key": key,
@@ -238,6 +265,7 @@ fn check_pins() -> Result<()> {
         ("tools/etcd", "go.etcd.io/etcd/server/v3", ETCD),
         ("tools/aws", "k8s.io/cloud-provider-aws", CLOUD_PROVIDER_AWS),
         ("tools/kwok", "sigs.k8s.io/kwok", KWOK),
+        ("tools/helm", "helm.sh/helm/v3", HELM),
     ] {
         let path = repo_root().join(dir).join("go.mod");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -422,8 +450,14 @@ fn names(module: &Module) -> String {
 
 /// The first line of `<binary> --version`.
 fn version(binary: &Path) -> Result<String> {
+    // helm has no --version: its `version` command says it.
+    let args: &[&str] = if binary.file_name().is_some_and(|n| n == "helm") {
+        &["version", "--template", "{{.Version}}"]
+    } else {
+        &["--version"]
+    };
     let output = Command::new(binary)
-        .arg("--version")
+        .args(args)
         .output()
         .with_context(|| format!("running {} --version", binary.display()))?;
     let text = String::from_utf8_lossy(&output.stdout);

@@ -296,7 +296,7 @@ fn every_overlay_renders_for_the_control_plane_with_the_binarys_flags() {
 
 /// A kustomization in a scratch directory under the target directory, made of the repository's
 /// (kustomize takes only relative paths).
-fn scratch_kustomization(text: impl Fn(&str) -> String) -> Vec<Value> {
+pub(crate) fn scratch_kustomization(text: impl Fn(&str) -> String) -> Vec<Value> {
     let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let depth = scratch.path().canonicalize().unwrap().components().count() - 1;
     let repo = format!(

@@ -4,6 +4,7 @@
 mod aws;
 mod aws_iam;
 mod bursts;
+mod chart;
 mod deploy;
 mod gce;
 mod go_peer;

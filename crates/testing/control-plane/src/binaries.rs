@@ -23,6 +23,8 @@ pub struct KubeBinaries {
     pub etcd: PathBuf,
     /// `kwok`: simulated kubelets (node status and node Leases) from `sigs.k8s.io/kwok`'s own main package.
     pub kwok: PathBuf,
+    /// `helm`: `helm.sh/helm/v3`'s own main package, built assuming the pinned Kubernetes release.
+    pub helm: PathBuf,
     /// kwok's node stages (initialise, then heartbeat beside a Lease) from its module, to pass with
     /// `--config`: the binary has none built in.
     pub kwok_stages: PathBuf,
@@ -34,6 +36,8 @@ pub struct KubeBinaries {
     pub cloud_provider_aws_version: String,
     /// The `sigs.k8s.io/kwok` release.
     pub kwok_version: String,
+    /// The `helm.sh/helm/v3` release.
+    pub helm_version: String,
 }
 
 /// Why the real components are not available.
@@ -63,6 +67,7 @@ struct Manifest {
     etcd: String,
     cloud_provider_aws: String,
     kwok: String,
+    helm: String,
     kwok_stages: PathBuf,
     binaries: std::collections::BTreeMap<String, Binary>,
 }
@@ -122,11 +127,13 @@ impl KubeBinaries {
             aws_cloud_controller_manager: binary("aws-cloud-controller-manager")?,
             etcd: binary("etcd")?,
             kwok: binary("kwok")?,
+            helm: binary("helm")?,
             kwok_stages: manifest.kwok_stages,
             kubernetes_version: manifest.kubernetes,
             etcd_version: manifest.etcd,
             cloud_provider_aws_version: manifest.cloud_provider_aws,
             kwok_version: manifest.kwok,
+            helm_version: manifest.helm,
         })
     }
 
