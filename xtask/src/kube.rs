@@ -118,7 +118,7 @@ fn modules() -> [Module; 5] {
 }
 
 /// The `-X` flags of helm's Makefile: [`HELM`], and [`KUBERNETES`] as the cluster version it assumes
-/// without one.
+/// without one (helm's Makefile takes it from its client-go; this pins the release the tests run).
 fn helm_flags() -> String {
     let mut parts = KUBERNETES.trim_start_matches('v').split('.');
     let major = parts.next().unwrap_or_default();
@@ -456,10 +456,15 @@ fn version(binary: &Path) -> Result<String> {
     } else {
         &["--version"]
     };
+    // helm reads its plugins and repositories from its homes: never the developer's.
+    let home = std::env::temp_dir().join("ccm-xtask-helm-home");
     let output = Command::new(binary)
         .args(args)
+        .env("HELM_CACHE_HOME", &home)
+        .env("HELM_CONFIG_HOME", &home)
+        .env("HELM_DATA_HOME", &home)
         .output()
-        .with_context(|| format!("running {} --version", binary.display()))?;
+        .with_context(|| format!("running {} {}", binary.display(), args.join(" ")))?;
     let text = String::from_utf8_lossy(&output.stdout);
     Ok(text.lines().next().unwrap_or_default().trim().to_owned())
 }

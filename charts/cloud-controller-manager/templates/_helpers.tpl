@@ -49,6 +49,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if not (has .Values.cloudConfig.kind (list "ConfigMap" "Secret")) -}}
 {{- fail (printf "cloudConfig.kind: %q is not ConfigMap or Secret" .Values.cloudConfig.kind) -}}
 {{- end -}}
+{{- if and .Values.prometheusRule.enabled (ne (include "ccm.name" .) "cloud-controller-manager") -}}
+{{- fail (printf "nameOverride: %q with prometheusRule.enabled: the shipped alerts watch job=\"cloud-controller-manager\", which the ServiceMonitor names after the workload" (include "ccm.name" .)) -}}
+{{- end -}}
+{{- $migration := fromYaml (include "ccm.migrationConfiguration" .) -}}
+{{- if or (hasKey $migration "Error") (not $migration.leaderName) -}}
+{{- fail "leaderMigration.configuration: not a LeaderMigrationConfiguration with a leaderName" -}}
+{{- end -}}
 {{- $provider := .Values.cloudProvider -}}
 {{- range .Values.args -}}
 {{- if hasPrefix "--cloud-provider=" (toString .) -}}{{- $provider = "set" -}}{{- end -}}

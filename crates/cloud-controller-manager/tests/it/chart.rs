@@ -5,7 +5,6 @@
 //! checksum annotations, and flags left at their defaults).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Output};
 
 use control_plane::KubeBinaries;
@@ -52,20 +51,24 @@ fn template(test: &str, examples: &[&str], sets: &[&str]) -> Option<Vec<Value>> 
     Some(serde_saphyr::from_multiple::<Value>(&stdout(&output)).expect("helm renders YAML"))
 }
 
-/// The container's flags as the manager reads them: the last of each wins, and the two Leader Migration
-/// flags at their defaults (off, no file) are as good as absent.
-fn effective_flags(args: &Value) -> BTreeMap<String, String> {
-    let mut flags = BTreeMap::new();
+/// The container's flags as the manager reads them: each flag's values in order (a list flag such as
+/// `--controllers` adds up), except the two Leader Migration flags, which kustomize's done component
+/// overrides by appending: their last value, and absent at their defaults (off, no file).
+fn effective_flags(args: &Value) -> BTreeMap<String, Vec<String>> {
+    let mut flags: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for arg in args.as_array().into_iter().flatten().filter_map(Value::as_str) {
         let (name, value) = arg.split_once('=').unwrap_or((arg, "true"));
-        flags.insert(name.to_owned(), value.to_owned());
+        flags.entry(name.to_owned()).or_default().push(value.to_owned());
     }
     for (name, default) in [
         ("--enable-leader-migration", "false"),
         ("--leader-migration-config", ""),
     ] {
-        if flags.get(name).is_some_and(|v| v == default) {
-            flags.remove(name);
+        if let Some(values) = flags.get_mut(name) {
+            values.drain(..values.len() - 1);
+            if values[0] == default {
+                flags.remove(name);
+            }
         }
     }
     flags
@@ -113,7 +116,6 @@ fn normalised(objects: Vec<Value>) -> BTreeMap<(String, String, String), Value> 
         metadata["name"] = unhashed(metadata["name"].as_str().unwrap_or_default()).into();
         if let Some(labels) = metadata["labels"].as_object_mut() {
             for helm in [
-                "app.kubernetes.io/name",
                 "helm.sh/chart",
                 "app.kubernetes.io/instance",
                 "app.kubernetes.io/managed-by",
@@ -150,7 +152,21 @@ fn normalised(objects: Vec<Value>) -> BTreeMap<(String, String, String), Value> 
 
 /// Fails naming every object one side lacks or renders differently.
 fn assert_same(what: &str, chart: Vec<Value>, kustomize: Vec<Value>) {
-    let (chart, kustomize) = (normalised(chart), normalised(kustomize));
+    let (mut chart, kustomize) = (normalised(chart), normalised(kustomize));
+    // The chart labels every object with app.kubernetes.io/name; kustomize only those that select by it.
+    for (key, object) in &mut chart {
+        let theirs = kustomize
+            .get(key)
+            .map(|o| &o["metadata"]["labels"]["app.kubernetes.io/name"]);
+        if theirs.is_none_or(Value::is_null)
+            && let Some(labels) = object["metadata"]["labels"].as_object_mut()
+        {
+            labels.remove("app.kubernetes.io/name");
+            if labels.is_empty() {
+                object["metadata"].as_object_mut().unwrap().remove("labels");
+            }
+        }
+    }
     let mut drift = Vec::new();
     for key in chart
         .keys()
@@ -220,6 +236,36 @@ fn a_drift_is_named() {
         text.contains("Deployment") && text.contains("--node-monitor-period"),
         "{text}"
     );
+    // A selecting label the chart lost (the ServiceMonitor would find no Service).
+    let mut unlabelled = render("deploy/monitoring");
+    for object in &mut unlabelled {
+        if let Some(labels) = object["metadata"]["labels"].as_object_mut() {
+            labels.remove("app.kubernetes.io/name");
+        }
+    }
+    let result =
+        std::panic::catch_unwind(|| assert_same("monitoring", unlabelled, render("deploy/monitoring")));
+    let text = result
+        .expect_err("a lost label")
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(text.contains("ServiceMonitor"), "{text}");
+    // A list flag given twice is not a list flag given once.
+    let twice = template(
+        test,
+        &["fake"],
+        &["args[3]=--controllers=*", "args[4]=--controllers=-route"],
+    )
+    .unwrap();
+    let once = template(test, &["fake"], &["args[3]=--controllers=-route"]).unwrap();
+    let result = std::panic::catch_unwind(|| assert_same("controllers", twice, once));
+    let text = result
+        .expect_err("a list flag")
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(text.contains("--controllers"), "{text}");
     let chart = template(test, &["aws"], &[]).unwrap();
     let result = std::panic::catch_unwind(|| assert_same("gce", chart, render("deploy/overlays/gce")));
     let text = result
@@ -242,18 +288,15 @@ fn the_chart_lints_strictly_with_every_example() {
         .collect();
     assert!(examples.len() >= 5, "{examples:?}");
     for example in &examples {
-        let Some(output) = helm(
-            test,
-            &[
-                "lint",
-                "--strict",
-                CHART,
-                "-f",
-                example,
-                "--set",
-                "cloudProvider=fake",
-            ],
-        ) else {
+        // The examples that name no provider are laid over one that does.
+        let provider = std::fs::read_to_string(example)
+            .unwrap()
+            .contains("--cloud-provider=");
+        let mut args = vec!["lint", "--strict", CHART, "-f", example];
+        if !provider {
+            args.extend(["--set", "cloudProvider=fake"]);
+        }
+        let Some(output) = helm(test, &args) else {
             return;
         };
         let text = format!("{}{}", stdout(&output), stderr(&output));
@@ -281,6 +324,18 @@ fn values_that_cannot_work_are_one_error_naming_the_value() {
             "cloudConfig.kind: \"File\"",
         ),
         (&[][..], "cloudProvider: empty"),
+        (
+            &[
+                "cloudProvider=fake",
+                "prometheusRule.enabled=true",
+                "nameOverride=ccm",
+            ][..],
+            "nameOverride: \"ccm\" with prometheusRule.enabled",
+        ),
+        (
+            &["cloudProvider=fake", "leaderMigration.configuration=a: ["][..],
+            "leaderMigration.configuration: not a LeaderMigrationConfiguration",
+        ),
     ] {
         let mut args = vec!["template", "ccm", CHART, "-n", "kube-system"];
         for set in sets {
@@ -309,5 +364,40 @@ fn the_charts_files_are_deploys() {
         let b = std::fs::read(root.join(deploy)).unwrap();
         assert!(a == b, "{CHART}/{chart} is not a copy of {deploy}: copy it again");
     }
-    let _ = Path::new(CHART);
+}
+
+/// In another namespace: the workload, its account and configuration move; the Lease Roles, the
+/// authentication reader's binding and the GCE provider's Role stay in kube-system, where what they
+/// grant lives; every binding names the account where it is.
+#[test]
+fn another_namespace_moves_the_workload_not_what_lives_in_kube_system() {
+    let test = "another_namespace_moves_the_workload_not_what_lives_in_kube_system";
+    let gce = format!("{CHART}/examples/values-gce.yaml");
+    let Some(output) = helm(test, &["template", "ccm", CHART, "-n", "ccm-system", "-f", &gce]) else {
+        return;
+    };
+    assert!(output.status.success(), "{}", stderr(&output));
+    let objects = serde_saphyr::from_multiple::<Value>(&stdout(&output)).unwrap();
+    assert!(objects.len() >= 15, "{}", objects.len());
+    for object in &objects {
+        let (kind, name) = (
+            object["kind"].as_str().unwrap(),
+            object["metadata"]["name"].as_str().unwrap(),
+        );
+        let expected = match kind {
+            "ClusterRole" | "ClusterRoleBinding" => None,
+            "Role" | "RoleBinding" => Some("kube-system"),
+            _ => Some("ccm-system"),
+        };
+        assert_eq!(
+            object["metadata"]["namespace"].as_str(),
+            expected,
+            "{kind} {name}"
+        );
+        for subject in object["subjects"].as_array().into_iter().flatten() {
+            if subject["kind"] == "ServiceAccount" && subject["name"] == "cloud-controller-manager" {
+                assert_eq!(subject["namespace"], "ccm-system", "{kind} {name}");
+            }
+        }
+    }
 }
