@@ -136,6 +136,12 @@ pub(super) fn service_description(service: &Service) -> String {
     format!("{{\"kubernetes.io/service-name\":\"{}\"}}", service_key(service))
 }
 
+/// A firewall's description, so it says whose it is: upstream's (space included),
+/// `{"kubernetes.io/service-name":"ns/name", "kubernetes.io/service-ip":"IP"}`.
+pub(super) fn firewall_description(service: &str, ip: &str) -> String {
+    format!("{{\"kubernetes.io/service-name\":\"{service}\", \"kubernetes.io/service-ip\":\"{ip}\"}}")
+}
+
 /// `Ok(None)` for a 404.
 pub(super) fn found<T>(
     result: Result<T, google_cloud_gax::error::Error>,
@@ -247,6 +253,22 @@ impl GceProvider {
                 .await,
             "forwardingRules.get",
         )
+    }
+
+    /// Makes the forwarding rule `rule`; `false` when one of its name already exists.
+    pub(super) async fn insert_rule(&self, rule: ForwardingRule) -> Result<bool, CloudError> {
+        let done = self
+            .clients
+            .forwarding_rules
+            .insert()
+            .set_project(self.project())
+            .set_region(self.region())
+            .set_body(rule)
+            .attributed()
+            .poller()
+            .until_done()
+            .await;
+        inserted(WriteError::check(done), "forwardingRules.insert")
     }
 
     pub(super) async fn delete_rule(&self, name: &str) -> Result<(), CloudError> {

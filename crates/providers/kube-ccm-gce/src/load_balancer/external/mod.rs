@@ -226,19 +226,7 @@ impl GceProvider {
         wanted.network_tier = Some(model::forwarding_rule::NetworkTier::from(
             plan.network_tier.as_str(),
         ));
-        let done = self
-            .clients
-            .forwarding_rules
-            .insert()
-            .set_project(self.project())
-            .set_region(self.region())
-            .set_body(wanted)
-            .attributed()
-            .poller()
-            .until_done()
-            .await;
-        inserted(WriteError::check(done), "forwardingRules.insert")?;
-        Ok(())
+        self.insert_rule(wanted).await.map(drop)
     }
 
     /// Ensures the service's external load balancer: reads the rule (an internal load balancer's is

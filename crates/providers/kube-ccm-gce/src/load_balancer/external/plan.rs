@@ -122,10 +122,7 @@ impl Plan {
     /// The firewalls' description, so a firewall says whose it is: upstream's (space included),
     /// `{"kubernetes.io/service-name":"ns/name", "kubernetes.io/service-ip":"IP"}`.
     pub fn firewall_description(&self, ip: &str) -> String {
-        format!(
-            "{{\"kubernetes.io/service-name\":\"{}\", \"kubernetes.io/service-ip\":\"{ip}\"}}",
-            self.service
-        )
+        super::super::firewall_description(&self.service, ip)
     }
 
     /// The health checks' firewall: `k8s-<lb>-http-hc` for the service's own health check, else the

@@ -19,17 +19,16 @@
 //! firewall goes with its health check, which other load balancers may share.
 
 use google_cloud_compute_v1::model::{self, ForwardingRule};
-use google_cloud_lro::Poller;
 use k8s_openapi::api::core::v1::Service;
 use kube_ccm_provider::CloudError;
 use kube_ccm_provider::service::{
     IpFamily, IpFamilyPolicy, ip_families, ip_family_policy, requested_source_ranges,
 };
 
-use super::super::{found, inserted};
+use super::super::{firewall_description, found};
 use super::{InternalPlan, rules_equal, wanted_rule};
+use crate::GceProvider;
 use crate::client::Attributed as _;
-use crate::{GceProvider, WriteError};
 
 /// Google's health checkers' IPv6 range for passthrough load balancers.
 pub const HEALTH_CHECK_RANGE_IPV6: &str = "2600:2d00:1:b029::/64";
@@ -180,18 +179,7 @@ impl GceProvider {
             self.delete_rule(&name).await?;
         }
         if !unchanged {
-            let done = self
-                .clients
-                .forwarding_rules
-                .insert()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_body(wanted)
-                .attributed()
-                .poller()
-                .until_done()
-                .await;
-            inserted(WriteError::check(done), "forwardingRules.insert")?;
+            self.insert_rule(wanted).await?;
         }
         let made = match existing.filter(|_| unchanged) {
             Some(rule) => Some(rule.clone()),
@@ -224,10 +212,7 @@ impl GceProvider {
         } else {
             let traffic = self.firewall(
                 firewall,
-                format!(
-                    "{{\"kubernetes.io/service-name\":\"{}\", \"kubernetes.io/service-ip\":\"{ip}\"}}",
-                    plan.service
-                ),
+                firewall_description(&plan.service, ip),
                 clients,
                 Some(ip),
                 (&plan.protocol, plan.firewall_ports.clone()),

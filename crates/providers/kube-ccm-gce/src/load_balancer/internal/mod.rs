@@ -60,7 +60,7 @@ pub use self::plan::{
     InternalPlan, MAX_RULE_PORTS, plan, shared_backend_service,
 };
 use super::instance_groups::group_name;
-use super::{inserted, is_internal_rule, link_path, service_description};
+use super::{firewall_description, is_internal_rule, link_path, service_description};
 use crate::client::Attributed as _;
 use crate::{GceProvider, WriteError, gce_error, last_component};
 
@@ -375,18 +375,7 @@ impl GceProvider {
         }
         self.ensure_backend_service(plan, health_check, groups).await?;
         if rule.is_none() {
-            let done = self
-                .clients
-                .forwarding_rules
-                .insert()
-                .set_project(self.project())
-                .set_region(self.region())
-                .set_body(wanted)
-                .attributed()
-                .poller()
-                .until_done()
-                .await;
-            inserted(WriteError::check(done), "forwardingRules.insert")?;
+            self.insert_rule(wanted).await?;
         }
         let made = self.get_rule(&plan.name).await?;
         let subnet = made.as_ref().and_then(|r| r.subnetwork.clone());
@@ -395,10 +384,7 @@ impl GceProvider {
             .ok_or_else(|| CloudError::provider(format!("forwarding rule {} has no IP", plan.name)))?;
         let traffic = self.firewall(
             format!("k8s-fw-{}", plan.name),
-            format!(
-                "{{\"kubernetes.io/service-name\":\"{}\", \"kubernetes.io/service-ip\":\"{ip}\"}}",
-                plan.service
-            ),
+            firewall_description(&plan.service, &ip),
             plan.source_ranges.clone(),
             Some(&ip),
             (&plan.protocol, plan.firewall_ports.clone()),
