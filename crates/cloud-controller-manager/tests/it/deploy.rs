@@ -93,7 +93,7 @@ fn strings(value: &Value) -> Vec<String> {
         .collect()
 }
 
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+pub(crate) fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter()
         .rev()
         .find_map(|a| a.strip_prefix(&format!("{name}=")))
@@ -465,14 +465,24 @@ pub(crate) async fn kubeconfig_for(server: &ApiServer, dir: &Path, file: &str, u
 }
 
 /// A shipped manifest's arguments, with what differs on this machine appended (later flags win): files
-/// where the manifest mounts them, `port` to serve on (0: none) on loopback, and the harness's short
-/// election timings.
-fn localized(args: &[String], environment: &Environment, kubeconfig: &Path, port: u16) -> Vec<String> {
+/// where the manifest mounts them (the migration configuration only where the manifest names one), `port`
+/// to serve on (0: none) on loopback, and the harness's short election timings.
+pub(crate) fn localized(
+    args: &[String],
+    environment: &Environment,
+    kubeconfig: &Path,
+    port: u16,
+) -> Vec<String> {
     let mut args = args.to_vec();
+    if flag(&args, "--leader-migration-config").is_some() {
+        args.push(format!(
+            "--leader-migration-config={}",
+            environment.ccm_config.display()
+        ));
+    }
     args.extend([
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--cloud-config={}", environment.cloud_config.display()),
-        format!("--leader-migration-config={}", environment.ccm_config.display()),
         format!("--secure-port={port}"),
         "--bind-address=127.0.0.1".to_owned(),
         "--node-monitor-period=500ms".to_owned(),
@@ -483,7 +493,7 @@ fn localized(args: &[String], environment: &Environment, kubeconfig: &Path, port
 }
 
 /// SIGTERM, and a clean exit.
-fn stop_gracefully(replica: &mut Replica) {
+pub(crate) fn stop_gracefully(replica: &mut Replica) {
     replica.terminate().unwrap();
     let status = replica.wait(WAIT).unwrap();
     assert!(

@@ -5,6 +5,7 @@ mod aws;
 mod aws_iam;
 mod bursts;
 mod chart;
+mod chart_install;
 mod deploy;
 mod gce;
 mod go_peer;

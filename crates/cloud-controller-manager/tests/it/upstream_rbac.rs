@@ -295,8 +295,12 @@ fn refusals(server: &ApiServer) -> Vec<String> {
 }
 
 /// Waits for `condition`; a timeout (or the manager's exit) names what was refused and the manager's log.
-async fn wait<F, Fut>(replica: &mut Replica, what: &str, refused: &dyn Fn() -> Vec<String>, mut condition: F)
-where
+pub(crate) async fn wait<F, Fut>(
+    replica: &mut Replica,
+    what: &str,
+    refused: &dyn Fn() -> Vec<String>,
+    mut condition: F,
+) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
