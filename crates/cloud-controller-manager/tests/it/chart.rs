@@ -23,7 +23,10 @@ fn helm(test: &str, args: &[&str]) -> Option<Output> {
     let output = Command::new(&binaries.helm)
         .args(args)
         .current_dir(repo_root())
-        .env_remove("KUBERNETES_SERVICE_HOST")
+        // Nothing of the developer's (`HELM_NAMESPACE`, `HELM_KUBECONTEXT`, a cluster) reaches it.
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
         .env("KUBECONFIG", "/dev/null")
         .env("HELM_CACHE_HOME", home.path().join("cache"))
         .env("HELM_CONFIG_HOME", home.path().join("config"))

@@ -93,14 +93,19 @@ fn strings(value: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A flag's last value: `--name=value`, or `true` for a bare `--name`.
 pub(crate) fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .rev()
-        .find_map(|a| a.strip_prefix(&format!("{name}=")))
+    args.iter().rev().find_map(|a| {
+        if a == name {
+            Some("true")
+        } else {
+            a.strip_prefix(name)?.strip_prefix('=')
+        }
+    })
 }
 
 /// The file a container path resolves to through the pod's volumes: (ConfigMap name, key).
-fn mounted_config_map<'a>(pod: &'a Value, path: &'a str) -> (&'a str, &'a str) {
+pub(crate) fn mounted_config_map<'a>(pod: &'a Value, path: &'a str) -> (&'a str, &'a str) {
     let container = &pod["containers"][0];
     let mount = container["volumeMounts"]
         .as_array()
@@ -474,7 +479,7 @@ pub(crate) fn localized(
     port: u16,
 ) -> Vec<String> {
     let mut args = args.to_vec();
-    if flag(&args, "--leader-migration-config").is_some() {
+    if flag(&args, "--leader-migration-config").is_some_and(|path| !path.is_empty()) {
         args.push(format!(
             "--leader-migration-config={}",
             environment.ccm_config.display()
