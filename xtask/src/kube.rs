@@ -3,8 +3,10 @@
 //! `tools/kube` (kube-apiserver and kube-controller-manager from `k8s.io/kubernetes`), `tools/etcd`
 //! (etcd from `go.etcd.io/etcd/server/v3`) and `tools/aws` (upstream's AWS cloud-controller-manager from
 //! `k8s.io/cloud-provider-aws`, unmodified: a `tool` of that module), `tools/kwok` (kwok, simulated
-//! kubelets' status and Leases, from `sigs.k8s.io/kwok`, also a `tool`) and `tools/helm` (helm, for the
-//! chart's tests, from `helm.sh/helm/v3`, a `tool` too) are small Go modules of ours; their
+//! kubelets' status and Leases, from `sigs.k8s.io/kwok`, also a `tool`), `tools/helm` (helm, for the
+//! chart's tests, from `helm.sh/helm/v3`, a `tool` too) and `tools/cosign` (cosign and crane, whose
+//! registry the release images are pushed to, signed and verified in, from `github.com/sigstore/cosign/v3`
+//! and `github.com/google/go-containerregistry`) are small Go modules of ours; their
 //! `go.mod`/`go.sum` pin the release. The binaries are built with the machine's Go (`GOTOOLCHAIN=local`)
 //! through the module proxy into `<target>/kube/<key>/bin/`, where the key is a hash of everything that
 //! decides them (the modules' files, the Go version, the build flags): a second run costs nothing, a
@@ -36,6 +38,10 @@ const CLOUD_PROVIDER_AWS: &str = "v1.37.1";
 const KWOK: &str = "v0.8.0";
 /// The `helm.sh/helm/v3` release `tools/helm/go.mod` pins.
 const HELM: &str = "v3.22.0";
+/// The `github.com/sigstore/cosign/v3` release `tools/cosign/go.mod` pins.
+const COSIGN: &str = "v3.1.3";
+/// The `github.com/google/go-containerregistry` release `tools/cosign/go.mod` pins (crane).
+const CRANE: &str = "v0.22.1";
 /// kwok's stages, from its module: its binary has none built in (only `kwokctl` injects them), so the
 /// tests pass these with `--config`. Node status on first sight, then heartbeats beside a node Lease.
 const KWOK_STAGES: [&str; 2] = [
@@ -72,7 +78,7 @@ fn version_flags(release: &str) -> String {
     )
 }
 
-fn modules() -> [Module; 5] {
+fn modules() -> [Module; 6] {
     [
         Module {
             dir: "tools/kube",
@@ -113,6 +119,20 @@ fn modules() -> [Module; 5] {
             dir: "tools/helm",
             binaries: &[("helm", "helm.sh/helm/v3/cmd/helm")],
             ldflags: helm_flags(),
+        },
+        Module {
+            // cosign and crane's own main packages, with the version flags of their Makefile and
+            // goreleaser configuration (both `-X`, each harmless to the other).
+            dir: "tools/cosign",
+            binaries: &[
+                ("cosign", "github.com/sigstore/cosign/v3/cmd/cosign"),
+                ("crane", "github.com/google/go-containerregistry/cmd/crane"),
+            ],
+            ldflags: format!(
+                "-s -w -X sigs.k8s.io/release-utils/version.gitVersion={COSIGN} \
+                 -X sigs.k8s.io/release-utils/version.gitTreeState=clean \
+                 -X github.com/google/go-containerregistry/cmd/crane/cmd.Version={CRANE}"
+            ),
         },
     ]
 }
@@ -180,6 +200,8 @@ pub(crate) fn build() -> Result<serde_json::Value> {
             "cloud_provider_aws": CLOUD_PROVIDER_AWS,
             "kwok": KWOK,
             "helm": HELM,
+            "cosign": COSIGN,
+            "crane": CRANE,
             "kwok_stages": bin.join("kwok-stages.yaml"),
             "go": go_version()?,
             "key": key,
@@ -266,6 +288,8 @@ fn check_pins() -> Result<()> {
         ("tools/aws", "k8s.io/cloud-provider-aws", CLOUD_PROVIDER_AWS),
         ("tools/kwok", "sigs.k8s.io/kwok", KWOK),
         ("tools/helm", "helm.sh/helm/v3", HELM),
+        ("tools/cosign", "github.com/sigstore/cosign/v3", COSIGN),
+        ("tools/cosign", "github.com/google/go-containerregistry", CRANE),
     ] {
         let path = repo_root().join(dir).join("go.mod");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -448,13 +472,14 @@ fn names(module: &Module) -> String {
         .join(", ")
 }
 
-/// The first line of `<binary> --version`.
+/// The first line of `<binary> --version`, or of the `version` command of those without the flag.
 fn version(binary: &Path) -> Result<String> {
-    // helm has no --version: its `version` command says it.
-    let args: &[&str] = if binary.file_name().is_some_and(|n| n == "helm") {
-        &["version", "--template", "{{.Version}}"]
-    } else {
-        &["--version"]
+    let name = binary.file_name().unwrap_or_default().to_string_lossy();
+    let args: &[&str] = match name.as_ref() {
+        "helm" => &["version", "--template", "{{.Version}}"],
+        "cosign" => &["version", "--json"],
+        "crane" => &["version"],
+        _ => &["--version"],
     };
     // helm reads its plugins and repositories from its homes: never the developer's.
     let home = std::env::temp_dir().join("ccm-xtask-helm-home");
@@ -466,6 +491,10 @@ fn version(binary: &Path) -> Result<String> {
         .output()
         .with_context(|| format!("running {} {}", binary.display(), args.join(" ")))?;
     let text = String::from_utf8_lossy(&output.stdout);
+    if name == "cosign" {
+        let json: serde_json::Value = serde_json::from_str(&text).context("cosign version --json")?;
+        return Ok(json["gitVersion"].as_str().unwrap_or_default().to_owned());
+    }
     Ok(text.lines().next().unwrap_or_default().trim().to_owned())
 }
 

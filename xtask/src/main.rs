@@ -41,12 +41,15 @@ enum Command {
     /// Build the shipped binaries (`dist` profile) into tarballs with README, LICENSE, a CycloneDX bill
     /// of materials and SHA256SUMS, under target/dist/.
     Dist(release::dist::Args),
-    /// Build the real kube-apiserver, kube-controller-manager and etcd the tests run against, from their
-    /// Go modules (`tools/kube`, `tools/etcd`), cached under the target directory; prints JSON.
+    /// Build the real kube-apiserver, kube-controller-manager and etcd and the other Go tools the tests
+    /// run (`tools/`), from their Go modules, cached under the target directory; prints JSON.
     Kube(kube::Args),
     /// Build an OCI image per shipped binary without a container engine (OCI layout and a `docker load`
     /// archive under target/image/), reproducibly; prints a kustomize `images:` snippet.
     Image(release::image::Args),
+    /// Push the images `image` built to a registry (skopeo), sign them and attest their bills of
+    /// materials (cosign), by digest; prints how to verify them.
+    Publish(release::publish::Args),
     /// Scaffold a provider crate (crates/providers/NAME, or --path DIR) with its own binary and a test
     /// against the test API server.
     NewProvider(new_provider::Args),
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Chaos(args) => chaos::run(&args),
         Command::Dist(args) => release::dist::run(&args),
         Command::Image(args) => release::image::run(&args),
+        Command::Publish(args) => release::publish::run(&args),
         Command::Kube(args) => kube::run(&args),
         Command::NewProvider(args) => new_provider::run(&args),
     };

@@ -7,7 +7,8 @@
 //!   the debug build instead of spending 15 minutes on a `dist` build); `{tmp}` is a fresh directory.
 //!   `cargo xtask test` in such a block is checked as `ci` (this test runs inside it).
 //! - `<!-- doc-test: synopsis -->`: usage forms, not commands; every `--flag` on each line must be in
-//!   the `--help` of the binary and subcommand the line names.
+//!   the `--help` of the binary and subcommand the line names (a workspace binary, `cargo xtask`, or a Go
+//!   tool `cargo xtask kube` built, such as `cosign`).
 //! - `<!-- doc-test: ci -->`: what CI itself runs: `cargo xtask test` must be what `.ci/run` runs, and a
 //!   `cargo test -p P` must name a workspace member (so the full run tests it).
 //! - `docs/migration-guide.md`'s blocks carry `<!-- test: STAGE -->`: the CLI's `migration_guide` test
@@ -186,13 +187,14 @@ fn every_shell_block_in_the_documents_is_tested_as_its_marker_says() {
 
 /// Every `--flag` of a usage line is in its binary's `--help` for the subcommand the line names.
 fn check_synopsis(at: &str, line: &str) {
-    let line = if line.starts_with("cargo run ") {
+    let line = if line.starts_with("cargo run ") || line.starts_with("cargo xtask ") {
         rewrite(line)
     } else {
         line.to_owned()
     };
     let words: Vec<&str> = line.split_whitespace().collect();
-    let binary = target_dir().join("debug").join(words[0]);
+    // A Go tool (`cosign`) is the one `cargo xtask kube` built; anything else, the workspace's.
+    let binary = go_tool(words[0]).unwrap_or_else(|| target_dir().join("debug").join(words[0]));
     assert!(binary.is_file(), "{at}: {} is not built", binary.display());
     let subcommands: Vec<&str> = words[1..]
         .iter()
@@ -228,6 +230,13 @@ fn check_synopsis(at: &str, line: &str) {
             subcommands.join(" ")
         );
     }
+}
+
+/// `name`'s path in `<target>/kube/kube.json`, where `cargo xtask kube` lists the Go tools it built.
+fn go_tool(name: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(target_dir().join("kube/kube.json")).ok()?;
+    let manifest: serde_json::Value = serde_json::from_str(&text).ok()?;
+    manifest["binaries"][name]["path"].as_str().map(PathBuf::from)
 }
 
 /// `cargo xtask test` is what CI runs; `cargo test -p P` names a workspace member, which that run tests.

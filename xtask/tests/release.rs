@@ -5,92 +5,14 @@
 
 #![allow(clippy::print_stderr)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
-const BIN: &str = "cloud-controller-manager";
-
-/// The target directory this test was built into (`<target>/debug/deps/release-…`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors().nth(3).unwrap().to_path_buf()
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn xtask(args: &[&str]) -> Output {
-    let binary = target_dir().join("debug").join(BIN);
-    assert!(
-        binary.is_file(),
-        "{} is not built: run the workspace's tests (cargo xtask test), which build it",
-        binary.display()
-    );
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(args)
-        .args(["--profile", "dev", "--no-build", "--bin", BIN, "--target-dir"])
-        .arg(target_dir())
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "xtask {args:?} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn run(program: &str, args: &[&str], dir: &Path) -> Output {
-    let output = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-/// Says loudly that `what` is skipped because `missing`, or, under CI (`CI` set), where `cargo xtask
-/// test` installs every tool this machine kind can have, fails the test.
-fn skipped(what: &str, missing: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{what}: {missing}; with CI set a missing tool fails the test"
-    );
-    eprintln!("SKIPPED: {what}: {missing}");
-}
-
-fn available(program: &str, args: &[&str], what: &str) -> bool {
-    let found = Command::new(program)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        skipped(
-            what,
-            &format!(
-                "`{program}` is not available here (cargo xtask test installs it where apt-get may run)"
-            ),
-        );
-    }
-    found
-}
+use common::{BIN, available, build_image, repo, run, skipped, target_dir, text, xtask};
 
 /// Checks `document` against the CycloneDX 1.5 JSON schema with the reference Python library, when the
 /// test environment (`cargo xtask test` sets it up under the target dir) has it.
@@ -268,19 +190,6 @@ fn a_bad_binary_name_is_one_error_naming_the_flag_and_writes_nothing() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
-}
-
-/// `cargo xtask image` of the debug binary into `out/<dir>`: its JSON description.
-fn build_image(out: &Path, dir: &str) -> Value {
-    let output = xtask(&[
-        "image",
-        "--output",
-        "json",
-        "--out",
-        out.join(dir).to_str().unwrap(),
-    ]);
-    let images: Value = serde_json::from_slice(&output.stdout).unwrap();
-    images["images"][0].clone()
 }
 
 #[test]

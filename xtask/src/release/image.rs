@@ -6,7 +6,9 @@
 //! - **Application layer**: the binary at `/usr/local/bin/<name>`, and under `/usr/share/doc/<name>/` its
 //!   README, LICENSE, bill of materials (crates and Debian packages) and the leader-migration examples.
 //! - **Output** under `target/image/`: `<name>/` (an OCI image layout: `oci-layout`, `index.json`,
-//!   `blobs/sha256/…`) and `<name>.tar` (the same layout plus docker's `manifest.json`, for `docker load`).
+//!   `blobs/sha256/…`), `<name>.tar` (the same layout plus docker's `manifest.json`, for `docker load`),
+//!   `<name>.cdx.json` (the bill of materials the image carries, which `cargo xtask publish` attests) and
+//!   `images.json` (what `--output json` prints, which `publish` reads).
 //!
 //! Reproducible: entries sorted, owners fixed, every time is `SOURCE_DATE_EPOCH` (else the last commit's),
 //! gzip without timestamps, JSON with sorted keys. The same binary gives the same digest.
@@ -24,6 +26,8 @@ use super::sbom::{DebianPackage, cyclonedx, tree};
 use super::{BuildArgs, Shipped, license_text, readme, revision, rfc3339, source_date_epoch};
 use crate::shell::repo_root;
 
+/// The description of what was built, beside the images.
+pub(crate) const IMAGES: &str = "images.json";
 /// The user the image runs as (distroless's `nonroot`).
 const USER: u32 = 65532;
 const CA_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
@@ -57,6 +61,7 @@ struct Built {
     digest: String,
     layout: PathBuf,
     archive: PathBuf,
+    sbom: PathBuf,
     compressed: usize,
     uncompressed: usize,
 }
@@ -79,18 +84,20 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             args.keep_debug,
         )?);
     }
-    if args.output == "json" {
-        let images: Vec<Value> = built
-            .iter()
-            .map(|b| {
-                json!({
-                    "name": b.name, "tag": b.tag, "digest": b.digest,
-                    "layout": b.layout, "archive": b.archive,
-                    "compressed_bytes": b.compressed, "uncompressed_bytes": b.uncompressed,
-                })
+    let images: Vec<Value> = built
+        .iter()
+        .map(|b| {
+            json!({
+                "name": b.name, "tag": b.tag, "digest": b.digest,
+                "layout": b.layout, "archive": b.archive, "sbom": b.sbom,
+                "compressed_bytes": b.compressed, "uncompressed_bytes": b.uncompressed,
             })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({ "images": images }))?);
+        })
+        .collect();
+    let description = serde_json::to_string_pretty(&json!({ "images": images }))?;
+    super::write_atomic(&out.join(IMAGES), description.as_bytes())?;
+    if args.output == "json" {
+        println!("{description}");
         return Ok(());
     }
     for b in &built {
@@ -130,7 +137,8 @@ fn build(
     } else {
         stripped(path, out)?
     };
-    let app = app_layer(binary, executable, &debian, epoch)?;
+    let sbom = serde_json::to_vec_pretty(&cyclonedx(binary, &tree(binary)?, &debian, epoch))?;
+    let app = app_layer(binary, executable, &sbom)?;
     let name = format!("{repository}{}", binary.bin);
     let tag = binary.version.clone();
     let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -225,12 +233,15 @@ fn build(
     std::fs::rename(&staging, &layout).with_context(|| format!("cannot write {}", layout.display()))?;
     let archive_path = out.join(format!("{}.tar", binary.bin));
     super::write_atomic(&archive_path, &archive.to_bytes(epoch)?)?;
+    let sbom_path = out.join(format!("{}.cdx.json", binary.bin));
+    super::write_atomic(&sbom_path, &sbom)?;
     Ok(Built {
         name,
         tag,
         digest,
         layout,
         archive: archive_path,
+        sbom: sbom_path,
         compressed,
         uncompressed,
     })
@@ -311,7 +322,7 @@ fn base_layer(binary: &Path) -> Result<(Tar, Vec<DebianPackage>)> {
 }
 
 /// The binary, its documents and bill of materials, and the leader-migration examples.
-fn app_layer(binary: &Shipped, executable: Vec<u8>, debian: &[DebianPackage], epoch: u64) -> Result<Tar> {
+fn app_layer(binary: &Shipped, executable: Vec<u8>, sbom: &[u8]) -> Result<Tar> {
     let mut tar = Tar::default();
     tar.file(
         &format!("usr/local/bin/{}", binary.bin),
@@ -325,12 +336,7 @@ fn app_layer(binary: &Shipped, executable: Vec<u8>, debian: &[DebianPackage], ep
         license_text(binary)?,
         Meta::root(0o644),
     )?;
-    let sbom = cyclonedx(binary, &tree(binary)?, debian, epoch);
-    tar.file(
-        &format!("{doc}/sbom.cdx.json"),
-        serde_json::to_vec_pretty(&sbom)?,
-        Meta::root(0o644),
-    )?;
+    tar.file(&format!("{doc}/sbom.cdx.json"), sbom.to_vec(), Meta::root(0o644))?;
     let examples = repo_root().join("examples/leader-migration");
     for entry in
         std::fs::read_dir(&examples).with_context(|| format!("cannot read {}", examples.display()))?

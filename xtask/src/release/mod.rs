@@ -18,6 +18,7 @@ pub(crate) mod archive;
 pub(crate) mod dist;
 pub(crate) mod image;
 pub(crate) mod notes;
+pub(crate) mod publish;
 pub(crate) mod sbom;
 
 /// A binary this repository ships.
