@@ -8,7 +8,7 @@
 //! - **Output** under `target/image/`: `<name>/` (an OCI image layout: `oci-layout`, `index.json`,
 //!   `blobs/sha256/…`), `<name>.tar` (the same layout plus docker's `manifest.json`, for `docker load`),
 //!   `<name>.cdx.json` (the bill of materials the image carries, which `cargo xtask publish` attests) and
-//!   `images.json` (what `--output json` prints, which `publish` reads).
+//!   `images.json` (what `--output json` prints, with the files named relative to it; `publish` reads it).
 //!
 //! Reproducible: entries sorted, owners fixed, every time is `SOURCE_DATE_EPOCH` (else the last commit's),
 //! gzip without timestamps, JSON with sorted keys. The same binary gives the same digest.
@@ -73,6 +73,8 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.build.target_dir().join("image"));
     let epoch = source_date_epoch(&super::project_root(&binaries))?;
+    // A description of images this run may replace must not outlive them.
+    let _ = std::fs::remove_file(out.join(IMAGES));
     let mut built = Vec::new();
     for (binary, path) in &binaries {
         built.push(build(
@@ -94,10 +96,22 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             })
         })
         .collect();
-    let description = serde_json::to_string_pretty(&json!({ "images": images }))?;
-    super::write_atomic(&out.join(IMAGES), description.as_bytes())?;
+    // For `publish`: the same, with the files named relative to it.
+    let relative: Vec<Value> = built
+        .iter()
+        .zip(&images)
+        .map(|(b, image)| {
+            let mut image = image.clone();
+            for (key, path) in [("layout", &b.layout), ("archive", &b.archive), ("sbom", &b.sbom)] {
+                image[key] = json!(path.file_name().map(|n| n.to_string_lossy()));
+            }
+            image
+        })
+        .collect();
+    let file = serde_json::to_string_pretty(&json!({ "images": relative }))?;
+    super::write_atomic(&out.join(IMAGES), file.as_bytes())?;
     if args.output == "json" {
-        println!("{description}");
+        println!("{}", serde_json::to_string_pretty(&json!({ "images": images }))?);
         return Ok(());
     }
     for b in &built {

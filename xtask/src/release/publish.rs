@@ -2,13 +2,15 @@
 //! signed with `cosign` and given their bill of materials as a signed CycloneDX attestation, each by
 //! digest, so an operator can check both before running them (`docs/operations.md`, Verifying a release).
 //!
-//! Everything is checked before anything is pushed: the key, the registry prefix, the images and their
-//! bills of materials, both tools. Then every image is pushed, and only then signed: a registry that
-//! refuses a push leaves nothing signed. Running it again is safe: the digests are the same, and cosign
-//! adds a signature beside the first.
+//! Checked before anything is pushed: the registry prefix; the key, unlocked with `COSIGN_PASSWORD`;
+//! cosign's version; the images, each layout holding the digest and tag `images.json` records, and their
+//! bills of materials. Then every image is pushed, and only then signed: a registry that refuses a push
+//! leaves nothing signed. Between its push and its signature a tag names an unsigned image, which is why
+//! operators verify by digest. Running it again is safe: the digests are the same, and cosign adds a
+//! signature beside the first.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -26,7 +28,8 @@ pub(crate) struct Args {
     /// to `<prefix>/<binary>:<version>`.
     #[arg(long, value_name = "PREFIX")]
     registry: String,
-    /// cosign's private key (`cosign generate-key-pair`); `COSIGN_PASSWORD` unlocks it, else cosign asks.
+    /// cosign's private key (`cosign generate-key-pair`), unlocked with `COSIGN_PASSWORD` (which must be
+    /// set; empty for a key without a password).
     #[arg(long, value_name = "FILE")]
     key: PathBuf,
     /// Do not record the signatures in the public transparency log (Rekor), for a private registry or a
@@ -36,7 +39,7 @@ pub(crate) struct Args {
     /// The registry speaks plain HTTP, or TLS with a certificate not to verify (a local registry).
     #[arg(long)]
     insecure_registry: bool,
-    /// The cosign to run (v2.2 or later).
+    /// The cosign to run (v2.6 or later).
     #[arg(long, value_name = "PATH", default_value = "cosign")]
     cosign: PathBuf,
     /// The skopeo to run.
@@ -68,7 +71,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     }
     let images = images(&dir)?;
     answers(&args.skopeo, &["--version"], "--skopeo")?;
-    answers(&args.cosign, &["version"], "--cosign")?;
+    check_cosign(args)?;
     let mut published = Vec::new();
     for image in &images {
         let reference = format!("{prefix}/{}", image.binary);
@@ -126,21 +129,29 @@ fn images(dir: &Path) -> Result<Vec<Image>> {
                 .with_context(|| format!("{}: images[{index}].{name} is missing", path.display()))
         };
         let name = field("name")?;
+        // Relative to `images.json`, so the directory can move between jobs.
         let image = Image {
             binary: name.rsplit('/').next().unwrap_or(&name).to_owned(),
             tag: field("tag")?,
             digest: field("digest")?,
-            layout: field("layout")?.into(),
-            sbom: field("sbom")?.into(),
+            layout: dir.join(field("layout")?),
+            sbom: dir.join(field("sbom")?),
         };
-        for file in [image.layout.join("index.json"), image.sbom.clone()] {
-            if !file.is_file() {
-                bail!(
-                    "{}: images[{index}] names {}, which does not exist",
-                    path.display(),
-                    file.display()
-                );
-            }
+        if !image.sbom.is_file() {
+            bail!(
+                "{}: images[{index}] names {}, which does not exist",
+                path.display(),
+                image.sbom.display()
+            );
+        }
+        if !holds(&image.layout, &image.tag, &image.digest) {
+            bail!(
+                "{}: images[{index}]'s layout {} does not hold {}:{} (run `cargo xtask image` again)",
+                path.display(),
+                image.layout.display(),
+                image.tag,
+                image.digest
+            );
         }
         images.push(image);
     }
@@ -148,6 +159,68 @@ fn images(dir: &Path) -> Result<Vec<Image>> {
         bail!("{}: lists no image", path.display());
     }
     Ok(images)
+}
+
+/// Whether the OCI layout's `index.json` names `digest` under the tag `tag`.
+fn holds(layout: &Path, tag: &str, digest: &str) -> bool {
+    let index = std::fs::read(layout.join("index.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    index.is_some_and(|index| {
+        index["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["digest"] == digest && m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+    })
+}
+
+/// cosign is v2.6 or later (`--use-signing-config` is from v2.6), and the key unlocks with
+/// `COSIGN_PASSWORD`: a wrong password fails here, not between one image's signature and the next.
+fn check_cosign(args: &Args) -> Result<()> {
+    let output = Command::new(&args.cosign).args(["version", "--json"]).output();
+    let version = output
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+        .and_then(|v| v["gitVersion"].as_str().map(str::to_owned))
+        .with_context(|| {
+            format!(
+                "--cosign {}: cannot run `cosign version --json`",
+                args.cosign.display()
+            )
+        })?;
+    let (major, minor) = major_minor(&version)
+        .with_context(|| format!("--cosign {}: says version {version:?}", args.cosign.display()))?;
+    if (major, minor) < (2, 6) {
+        bail!(
+            "--cosign {}: {version}; v2.6 or later is needed",
+            args.cosign.display()
+        );
+    }
+    if std::env::var_os("COSIGN_PASSWORD").is_none() {
+        bail!("COSIGN_PASSWORD is not set: set it to the key's password (empty for a key without one)");
+    }
+    let unlocked = Command::new(&args.cosign)
+        .arg("public-key")
+        .arg("--key")
+        .arg(&args.key)
+        .output()
+        .with_context(|| format!("--cosign {}: cannot run it", args.cosign.display()))?;
+    if !unlocked.status.success() {
+        bail!(
+            "--key {}: cosign cannot unlock it with COSIGN_PASSWORD: {}",
+            args.key.display(),
+            String::from_utf8_lossy(&unlocked.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `(major, minor)` of `v2.6.5`.
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// Whether `program ARGS` runs, naming `flag` when not.
@@ -206,7 +279,7 @@ fn cosign(args: &Args, verb: &[&str], pinned: &str, what: &str) -> Result<()> {
     if args.insecure_registry {
         command.args(["--allow-insecure-registry", "--allow-http-registry"]);
     }
-    command.arg(pinned).stdin(Stdio::inherit());
+    command.arg(pinned);
     succeed(&mut command, &format!("{what} {pinned}"))
 }
 
@@ -233,11 +306,13 @@ fn report(args: &Args, published: &[(&Image, String)]) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&json!({ "images": images }))?);
         return Ok(());
     }
-    let tlog = if args.no_tlog {
-        " --insecure-ignore-tlog=true"
-    } else {
-        ""
-    };
+    let mut tlog = String::new();
+    if args.no_tlog {
+        tlog.push_str(" --insecure-ignore-tlog=true");
+    }
+    if args.insecure_registry {
+        tlog.push_str(" --allow-insecure-registry --allow-http-registry");
+    }
     for (image, pinned) in published {
         println!(
             "{pinned} ({}): pushed, signed, bill of materials attested",
