@@ -19,9 +19,43 @@ pub(crate) struct Args {
     /// Test only this package (set-up still runs; formatting and lints do not).
     #[arg(short = 'p', long = "package", value_name = "PACKAGE")]
     packages: Vec<String>,
+    /// Also run the core tests on the real kube-apiserver and kube-controller-manager of every other
+    /// supported Kubernetes release (`docs/support-policy.md`), after the rest.
+    #[arg(long)]
+    all_versions: bool,
+    /// Run only the core tests, on the real kube-apiserver and kube-controller-manager of this supported
+    /// release (e.g. `v1.35.4`, the oldest).
+    #[arg(long, value_name = "RELEASE", conflicts_with_all = ["all_versions", "packages"])]
+    kubernetes: Option<String>,
     /// Extra arguments for the test runner, after `--` (e.g. a test name filter).
     #[arg(last = true)]
     runner_args: Vec<String>,
+}
+
+/// The core tests (docs/support-policy.md): every test of the binary and the runtime on the real
+/// kube-apiserver (Leader Migration, nodes, services, routes, RBAC, the chart), with the real
+/// kube-controller-manager as the migration's N side.
+const CORE: &str = "(package(cloud-controller-manager) | package(kube-ccm-runtime)) & \
+    (test(/kube_apiserver/) | test(/^kcm_peer::/) | test(/^upstream_rbac::/) | test(/^chart_install::/))";
+
+/// The core tests on `release`'s kube-apiserver and kube-controller-manager.
+fn core_tests_on(release: &str) -> Result<()> {
+    let (manifest, _) = crate::kube::releases::build(release)?;
+    println!("core tests on Kubernetes {release} ({})", manifest.display());
+    exec(
+        cargo()
+            .args(["nextest", "run", "--locked", "--profile", profile()])
+            .args(["--workspace", "-E", CORE])
+            .env("KUBE_TOOLS_MANIFEST", &manifest),
+    )
+}
+
+fn profile() -> &'static str {
+    if std::env::var_os("CI").is_some() {
+        "ci"
+    } else {
+        "default"
+    }
 }
 
 pub(crate) fn run_setup() -> Result<()> {
@@ -46,6 +80,9 @@ pub(crate) fn run_setup() -> Result<()> {
 
 pub(crate) fn run(args: &Args) -> Result<()> {
     run_setup()?;
+    if let Some(release) = &args.kubernetes {
+        return core_tests_on(release);
+    }
     let full = args.packages.is_empty();
     if full {
         exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
@@ -87,14 +124,9 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         }
     }
     if has("cargo-nextest", &["nextest", "--version"]) {
-        let profile = if std::env::var_os("CI").is_some() {
-            "ci"
-        } else {
-            "default"
-        };
         exec(
             cargo()
-                .args(["nextest", "run", "--locked", "--profile", profile])
+                .args(["nextest", "run", "--locked", "--profile", profile()])
                 .args(&selection)
                 .args(&runner_args),
         )?;
@@ -138,6 +170,11 @@ pub(crate) fn run(args: &Args) -> Result<()> {
             &["test"]
         };
         crate::chaos::negative_controls(backends)?;
+    }
+    if args.all_versions {
+        for (release, _) in crate::kube::releases::RELEASES {
+            core_tests_on(release)?;
+        }
     }
     for (test, why) in &lacking {
         println!("SKIPPED (this machine has no {why}): {test}");

@@ -27,6 +27,8 @@ use sha2::{Digest, Sha256};
 
 use crate::shell::{repo_root, target_dir};
 
+pub(crate) mod releases;
+
 /// The Kubernetes release `tools/kube/go.mod` pins (kept equal by [`check_pins`]).
 const KUBERNETES: &str = "v1.37.2";
 /// The etcd release `tools/etcd/go.mod` pins.
@@ -54,11 +56,15 @@ pub(crate) struct Args {
     /// Print where the binaries would be and whether they are built, without building.
     #[arg(long)]
     check: bool,
+    /// Another supported Kubernetes release for kube-apiserver and kube-controller-manager (the rest stays
+    /// pinned); writes `<target>/kube/kube-<release>.json`, for the tests' `KUBE_TOOLS_MANIFEST`.
+    #[arg(long, value_name = "RELEASE")]
+    kubernetes: Option<String>,
 }
 
 /// One Go module of ours and the binaries it builds: each a name and the package built under it (a
 /// directory of the module, or a `tool` package of a module it requires).
-struct Module {
+pub(crate) struct Module {
     dir: &'static str,
     binaries: &'static [(&'static str, &'static str)],
     ldflags: String,
@@ -154,7 +160,9 @@ fn helm_flags() -> String {
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
-    let manifest = if args.check {
+    let manifest = if let Some(release) = &args.kubernetes {
+        releases::build(release)?.1
+    } else if args.check {
         let (key, dir) = cache_dir()?;
         json!({"key": key, "dir": dir, "built": dir.join("bin/kube.json").is_file()})
     } else {
@@ -241,9 +249,15 @@ pub(crate) fn go_available() -> bool {
 
 /// `<target>/kube/<key>`: the key is a hash of the modules' files, the Go version and the build flags.
 fn cache_dir() -> Result<(String, PathBuf)> {
+    let key = cache_key(&modules())?;
+    Ok((key.clone(), target_dir().join("kube").join(key)))
+}
+
+/// A hash of `modules`' files, the Go version and the build flags.
+fn cache_key(modules: &[Module]) -> Result<String> {
     let mut hash = Sha256::new();
     hash.update(go_version()?);
-    for module in modules() {
+    for module in modules {
         hash.update(module.dir);
         hash.update(&module.ldflags);
         for file in module_files(&repo_root().join(module.dir))? {
@@ -258,8 +272,7 @@ fn cache_dir() -> Result<(String, PathBuf)> {
         }
     }
     let digest = hash.finalize();
-    let key: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    Ok((key.clone(), target_dir().join("kube").join(key)))
+    Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Every file of a module directory, sorted.
@@ -301,7 +314,7 @@ fn check_pins() -> Result<()> {
         };
         if !text.lines().any(pinned) {
             bail!(
-                "{}: does not require {wanted}, which xtask/src/kube.rs names",
+                "{}: does not require {wanted}, which xtask/src/kube/mod.rs names",
                 path.display()
             );
         }

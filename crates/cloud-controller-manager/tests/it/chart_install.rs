@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::api::{Api, DeleteParams};
 use serde_json::Value;
 
-use crate::deploy::{flag, kubeconfig_for, kubectl, localized, mounted_config_map, stop_gracefully};
+use crate::deploy::{flag, kubeconfig_for, kubectl, localized, mounted_config_map, routed, stop_gracefully};
 use crate::migration::Plane;
 use crate::support::{repo_root, stderr, stdout};
 use crate::upstream_rbac::wait;
@@ -280,8 +280,8 @@ async fn stored_arguments(
 }
 
 /// Runs the manager as the chart's Deployment says (read back from the server) under its service
-/// account's token, once `grants` are allowed, until it holds the Leases `leads` and has initialised node
-/// `index` and served, then deleted, service `web-<index>`.
+/// account's token, once `grants` are allowed, until it holds the Leases `leads`, has initialised and
+/// routed node `index`, and has served, then deleted, service `web-<index>`.
 async fn run_manager(plane: &Plane, directory: &Path, index: u32, grants: &[Grant], leads: &[&str]) -> Run {
     let server = &plane.server;
     let client = server.client();
@@ -315,10 +315,13 @@ async fn run_manager(plane: &Plane, directory: &Path, index: u32, grants: &[Gran
     let refused = || refusals(server);
     wait(
         &mut replica,
-        "the node initialised and the service served",
+        "the node initialised and routed, and the service served",
         &refused,
         || async {
-            nodes.get(&node).await.is_ok_and(|n| initialized(&n))
+            nodes
+                .get(&node)
+                .await
+                .is_ok_and(|n| initialized(&n) && routed(&n))
                 && services.get(&service).await.is_ok_and(|s| has_ingress(&s))
         },
     )

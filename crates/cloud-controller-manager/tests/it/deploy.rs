@@ -553,7 +553,7 @@ where
 }
 
 /// The route controller created the node's routes: `NetworkUnavailable` is `False`.
-fn routed(node: &Node) -> bool {
+pub(crate) fn routed(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -1,6 +1,6 @@
 //! Where the real components are: `cargo xtask kube` builds them and writes `<target>/kube/kube.json`,
 //! found here from the running executable (`<target>/<profile>/…`, or `…/deps/…` for a test) or from
-//! `CCM_KUBE_MANIFEST`.
+//! `KUBE_TOOLS_MANIFEST`.
 
 use std::path::{Path, PathBuf};
 
@@ -158,10 +158,11 @@ impl KubeBinaries {
     }
 }
 
-/// `CCM_KUBE_MANIFEST`, else `<target>/kube/kube.json` of the cargo target directory this executable
-/// runs from (marked by cargo's `CACHEDIR.TAG`).
+/// `KUBE_TOOLS_MANIFEST`, else `<target>/kube/kube.json` of the cargo target directory this executable
+/// runs from (marked by cargo's `CACHEDIR.TAG`). Not a `CCM_…` name: the manager reads each of those as a
+/// setting, and the managers the tests start inherit the environment.
 fn manifest_path() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CCM_KUBE_MANIFEST") {
+    if let Some(path) = std::env::var_os("KUBE_TOOLS_MANIFEST") {
         return Some(PathBuf::from(path));
     }
     let exe = std::env::current_exe().ok()?;

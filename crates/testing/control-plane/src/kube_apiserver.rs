@@ -211,7 +211,16 @@ impl KubeApiServer {
                 path: kubeconfig,
                 source,
             })?;
-        Ok(server)
+        // The release the manifest names is the one serving (`KUBE_TOOLS_MANIFEST` picks others).
+        let served = server.client().apiserver_version().await;
+        match served {
+            Ok(info) if info.git_version == binaries.kubernetes_version => Ok(server),
+            Ok(info) => Err(server.apiserver.not_ready(format!(
+                "it serves {}, not {}, which its manifest names",
+                info.git_version, binaries.kubernetes_version
+            ))),
+            Err(error) => Err(server.apiserver.not_ready(format!("/version: {error}"))),
+        }
     }
 
     /// `https://127.0.0.1:PORT`.
