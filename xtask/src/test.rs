@@ -153,23 +153,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         )?;
     }
     if full {
-        // Every fuzz target, briefly, from its committed seeds: none can rot or panic on them.
-        crate::fuzz::smoke(&crate::fuzz::TARGETS, 3)?;
-        // The safety claim under faults, judged from the servers' own logs (a fixed seed: a failure replays).
-        crate::chaos::run(&crate::chaos::Args::ci())?;
-        // The same with upstream's Go cloud-controller-manager beside ours, on the real kube-apiserver.
-        if crate::kube::go_available() {
-            crate::chaos::run(&crate::chaos::Args::ci_with_go_peers())?;
-        } else {
-            println!("SKIPPED: chaos with Go peers on the real kube-apiserver: go is not on PATH");
-        }
-        // A judge that has never been seen to fail is not a judge.
-        let backends: &[&str] = if crate::kube::go_available() {
-            &["test", "kube"]
-        } else {
-            &["test"]
-        };
-        crate::chaos::negative_controls(backends)?;
+        judges()?;
     }
     if args.all_versions {
         for (release, _) in crate::kube::releases::RELEASES {
@@ -179,6 +163,28 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     for (test, why) in &lacking {
         println!("SKIPPED (this machine has no {why}): {test}");
     }
+    Ok(())
+}
+
+/// The fuzz targets' seeds, the chaos runs and the judges' negative controls (a full run's last part).
+fn judges() -> Result<()> {
+    // Every fuzz target, briefly, from its committed seeds: none can rot or panic on them.
+    crate::fuzz::smoke(&crate::fuzz::TARGETS, 3)?;
+    // The safety claim under faults, judged from the servers' own logs (a fixed seed: a failure replays).
+    crate::chaos::run(&crate::chaos::Args::ci())?;
+    // The same with upstream's Go cloud-controller-manager beside ours, on the real kube-apiserver.
+    if crate::kube::go_available() {
+        crate::chaos::run(&crate::chaos::Args::ci_with_go_peers())?;
+    } else {
+        println!("SKIPPED: chaos with Go peers on the real kube-apiserver: go is not on PATH");
+    }
+    // A judge that has never been seen to fail is not a judge.
+    let backends: &[&str] = if crate::kube::go_available() {
+        &["test", "kube"]
+    } else {
+        &["test"]
+    };
+    crate::chaos::negative_controls(backends)?;
     Ok(())
 }
 

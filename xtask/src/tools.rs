@@ -2,7 +2,9 @@
 //!
 //! - Debian packages, where missing and `apt-get` may run (as root or with password-less sudo):
 //!   `prometheus` (for `promtool`: the shipped alerts and dashboard), `skopeo` and `umoci` (the release
-//!   images are inspected and unpacked with them).
+//!   images are inspected and unpacked with them), and for the arm64 entry of a multi-architecture image,
+//!   Debian's cross compiler with arm64's C library (`gcc-aarch64-linux-gnu`, `libc6-dev-arm64-cross`: a
+//!   small arm64 stand-in program) and `qemu-user-static` (it runs that program in the image's arm64 root).
 //! - A Python virtual environment under `<target dir>/venv` with pinned packages from PyPI:
 //!   `cyclonedx-python-lib` (the bills of materials are validated against the CycloneDX schema with it)
 //!   and `moto[server]` (the AWS provider's tests run against its emulated EC2).
@@ -35,6 +37,18 @@ const DEBIAN: &[(&str, &[&str], &str, &str)] = &[
         "the connection-flood test",
     ),
     ("curl", &["--version"], "curl", "the serving tests"),
+    (
+        "aarch64-linux-gnu-gcc",
+        &["--version"],
+        "gcc-aarch64-linux-gnu libc6-dev-arm64-cross",
+        "the multi-architecture image test",
+    ),
+    (
+        "qemu-aarch64-static",
+        &["--version"],
+        "qemu-user-static",
+        "the multi-architecture image test",
+    ),
 ];
 
 /// Python packages for `<target dir>/venv`, pinned.
@@ -110,9 +124,10 @@ fn apt_get(packages: &[&str]) -> Result<(), String> {
         command.args(&args[1..]).env("DEBIAN_FRONTEND", "noninteractive");
         exec(&mut command)
     };
+    // A tool may need more than one package (a cross compiler and its C library).
     let install: Vec<&str> = ["apt-get", "install", "-y", "--no-install-recommends"]
         .into_iter()
-        .chain(packages.iter().copied())
+        .chain(packages.iter().flat_map(|p| p.split_whitespace()))
         .collect();
     run(&install)
         .or_else(|_| {

@@ -129,6 +129,13 @@ fn images(dir: &Path) -> Result<Vec<Image>> {
                 .with_context(|| format!("{}: images[{index}].{name} is missing", path.display()))
         };
         let name = field("name")?;
+        if entry["platforms"].as_array().is_some_and(|p| p.len() > 1) {
+            bail!(
+                "{}: images[{index}] ({name}) is a multi-architecture index, which publish does not \
+                 sign yet: push it with `skopeo copy --all` and sign it with `cosign sign --recursive`",
+                path.display()
+            );
+        }
         // Relative to `images.json`, so the directory can move between jobs.
         let image = Image {
             binary: name.rsplit('/').next().unwrap_or(&name).to_owned(),

@@ -1,14 +1,21 @@
 //! `cargo xtask image`: an OCI image per shipped binary, assembled without a container engine.
 //!
-//! - **Base layer**: the shared libraries the binary loads (`ldd`), taken from this machine's Debian
-//!   packages with each package's copyright file; the CA bundle (`ca-certificates`) for the cloud SDKs'
-//!   TLS; `/etc/passwd` and `/etc/group` with the non-root user 65532; `/tmp`.
+//! - **Base layer** (`base.rs`): the shared libraries the binary loads, from Debian packages with each
+//!   package's copyright file (this machine's, or another architecture's fetched by `foreign.rs`); the CA
+//!   bundle (`ca-certificates`) for the cloud SDKs' TLS; `/etc/passwd` and `/etc/group` with the non-root
+//!   user 65532; `/tmp`.
 //! - **Application layer**: the binary at `/usr/local/bin/<name>`, and under `/usr/share/doc/<name>/` its
 //!   README, LICENSE, bill of materials (crates and Debian packages) and the leader-migration examples.
 //! - **Output** under `target/image/`: `<name>/` (an OCI image layout: `oci-layout`, `index.json`,
 //!   `blobs/sha256/…`), `<name>.tar` (the same layout plus docker's `manifest.json`, for `docker load`),
 //!   `<name>.cdx.json` (the bill of materials the image carries, which `cargo xtask publish` attests) and
 //!   `images.json` (what `--output json` prints, with the files named relative to it; `publish` reads it).
+//!
+//! - **Several architectures** (`--arch amd64 --arch arm64`): an image per architecture under one OCI
+//!   image index, each with that architecture's base layer. This machine builds only its own binary; another
+//!   architecture's comes from `--arch-binary ARCH=PATH` (a vendor's CI cross-builds it). The docker
+//!   archive holds this machine's image; each other architecture's bill of materials is
+//!   `<name>-<arch>.cdx.json`.
 //!
 //! Reproducible: entries sorted, owners fixed, every time is `SOURCE_DATE_EPOCH` (else the last commit's),
 //! gzip without timestamps, JSON with sorted keys. The same binary gives the same digest.
@@ -22,7 +29,11 @@ use serde_json::{Value, json};
 
 use super::archive::{Meta, Tar, gzip, sha256};
 use super::dist::human;
-use super::sbom::{DebianPackage, cyclonedx, tree};
+use super::sbom::{cyclonedx, tree};
+use base::{Platform, base_layer};
+
+mod base;
+mod foreign;
 use super::{BuildArgs, Shipped, license_text, readme, revision, rfc3339, source_date_epoch};
 use crate::shell::repo_root;
 
@@ -51,6 +62,73 @@ pub(crate) struct Args {
     /// fraction of the size. The `dist` tarballs keep it.
     #[arg(long)]
     keep_debug: bool,
+    /// An architecture to build for (`amd64`, `arm64`); repeatable. Default: this machine's. With more than
+    /// one, the image is an OCI image index.
+    #[arg(long = "arch", value_name = "ARCH")]
+    arches: Vec<String>,
+    /// The executable for another architecture than this machine's, `ARCH=PATH` (built by that
+    /// architecture's toolchain, stripped as it should ship); repeatable. Needs a single `--bin`.
+    #[arg(long = "arch-binary", value_name = "ARCH=PATH")]
+    arch_binaries: Vec<String>,
+}
+
+/// The platforms to build (this machine's first) and the executables of the others, from the flags.
+fn platforms(args: &Args, binaries: usize) -> Result<(Vec<Platform>, BTreeMap<&'static str, PathBuf>)> {
+    let host = Platform::host()?;
+    let mut platforms = vec![host];
+    for arch in &args.arches {
+        let platform = Platform::named(arch)?;
+        if !platforms.contains(&platform) {
+            platforms.push(platform);
+        }
+    }
+    let mut foreign = BTreeMap::new();
+    for entry in &args.arch_binaries {
+        let (arch, path) = entry
+            .split_once('=')
+            .with_context(|| format!("--arch-binary {entry}: expected ARCH=PATH"))?;
+        let platform = Platform::named(arch).with_context(|| format!("--arch-binary {entry}"))?;
+        if platform == host {
+            bail!("--arch-binary {entry}: {arch} is this machine's; its binary is built here");
+        }
+        if !platforms.contains(&platform) {
+            bail!("--arch-binary {entry}: {arch} is not among the --arch given");
+        }
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            bail!("--arch-binary {entry}: no such file");
+        }
+        platform
+            .check_executable(&path)
+            .with_context(|| format!("--arch-binary {entry}"))?;
+        foreign.insert(platform.arch, path);
+    }
+    if let Some(missing) = platforms[1..].iter().find(|p| !foreign.contains_key(p.arch)) {
+        bail!(
+            "--arch {}: this machine builds only {host}'s binary; give it with --arch-binary {}=PATH",
+            missing.arch,
+            missing.arch,
+            host = host.arch
+        );
+    }
+    if !foreign.is_empty() && binaries != 1 {
+        bail!("--arch-binary: it is one binary's; choose it with --bin ({binaries} are selected)");
+    }
+    Ok((platforms, foreign))
+}
+
+/// What every image of one run shares.
+struct Plan {
+    /// This machine's first.
+    platforms: Vec<Platform>,
+    /// The other platforms' executables.
+    foreign: BTreeMap<&'static str, PathBuf>,
+    /// Other architectures' Debian packages, kept between runs.
+    scratch: PathBuf,
+    out: PathBuf,
+    repository: String,
+    epoch: u64,
+    keep_debug: bool,
 }
 
 /// What was built, as `--output json` prints it.
@@ -62,12 +140,15 @@ struct Built {
     layout: PathBuf,
     archive: PathBuf,
     sbom: PathBuf,
+    other_sboms: BTreeMap<&'static str, PathBuf>,
+    platforms: Vec<&'static str>,
     compressed: usize,
     uncompressed: usize,
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
     let binaries = args.build.binaries()?;
+    let (platforms, foreign) = platforms(args, binaries.len())?;
     let out = args
         .out
         .clone()
@@ -75,23 +156,25 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     let epoch = source_date_epoch(&super::project_root(&binaries))?;
     // A description of images this run may replace must not outlive them.
     let _ = std::fs::remove_file(out.join(IMAGES));
+    let plan = Plan {
+        platforms,
+        foreign,
+        scratch: args.build.target_dir().join("debian"),
+        out: out.clone(),
+        repository: args.repository.clone(),
+        epoch,
+        keep_debug: args.keep_debug,
+    };
     let mut built = Vec::new();
     for (binary, path) in &binaries {
-        built.push(build(
-            binary,
-            path,
-            &out,
-            &args.repository,
-            epoch,
-            args.keep_debug,
-        )?);
+        built.push(build(binary, path, &plan)?);
     }
     let images: Vec<Value> = built
         .iter()
         .map(|b| {
             json!({
-                "name": b.name, "tag": b.tag, "digest": b.digest,
-                "layout": b.layout, "archive": b.archive, "sbom": b.sbom,
+                "name": b.name, "tag": b.tag, "digest": b.digest, "platforms": b.platforms,
+                "layout": b.layout, "archive": b.archive, "sbom": b.sbom, "other_sboms": b.other_sboms,
                 "compressed_bytes": b.compressed, "uncompressed_bytes": b.uncompressed,
             })
         })
@@ -102,8 +185,12 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         .zip(&images)
         .map(|(b, image)| {
             let mut image = image.clone();
+            let name = |path: &PathBuf| json!(path.file_name().map(|n| n.to_string_lossy()));
             for (key, path) in [("layout", &b.layout), ("archive", &b.archive), ("sbom", &b.sbom)] {
-                image[key] = json!(path.file_name().map(|n| n.to_string_lossy()));
+                image[key] = name(path);
+            }
+            for (arch, path) in &b.other_sboms {
+                image["other_sboms"][*arch] = name(path);
             }
             image
         })
@@ -137,24 +224,29 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn build(
-    binary: &Shipped,
-    path: &Path,
-    out: &Path,
-    repository: &str,
-    epoch: u64,
-    keep_debug: bool,
-) -> Result<Built> {
-    let (base, debian) = base_layer(path)?;
-    let executable = if keep_debug {
-        std::fs::read(path)?
+/// One platform's image: its manifest and blobs, what the docker archive needs, its bill of materials.
+struct PlatformImage {
+    platform: Platform,
+    manifest: Vec<u8>,
+    config: Vec<u8>,
+    layers: Vec<Value>,
+    blobs: BTreeMap<String, Vec<u8>>,
+    sbom: Vec<u8>,
+    uncompressed: usize,
+}
+
+/// The image of `binary` (the executable at `path`) for `platform`.
+fn platform_image(binary: &Shipped, path: &Path, platform: Platform, plan: &Plan) -> Result<PlatformImage> {
+    let (out, epoch) = (plan.out.as_path(), plan.epoch);
+    let (base, debian) = base_layer(path, platform, &plan.scratch)?;
+    // Another architecture's binary comes built (and stripped) by its own toolchain.
+    let executable = if plan.keep_debug || platform != Platform::host()? {
+        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?
     } else {
         stripped(path, out)?
     };
     let sbom = serde_json::to_vec_pretty(&cyclonedx(binary, &tree(binary)?, &debian, epoch))?;
     let app = app_layer(binary, executable, &sbom)?;
-    let name = format!("{repository}{}", binary.bin);
-    let tag = binary.version.clone();
     let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut layers = Vec::new();
     let mut diff_ids = Vec::new();
@@ -168,8 +260,8 @@ fn build(
         blobs.insert(sha256(&gz), gz);
     }
     let labels = labels(binary, epoch);
-    let config = serde_json::to_vec(&json!({
-        "architecture": architecture()?,
+    let mut config = json!({
+        "architecture": platform.arch,
         "os": "linux",
         "created": rfc3339(epoch),
         "config": {
@@ -187,7 +279,11 @@ fn build(
             { "created": rfc3339(epoch), "created_by": "cargo xtask image: base (shared libraries, CA certificates, users)" },
             { "created": rfc3339(epoch), "created_by": format!("cargo xtask image: {}", binary.bin) },
         ],
-    }))?;
+    });
+    if let Some(variant) = platform.variant {
+        config["variant"] = json!(variant);
+    }
+    let config = serde_json::to_vec(&config)?;
     let config_descriptor = descriptor("application/vnd.oci.image.config.v1+json", &config);
     let manifest = serde_json::to_vec(&json!({
         "schemaVersion": 2,
@@ -196,40 +292,126 @@ fn build(
         "layers": layers,
         "annotations": labels,
     }))?;
-    let digest = format!("sha256:{}", sha256(&manifest));
-    let mut manifest_descriptor = descriptor("application/vnd.oci.image.manifest.v1+json", &manifest);
-    manifest_descriptor["annotations"] = json!({
+    blobs.insert(sha256(&config), config.clone());
+    blobs.insert(sha256(&manifest), manifest.clone());
+    Ok(PlatformImage {
+        platform,
+        manifest,
+        config,
+        layers,
+        blobs,
+        sbom,
+        uncompressed,
+    })
+}
+
+/// The image of `binary` for each platform of the plan (the first is this machine's; `path` is its
+/// executable): one platform gives an image, several an image index with one image each.
+fn build(binary: &Shipped, path: &Path, plan: &Plan) -> Result<Built> {
+    let (out, epoch) = (plan.out.as_path(), plan.epoch);
+    let mut images = Vec::new();
+    for platform in &plan.platforms {
+        let executable = plan.foreign.get(platform.arch).map_or(path, PathBuf::as_path);
+        images.push(platform_image(binary, executable, *platform, plan)?);
+    }
+    let host = &images[0];
+    let name = format!("{}{}", plan.repository, binary.bin);
+    let tag = binary.version.clone();
+    let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for image in &images {
+        blobs.extend(image.blobs.clone());
+    }
+    let (top, media_type) = if images.len() == 1 {
+        (
+            host.manifest.clone(),
+            "application/vnd.oci.image.manifest.v1+json",
+        )
+    } else {
+        let manifests: Vec<Value> = images
+            .iter()
+            .map(|image| {
+                let mut entry = descriptor("application/vnd.oci.image.manifest.v1+json", &image.manifest);
+                entry["platform"] = json!({"architecture": image.platform.arch, "os": "linux"});
+                if let Some(variant) = image.platform.variant {
+                    entry["platform"]["variant"] = json!(variant);
+                }
+                entry
+            })
+            .collect();
+        let index = serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": manifests,
+            "annotations": labels(binary, epoch),
+        }))?;
+        blobs.insert(sha256(&index), index.clone());
+        (index, "application/vnd.oci.image.index.v1+json")
+    };
+    let digest = format!("sha256:{}", sha256(&top));
+    let mut top_descriptor = descriptor(media_type, &top);
+    top_descriptor["annotations"] = json!({
         "org.opencontainers.image.ref.name": tag,
         "io.containerd.image.name": format!("{name}:{tag}"),
     });
     let index = serde_json::to_vec(&json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [manifest_descriptor],
+        "manifests": [top_descriptor],
     }))?;
-    let compressed = config.len() + blobs.values().map(Vec::len).sum::<usize>();
+    // This machine's image, as pulled: config and layers.
+    let compressed =
+        host.config.len() + host.layers.iter().filter_map(|l| l["size"].as_u64()).sum::<u64>() as usize;
+    // docker load takes one image: this machine's.
     let docker = serde_json::to_vec(&json!([{
-        "Config": format!("blobs/sha256/{}", sha256(&config)),
+        "Config": format!("blobs/sha256/{}", sha256(&host.config)),
         "RepoTags": [format!("{name}:{tag}")],
-        "Layers": layers.iter().map(|l| format!("blobs/{}", l["digest"].as_str().unwrap_or_default().replace(':', "/"))).collect::<Vec<_>>(),
+        "Layers": host.layers.iter().map(|l| format!("blobs/{}", l["digest"].as_str().unwrap_or_default().replace(':', "/"))).collect::<Vec<_>>(),
     }]))?;
-    blobs.insert(sha256(&config), config);
-    blobs.insert(sha256(&manifest), manifest);
+    let layout = write_layout(out, &binary.bin, index, &blobs, docker, epoch)?;
+    let sbom_path = out.join(format!("{}.cdx.json", binary.bin));
+    super::write_atomic(&sbom_path, &host.sbom)?;
+    let mut sboms = BTreeMap::new();
+    for image in &images[1..] {
+        let path = out.join(format!("{}-{}.cdx.json", binary.bin, image.platform.arch));
+        super::write_atomic(&path, &image.sbom)?;
+        sboms.insert(image.platform.arch, path);
+    }
+    Ok(Built {
+        name,
+        tag,
+        digest,
+        layout: layout.0,
+        archive: layout.1,
+        sbom: sbom_path,
+        other_sboms: sboms,
+        platforms: images.iter().map(|i| i.platform.arch).collect(),
+        compressed,
+        uncompressed: host.uncompressed,
+    })
+}
 
+/// Writes the OCI layout `<out>/<bin>/` (beside, then renamed into place) and the docker archive
+/// `<out>/<bin>.tar`; their paths.
+fn write_layout(
+    out: &Path,
+    bin: &str,
+    index: Vec<u8>,
+    blobs: &BTreeMap<String, Vec<u8>>,
+    docker: Vec<u8>,
+    epoch: u64,
+) -> Result<(PathBuf, PathBuf)> {
     let mut files: Vec<(String, Vec<u8>)> = vec![
         ("oci-layout".into(), br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
         ("index.json".into(), index),
     ];
     files.extend(
         blobs
-            .into_iter()
-            .map(|(hex, bytes)| (format!("blobs/sha256/{hex}"), bytes)),
+            .iter()
+            .map(|(hex, bytes)| (format!("blobs/sha256/{hex}"), bytes.clone())),
     );
-
-    // The layout directory and the archive are written beside their final names and renamed into place.
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let layout = out.join(&binary.bin);
-    let staging = out.join(format!(".{}.partial", binary.bin));
+    let layout = out.join(bin);
+    let staging = out.join(format!(".{bin}.partial"));
     if staging.exists() {
         std::fs::remove_dir_all(&staging)?;
     }
@@ -245,20 +427,9 @@ fn build(
         std::fs::remove_dir_all(&layout).with_context(|| format!("cannot replace {}", layout.display()))?;
     }
     std::fs::rename(&staging, &layout).with_context(|| format!("cannot write {}", layout.display()))?;
-    let archive_path = out.join(format!("{}.tar", binary.bin));
+    let archive_path = out.join(format!("{bin}.tar"));
     super::write_atomic(&archive_path, &archive.to_bytes(epoch)?)?;
-    let sbom_path = out.join(format!("{}.cdx.json", binary.bin));
-    super::write_atomic(&sbom_path, &sbom)?;
-    Ok(Built {
-        name,
-        tag,
-        digest,
-        layout,
-        archive: archive_path,
-        sbom: sbom_path,
-        compressed,
-        uncompressed,
-    })
+    Ok((layout, archive_path))
 }
 
 fn descriptor(media_type: &str, bytes: &[u8]) -> Value {
@@ -278,61 +449,6 @@ fn labels(binary: &Shipped, epoch: u64) -> BTreeMap<&'static str, String> {
         labels.insert("org.opencontainers.image.revision", revision);
     }
     labels
-}
-
-fn architecture() -> Result<&'static str> {
-    Ok(match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => bail!("no OCI architecture name for {other}"),
-    })
-}
-
-/// Shared libraries, CA certificates, users; and the Debian packages they came from.
-fn base_layer(binary: &Path) -> Result<(Tar, Vec<DebianPackage>)> {
-    let mut tar = Tar::default();
-    let mut packages: BTreeMap<String, DebianPackage> = BTreeMap::new();
-    let mut take = |tar: &mut Tar, path: &str, package: Option<&str>| -> Result<()> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {path}"))?;
-        let mode = if path.contains(".so") { 0o755 } else { 0o644 };
-        tar.file(path.trim_start_matches('/'), bytes, Meta::root(mode))?;
-        let package = match package {
-            Some(p) => p.to_owned(),
-            None => owner(path)?,
-        };
-        if let std::collections::btree_map::Entry::Vacant(entry) = packages.entry(package) {
-            let found = debian_package(entry.key())?;
-            let copyright = format!("/usr/share/doc/{}/copyright", found.name);
-            if let Ok(text) = std::fs::read(&copyright) {
-                tar.file(copyright.trim_start_matches('/'), text, Meta::root(0o644))?;
-            }
-            entry.insert(found);
-        }
-        Ok(())
-    };
-    for library in libraries(binary)? {
-        take(&mut tar, &library, None)?;
-    }
-    if !Path::new("/").join(CA_BUNDLE).is_file() {
-        bail!("/{CA_BUNDLE} is missing: install Debian's ca-certificates package");
-    }
-    // The bundle is generated by update-ca-certificates, so dpkg does not list it as the package's.
-    take(&mut tar, &format!("/{CA_BUNDLE}"), Some("ca-certificates"))?;
-    let passwd = format!(
-        "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:{USER}:{USER}:nonroot:/home/nonroot:/sbin/nologin\n"
-    );
-    let group = format!("root:x:0:\nnonroot:x:{USER}:\n");
-    tar.file("etc/passwd", passwd.into_bytes(), Meta::root(0o644))?;
-    tar.file("etc/group", group.into_bytes(), Meta::root(0o644))?;
-    tar.dir(
-        "home/nonroot",
-        Meta {
-            mode: 0o750,
-            uid: USER,
-        },
-    )?;
-    tar.dir("tmp", Meta::root(0o1777))?;
-    Ok((tar, packages.into_values().collect()))
 }
 
 /// The binary, its documents and bill of materials, and the leader-migration examples.
@@ -385,77 +501,4 @@ fn stripped(path: &Path, out: &Path) -> Result<Vec<u8>> {
     let bytes = std::fs::read(&temporary)?;
     std::fs::remove_file(&temporary)?;
     Ok(bytes)
-}
-
-/// The shared libraries `binary` loads, as `ldd` resolves them (the dynamic loader included).
-fn libraries(binary: &Path) -> Result<Vec<String>> {
-    let output = Command::new("ldd")
-        .arg(binary)
-        .output()
-        .context("cannot run ldd (Debian's libc-bin)")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        if text.contains("not a dynamic executable")
-            || String::from_utf8_lossy(&output.stderr).contains("not a dynamic")
-        {
-            return Ok(Vec::new());
-        }
-        bail!(
-            "ldd {} failed: {}",
-            binary.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let mut libraries = Vec::new();
-    for line in text.lines() {
-        let path = match line.split_once("=>") {
-            Some((_, right)) => right.split_whitespace().next(),
-            None => line.split_whitespace().next().filter(|p| p.starts_with('/')),
-        };
-        match path {
-            Some("not") => bail!("ldd {}: {}", binary.display(), line.trim()),
-            Some(path) if path.starts_with('/') => libraries.push(path.to_owned()),
-            _ => {}
-        }
-    }
-    libraries.sort();
-    libraries.dedup();
-    Ok(libraries)
-}
-
-/// The Debian package that installed `path` (`dpkg -S`, trying the path with symlinks resolved too).
-fn owner(path: &str) -> Result<String> {
-    let canonical = std::fs::canonicalize(path)
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    for candidate in [path, canonical.as_str()] {
-        let output = Command::new("dpkg")
-            .args(["-S", candidate])
-            .output()
-            .context("cannot run dpkg -S")?;
-        if output.status.success() {
-            let text = String::from_utf8_lossy(&output.stdout);
-            if let Some((package, _)) = text.lines().next().and_then(|l| l.split_once(": ")) {
-                return Ok(package.to_owned());
-            }
-        }
-    }
-    bail!("no Debian package owns {path}: images are assembled from this machine's Debian packages")
-}
-
-fn debian_package(package: &str) -> Result<DebianPackage> {
-    let output = Command::new("dpkg-query")
-        .args(["-W", "-f", "${Package} ${Version} ${Architecture}", package])
-        .output()
-        .context("cannot run dpkg-query")?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    let fields: Vec<_> = text.split_whitespace().collect();
-    match fields[..] {
-        [name, version, architecture] if output.status.success() => Ok(DebianPackage {
-            name: name.to_owned(),
-            version: version.to_owned(),
-            architecture: architecture.to_owned(),
-        }),
-        _ => bail!("dpkg-query found no package {package}"),
-    }
 }
