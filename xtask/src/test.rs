@@ -32,20 +32,27 @@ pub(crate) struct Args {
     runner_args: Vec<String>,
 }
 
-/// The core tests (docs/support-policy.md): every test of the binary and the runtime on the real
-/// kube-apiserver (Leader Migration, nodes, services, routes, RBAC, the chart), with the real
-/// kube-controller-manager as the migration's N side.
-const CORE: &str = "(package(cloud-controller-manager) | package(kube-ccm-runtime)) & \
-    (test(/kube_apiserver/) | test(/^kcm_peer::/) | test(/^upstream_rbac::/) | test(/^chart_install::/))";
+/// The core tests (docs/support-policy.md): every test of the binary, the runtime and the Lease elector
+/// on the real kube-apiserver (Leader Migration, nodes, services, routes, RBAC, the chart), with the
+/// real kube-controller-manager as the migration's N side and kwok's kubelets.
+const CORE: &str = "(package(cloud-controller-manager) | package(kube-ccm-runtime) | \
+    package(kube-ccm-leadermigration)) & (test(/kube_apiserver/) | test(/^kcm_peer::/) | \
+    test(/^upstream_rbac::/) | test(/^chart_install::/) | test(/^kwok::/))";
 
-/// The core tests on `release`'s kube-apiserver and kube-controller-manager.
-fn core_tests_on(release: &str) -> Result<()> {
+/// The core tests on `release`'s kube-apiserver and kube-controller-manager, with `runner_args`.
+fn core_tests_on(release: &str, runner_args: &[String]) -> Result<()> {
+    if !has("cargo-nextest", &["nextest", "--version"]) {
+        bail!(
+            "--kubernetes and --all-versions run the core tests with cargo-nextest, which is not installed"
+        );
+    }
     let (manifest, _) = crate::kube::releases::build(release)?;
     println!("core tests on Kubernetes {release} ({})", manifest.display());
     exec(
         cargo()
             .args(["nextest", "run", "--locked", "--profile", profile()])
             .args(["--workspace", "-E", CORE])
+            .args(runner_args)
             .env("KUBE_TOOLS_MANIFEST", &manifest),
     )
 }
@@ -81,7 +88,7 @@ pub(crate) fn run_setup() -> Result<()> {
 pub(crate) fn run(args: &Args) -> Result<()> {
     run_setup()?;
     if let Some(release) = &args.kubernetes {
-        return core_tests_on(release);
+        return core_tests_on(release, &args.runner_args);
     }
     let full = args.packages.is_empty();
     if full {
@@ -157,7 +164,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     }
     if args.all_versions {
         for (release, _) in crate::kube::releases::RELEASES {
-            core_tests_on(release)?;
+            core_tests_on(release, &[])?;
         }
     }
     for (test, why) in &lacking {

@@ -58,7 +58,7 @@ pub(crate) struct Args {
     check: bool,
     /// Another supported Kubernetes release for kube-apiserver and kube-controller-manager (the rest stays
     /// pinned); writes `<target>/kube/kube-<release>.json`, for the tests' `KUBE_TOOLS_MANIFEST`.
-    #[arg(long, value_name = "RELEASE")]
+    #[arg(long, value_name = "RELEASE", conflicts_with = "check")]
     kubernetes: Option<String>,
 }
 

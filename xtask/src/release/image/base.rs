@@ -110,6 +110,16 @@ impl Source<'_> {
         }
     }
 
+    /// A package's copyright file. Another architecture's package may point its documents at a package
+    /// not unpacked (`libgcc-s1` → `gcc-12-base`): then the same package's here, the same text.
+    fn copyright(&self, package: &str) -> Option<Vec<u8>> {
+        let path = format!("/usr/share/doc/{package}/copyright");
+        match self {
+            Source::Foreign(root) => root.read(&path).ok().or_else(|| std::fs::read(&path).ok()),
+            Source::Host => std::fs::read(&path).ok(),
+        }
+    }
+
     fn package(&mut self, name: &str) -> Result<DebianPackage> {
         match self {
             Source::Host => debian_package(name),
@@ -133,12 +143,27 @@ pub(crate) fn base_layer(
         return assemble(&mut Source::Host, &files?);
     }
     let mut root = ForeignRoot::open(scratch, platform)?;
-    let mut files = Vec::new();
-    let (needed, loader) = needed(binary)?;
-    for soname in needed {
+    let mut files: Vec<(String, String)> = Vec::new();
+    let (mut pending, loader) = needed(binary)?;
+    // The libraries' own needs too, as `ldd` follows them on this machine.
+    let loader_name = loader
+        .as_deref()
+        .and_then(|l| l.rsplit('/').next())
+        .map(str::to_owned);
+    while let Some(soname) = pending.pop() {
+        // The loader (which the C library names) is added below, where the binary asks for it.
+        if Some(&soname) == loader_name.as_ref()
+            || files
+                .iter()
+                .any(|(path, _)| path.ends_with(&format!("/{soname}")))
+        {
+            continue;
+        }
         let package = soname_package(&soname)?;
         root.install(&package)?;
-        files.push((root.library(&soname)?, package));
+        let path = root.library(&soname)?;
+        pending.extend(needed(&root.file(&path)?)?.0);
+        files.push((path, package));
     }
     if let Some(loader) = loader {
         // The dynamic loader is always libc6's.
@@ -158,13 +183,14 @@ fn assemble(source: &mut Source<'_>, files: &[(String, String)]) -> Result<(Tar,
         tar.file(path.trim_start_matches('/'), source.read(path)?, Meta::root(mode))?;
         if !packages.contains_key(package) {
             let found = source.package(package)?;
-            copyrights.push(format!("/usr/share/doc/{}/copyright", found.name));
+            copyrights.push(found.name.clone());
             packages.insert(package.clone(), found);
         }
     }
-    for copyright in copyrights {
-        if let Ok(text) = source.read(&copyright) {
-            tar.file(copyright.trim_start_matches('/'), text, Meta::root(0o644))?;
+    for name in copyrights {
+        if let Some(text) = source.copyright(&name) {
+            let path = format!("usr/share/doc/{name}/copyright");
+            tar.file(&path, text, Meta::root(0o644))?;
         }
     }
     if !Path::new("/").join(CA_BUNDLE).is_file() {
@@ -227,16 +253,24 @@ fn needed(binary: &Path) -> Result<(Vec<String>, Option<String>)> {
     Ok((needed, loader))
 }
 
-/// The package that ships the library `soname` on this machine (so on every architecture).
+/// The package that ships the library `soname` in this machine's own library directories (so, by
+/// Debian's naming, on every architecture): never a cross toolchain's copy (`libgcc-s1-arm64-cross`
+/// ships one under `/usr/aarch64-linux-gnu`), a 32-bit variant's, or a diversion.
 fn soname_package(soname: &str) -> Result<String> {
+    let triplet = Platform::host()?.triplet;
+    let native = [
+        format!("/lib/{triplet}/{soname}"),
+        format!("/usr/lib/{triplet}/{soname}"),
+    ];
     let output = Command::new("dpkg")
         .args(["-S", &format!("*/{soname}")])
         .output()
         .context("cannot run dpkg -S")?;
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines()
+        .filter(|l| !l.starts_with("diversion by"))
         .filter_map(|l| l.split_once(": "))
-        .filter(|(_, path)| path.ends_with(&format!("/{soname}")))
+        .filter(|(_, path)| native.iter().any(|n| n == path))
         .map(|(packages, _)| packages.split(", ").next().unwrap_or(packages))
         .map(|package| package.split(':').next().unwrap_or(package).to_owned())
         .next()

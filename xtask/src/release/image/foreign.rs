@@ -54,10 +54,17 @@ impl ForeignRoot {
         Ok(foreign)
     }
 
-    /// `apt-get ARGS` with the private state, for this machine's architecture and the platform's.
+    /// `apt-get ARGS` with the private state, for this machine's architecture and the platform's, and
+    /// without the machine's `apt.conf.d` (its hooks, such as packagekit's, are not ours to run): only
+    /// its package sources.
     fn apt_get(&self, args: &[&str], dir: &Path) -> Result<()> {
         let state = |name: &str| self.apt.join(name).display().to_string();
+        let parts = self.apt.join("apt.conf.d");
+        std::fs::create_dir_all(&parts)?;
+        let config = self.apt.join("apt.conf");
+        std::fs::write(&config, format!("Dir::Etc::Parts \"{}\";\n", parts.display()))?;
         let output = Command::new("apt-get")
+            .env("APT_CONFIG", &config)
             .arg("-q")
             .arg(format!("-oAPT::Architectures::={}", Platform::host()?.arch))
             .arg(format!("-oAPT::Architectures::={}", self.platform.arch))
@@ -84,24 +91,26 @@ impl ForeignRoot {
         if let Some(found) = self.installed.get(package) {
             return Ok(found.clone());
         }
-        let debs = self.apt.join("debs");
+        // A fresh directory per package: what apt-get download writes there is the version it chose.
+        let debs = self.apt.join("debs").join(package);
+        if debs.exists() {
+            std::fs::remove_dir_all(&debs)?;
+        }
         std::fs::create_dir_all(&debs)?;
         let qualified = format!("{package}:{}", self.platform.arch);
         self.apt_get(&["download", &qualified], &debs)?;
-        let prefix = format!("{package}_");
         let suffix = format!("_{}.deb", self.platform.arch);
-        let mut found: Vec<PathBuf> = std::fs::read_dir(&debs)?
+        let found: Vec<PathBuf> = std::fs::read_dir(&debs)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().unwrap_or_default().to_string_lossy();
-                name.starts_with(&prefix) && name.ends_with(&suffix)
-            })
+            .filter(|p| p.to_string_lossy().ends_with(&suffix))
             .collect();
-        // The newest download of it, should older ones be kept from another day.
-        found.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-        let deb = found
-            .pop()
-            .with_context(|| format!("apt-get download {qualified} wrote no {prefix}*{suffix}"))?;
+        let [deb] = &found[..] else {
+            bail!(
+                "apt-get download {qualified} wrote {} files ending in {suffix}, not one",
+                found.len()
+            );
+        };
+        let deb = deb.clone();
         let field = |name: &str| -> Result<String> {
             let output = Command::new("dpkg-deb").arg("-f").arg(&deb).arg(name).output()?;
             Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
@@ -140,32 +149,57 @@ impl ForeignRoot {
         )
     }
 
+    /// Where `path` of the root is on this machine, symbolic links followed inside the root.
+    pub(crate) fn file(&self, path: &str) -> Result<PathBuf> {
+        self.resolve(path)
+    }
+
     /// The bytes of `path` in the root, symbolic links followed inside the root.
     pub(crate) fn read(&self, path: &str) -> Result<Vec<u8>> {
         let file = self.resolve(path)?;
         std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))
     }
 
-    /// `path` in the root with every symbolic link followed inside the root (an absolute link target
-    /// names the root's file, never this machine's).
+    /// `path` in the root with every symbolic link followed inside the root, component by component (an
+    /// absolute target, or `..`, never leaves the root for this machine's files).
     fn resolve(&self, path: &str) -> Result<PathBuf> {
-        let mut current = PathBuf::from(path.trim_start_matches('/'));
-        for _ in 0..40 {
-            let on_disk = self.root.join(&current);
-            let metadata = std::fs::symlink_metadata(&on_disk)
+        let mut resolved: Vec<String> = Vec::new();
+        let mut pending: Vec<String> = components(path).rev().collect();
+        let mut links = 0;
+        while let Some(component) = pending.pop() {
+            match component.as_str() {
+                "." => continue,
+                ".." => {
+                    resolved.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            let candidate = self.root.join(resolved.join("/")).join(&component);
+            let metadata = std::fs::symlink_metadata(&candidate)
                 .with_context(|| format!("{path}: not in the {} root", self.platform.arch))?;
             if !metadata.file_type().is_symlink() {
-                return Ok(on_disk);
+                resolved.push(component);
+                continue;
             }
-            let target = std::fs::read_link(&on_disk)?;
-            current = match target.strip_prefix("/") {
-                Ok(absolute) => absolute.to_path_buf(),
-                Err(_) => current.parent().unwrap_or(Path::new("")).join(target),
-            };
+            links += 1;
+            if links > 40 {
+                bail!(
+                    "{path}: too many symbolic links in the {} root",
+                    self.platform.arch
+                );
+            }
+            let target = std::fs::read_link(&candidate)?.to_string_lossy().into_owned();
+            if target.starts_with('/') {
+                resolved.clear();
+            }
+            pending.extend(components(&target).rev());
         }
-        bail!(
-            "{path}: too many symbolic links in the {} root",
-            self.platform.arch
-        )
+        Ok(self.root.join(resolved.join("/")))
     }
+}
+
+/// The non-empty components of a path.
+fn components(path: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
+    path.split('/').filter(|c| !c.is_empty()).map(str::to_owned)
 }

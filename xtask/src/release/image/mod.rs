@@ -13,8 +13,8 @@
 //!
 //! - **Several architectures** (`--arch amd64 --arch arm64`): an image per architecture under one OCI
 //!   image index, each with that architecture's base layer. This machine builds only its own binary; another
-//!   architecture's comes from `--arch-binary ARCH=PATH` (a vendor's CI cross-builds it). The docker
-//!   archive holds this machine's image; each other architecture's bill of materials is
+//!   architecture's comes from `--arch-binary ARCH=PATH` (a vendor's CI cross-builds it). `docker load`
+//!   of the archive loads this machine's image; each other architecture's bill of materials is
 //!   `<name>-<arch>.cdx.json`.
 //!
 //! Reproducible: entries sorted, owners fixed, every time is `SOURCE_DATE_EPOCH` (else the last commit's),
