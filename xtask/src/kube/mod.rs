@@ -304,20 +304,25 @@ fn check_pins() -> Result<()> {
         ("tools/cosign", "github.com/sigstore/cosign/v3", COSIGN),
         ("tools/cosign", "github.com/google/go-containerregistry", CRANE),
     ] {
-        let path = repo_root().join(dir).join("go.mod");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let wanted = format!("{module} {version}");
-        // A `tool`'s module is required `// indirect`.
-        let pinned = |line: &str| {
-            let line = line.trim().trim_start_matches("require ");
-            line == wanted || line == format!("{wanted} // indirect")
-        };
-        if !text.lines().any(pinned) {
-            bail!(
-                "{}: does not require {wanted}, which xtask/src/kube/mod.rs names",
-                path.display()
-            );
-        }
+        requires(dir, module, version)?;
+    }
+    Ok(())
+}
+
+/// `<dir>/go.mod` requires `module` at `version` (directly, or `// indirect` as a `tool`'s module is).
+pub(crate) fn requires(dir: &str, module: &str, version: &str) -> Result<()> {
+    let path = repo_root().join(dir).join("go.mod");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let wanted = format!("{module} {version}");
+    let pinned = |line: &str| {
+        let line = line.trim().trim_start_matches("require ");
+        line == wanted || line == format!("{wanted} // indirect")
+    };
+    if !text.lines().any(pinned) {
+        bail!(
+            "{}: does not require {wanted}, which xtask/src/kube/ names",
+            path.display()
+        );
     }
     Ok(())
 }
@@ -541,4 +546,24 @@ fn size(path: &Path) -> u64 {
             }
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_pins, releases::RELEASES, requires};
+
+    #[test]
+    fn the_go_modules_pin_what_xtask_names() {
+        check_pins().unwrap();
+        for (release, dir) in RELEASES {
+            requires(dir, "k8s.io/kubernetes", release).unwrap();
+        }
+        let error = requires("tools/kube", "k8s.io/kubernetes", "v1.37.99").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("tools/kube/go.mod: does not require k8s.io/kubernetes v1.37.99"),
+            "{error}"
+        );
+    }
 }

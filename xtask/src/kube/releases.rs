@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::{KUBERNETES, Module, cache_key, compile, download, version, version_flags};
-use crate::shell::{repo_root, target_dir};
+use crate::shell::target_dir;
 
 /// The supported releases besides [`KUBERNETES`], oldest first, each with its module.
 pub(crate) const RELEASES: [(&str, &str); 1] = [("v1.35.4", "tools/kube-1.35")];
@@ -47,7 +47,7 @@ pub(crate) fn build(release: &str) -> Result<(PathBuf, Value)> {
             others.join(", ")
         );
     };
-    check_pin(release, dir)?;
+    super::requires(dir, "k8s.io/kubernetes", release)?;
     let module = module(release, dir);
     let key = cache_key(std::slice::from_ref(&module))?;
     let cache = target_dir().join("kube").join(format!("{release}-{key}"));
@@ -77,18 +77,4 @@ pub(crate) fn build(release: &str) -> Result<(PathBuf, Value)> {
         path.display()
     );
     Ok((path, manifest))
-}
-
-/// The release's module requires `k8s.io/kubernetes` at that release.
-fn check_pin(release: &str, dir: &str) -> Result<()> {
-    let path = repo_root().join(dir).join("go.mod");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let wanted = format!("k8s.io/kubernetes {release}");
-    if !text.lines().any(|l| l.trim().starts_with(&wanted)) {
-        bail!(
-            "{}: does not require {wanted}, which xtask/src/kube/releases.rs names",
-            path.display()
-        );
-    }
-    Ok(())
 }

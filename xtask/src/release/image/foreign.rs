@@ -33,9 +33,15 @@ impl ForeignRoot {
         if root.exists() {
             std::fs::remove_dir_all(&root).with_context(|| format!("cannot clear {}", root.display()))?;
         }
-        for dir in ["lists/partial", "cache/archives/partial"] {
+        for dir in ["lists/partial", "cache/archives/partial", "apt.conf.d"] {
             std::fs::create_dir_all(apt.join(dir))?;
         }
+        // An empty apt.conf.d: no hooks of the machine's run (see `apt_get`).
+        let parts = apt.join("apt.conf.d");
+        std::fs::write(
+            apt.join("apt.conf"),
+            format!("Dir::Etc::Parts \"{}\";\n", parts.display()),
+        )?;
         std::fs::create_dir_all(&root)?;
         let foreign = ForeignRoot {
             platform,
@@ -59,12 +65,8 @@ impl ForeignRoot {
     /// its package sources.
     fn apt_get(&self, args: &[&str], dir: &Path) -> Result<()> {
         let state = |name: &str| self.apt.join(name).display().to_string();
-        let parts = self.apt.join("apt.conf.d");
-        std::fs::create_dir_all(&parts)?;
-        let config = self.apt.join("apt.conf");
-        std::fs::write(&config, format!("Dir::Etc::Parts \"{}\";\n", parts.display()))?;
         let output = Command::new("apt-get")
-            .env("APT_CONFIG", &config)
+            .env("APT_CONFIG", self.apt.join("apt.conf"))
             .arg("-q")
             .arg(format!("-oAPT::Architectures::={}", Platform::host()?.arch))
             .arg(format!("-oAPT::Architectures::={}", self.platform.arch))
