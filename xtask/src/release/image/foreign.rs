@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, bail};
 
 use super::super::sbom::DebianPackage;
-use super::base::Platform;
+use super::platform::Platform;
 
 /// How old the package indexes may be before they are fetched again.
 const FRESH: Duration = Duration::from_secs(24 * 3600);

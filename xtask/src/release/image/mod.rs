@@ -30,10 +30,12 @@ use serde_json::{Value, json};
 use super::archive::{Meta, Tar, gzip, sha256};
 use super::dist::human;
 use super::sbom::{cyclonedx, tree};
-use base::{Platform, base_layer};
+use base::base_layer;
+use platform::Platform;
 
 mod base;
 mod foreign;
+mod platform;
 use super::{BuildArgs, Shipped, license_text, readme, revision, rfc3339, source_date_epoch};
 use crate::shell::repo_root;
 
